@@ -1,0 +1,177 @@
+"""Settings, all read from the environment (see README: Configuration)."""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from durableconsole.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local development)")
+    SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    # Listed before django_q so that its `qcluster` command wraps django_q's.
+    "workflows",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "ninja",
+    "django_q",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "durableconsole.urls"
+WSGI_APPLICATION = "durableconsole.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "workflows.views.roles_context",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 600, minimum=0))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    engine = config["ENGINE"]
+    if engine == "django.db.backends.sqlite3":
+        # WAL lets readers run beside the one writer; IMMEDIATE takes the write
+        # lock at BEGIN so two writers queue instead of failing mid-transaction;
+        # synchronous=FULL because a checkpoint a power cut can undo is no checkpoint.
+        config["OPTIONS"] = {
+            "timeout": env_int("SQLITE_BUSY_TIMEOUT", 20, minimum=1),
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+        }
+        config["TEST"] = {"NAME": str(VAR_DIR / env_str("SQLITE_TEST_NAME", "test.sqlite3"))}
+        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    elif engine in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
+        config["ENGINE"] = "django.db.backends.postgresql"
+        config["CONN_HEALTH_CHECKS"] = True
+    else:
+        raise ImproperlyConfigured(f"DATABASE_URL must be a sqlite:// or postgres:// URL; got engine {engine}")
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "inbox"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+
+# Durable execution
+TICKET_DESK_URL = env_str("TICKET_DESK_URL", "http://127.0.0.1:8100").rstrip("/")
+STEP_LEASE_SECONDS = env_float("STEP_LEASE_SECONDS", 30.0, minimum=1.0)
+ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
+WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
+
+Q_CLUSTER = {
+    "name": "durableconsole",
+    "orm": "default",
+    "workers": env_int("Q_WORKERS", 2, minimum=1),
+    # A task is delivered again if not acknowledged within `retry` seconds;
+    # keep it well above `timeout` so a slow but live task is not duplicated.
+    "timeout": env_int("Q_TIMEOUT", 120, minimum=1),
+    "retry": env_int("Q_RETRY", 180, minimum=2),
+    "max_attempts": 0,
+    "ack_failures": True,
+    "save_limit": -1,
+    "catch_up": False,
+    "poll": env_float("Q_POLL", 0.1, minimum=0.01),
+    "label": "Task queue",
+}
+if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
+    raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
+
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "workflows.redaction.RedactingFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True}},
+}
+
+SESSION_COOKIE_AGE = env_int("SESSION_SECONDS", 8 * 3600, minimum=60)
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 3600, minimum=0)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,0 +1,276 @@
+"""Actions: the effects a plan may ask for, behind one small interface.
+
+To add an action, subclass `Action`, set its flags, implement `perform`
+(and `lookup` if the remote system can answer "did operation K happen?"),
+and decorate the class with `@register`. The engine never calls a remote
+system except through this interface.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import requests
+from django.conf import settings
+
+from workflows.redaction import redact_text
+from workflows.states import FailureClass
+
+FROM = "$from"
+
+
+@dataclass
+class Outcome:
+    result: dict[str, Any]
+    external_ref: str = ""
+
+
+@dataclass
+class ActionError(Exception):
+    """A classified failure. `outcome_unknown` means the request may have
+    taken effect (sent, but no answer): reconcile before any retry."""
+
+    failure_class: str
+    message: str
+    retry_after: float | None = None
+    outcome_unknown: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.failure_class}: {self.message}"
+
+
+class Action:
+    name: ClassVar[str]
+    # Repeating perform() with the same operation key has no second effect.
+    idempotent: ClassVar[bool] = False
+    # The effect destroys something that cannot be recreated.
+    destructive: ClassVar[bool] = False
+    # lookup() can tell whether an operation key already took effect.
+    can_lookup: ClassVar[bool] = False
+    # Name of the action that undoes this one, or None when irreversible.
+    compensation: ClassVar[str | None] = None
+    required_args: ClassVar[tuple[str, ...]] = ()
+
+    def validate(self, args: dict[str, Any]) -> dict[str, str]:
+        """Field errors of the plan's args, before anything is stored."""
+        errors = {}
+        for name in self.required_args:
+            value = args.get(name)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                errors[name] = "This field is required."
+            elif not isinstance(value, (str, int)) and not is_reference(value):
+                errors[name] = "Must be a string or a {\"$from\": ...} reference."
+        return errors
+
+    def perform(self, args: dict[str, Any], operation_key: str) -> Outcome:
+        raise NotImplementedError
+
+    def lookup(self, operation_key: str) -> Outcome | None:
+        raise NotImplementedError(f"{self.name} cannot look up past operations")
+
+    def verify(self, outcome: Outcome) -> bool:
+        return True
+
+    def compensation_args(self, args: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        return self.idempotent or self.can_lookup
+
+    @property
+    def irreversible(self) -> bool:
+        return self.compensation is None
+
+
+_registry: dict[str, Action] = {}
+
+
+def register(cls: type[Action]) -> type[Action]:
+    _registry[cls.name] = cls()
+    return cls
+
+
+def get(name: str) -> Action:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise KeyError(f"unknown action {name!r}") from None
+
+
+def names() -> list[str]:
+    return sorted(_registry)
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {FROM} and isinstance(value[FROM], str)
+
+
+# --- HTTP plumbing shared by actions that call other systems -------------
+
+_local = threading.local()
+
+
+def http_session() -> requests.Session:
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+    return session
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    raw = response.headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        from django.utils import timezone
+
+        try:
+            return max(0.0, (parsedate_to_datetime(raw) - timezone.now()).total_seconds())
+        except (TypeError, ValueError):
+            return None
+
+
+def classify_response(response: requests.Response) -> ActionError:
+    status = response.status_code
+    body = redact_text(response.text[:300])
+    message = f"HTTP {status} from {response.request.method} {response.request.path_url.split('?')[0]}: {body}"
+    if status == 429:
+        return ActionError(FailureClass.RATE_LIMITED, message, retry_after=_retry_after(response))
+    if status in (500, 502, 503, 504):
+        return ActionError(FailureClass.TRANSIENT, message, retry_after=_retry_after(response))
+    if status in (400, 404, 422):
+        return ActionError(FailureClass.INVALID_ARGUMENTS, message)
+    if status in (401, 403):
+        return ActionError(FailureClass.PERMISSION_DENIED, message)
+    if status == 409:
+        return ActionError(FailureClass.CONFLICT, message)
+    return ActionError(FailureClass.UNKNOWN, message)
+
+
+def classify_exception(exc: requests.RequestException) -> ActionError:
+    """Before the request was sent, nothing happened; after, anything may have."""
+    text = redact_text(f"{type(exc).__name__}: {exc}")[:500]
+    if isinstance(exc, requests.ConnectTimeout):
+        return ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, text)
+    if isinstance(exc, requests.ReadTimeout):
+        return ActionError(FailureClass.TIMEOUT, text, outcome_unknown=True)
+    if isinstance(exc, requests.ConnectionError):
+        if "refused" in str(exc).lower() or "Failed to establish" in str(exc):
+            return ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, text)
+        return ActionError(FailureClass.TRANSIENT, text, outcome_unknown=True)
+    return ActionError(FailureClass.UNKNOWN, text, outcome_unknown=True)
+
+
+def call(method: str, url: str, *, operation_key: str | None = None, **kwargs) -> requests.Response:
+    headers = kwargs.pop("headers", {})
+    if operation_key:
+        headers["Idempotency-Key"] = operation_key
+    timeout = (min(2.0, settings.ACTION_TIMEOUT_SECONDS), settings.ACTION_TIMEOUT_SECONDS)
+    try:
+        response = http_session().request(method, url, headers=headers, timeout=timeout, **kwargs)
+    except requests.RequestException as exc:
+        raise classify_exception(exc) from None
+    if response.status_code >= 400:
+        raise classify_response(response)
+    return response
+
+
+# --- Built-in actions -----------------------------------------------------
+
+
+def desk(path: str) -> str:
+    return f"{settings.TICKET_DESK_URL}{path}"
+
+
+def _ticket_outcome(ticket: dict) -> Outcome:
+    return Outcome(result={"id": ticket["id"], "status": ticket["status"]}, external_ref=f"ticket:{ticket['id']}")
+
+
+@register
+class TicketCreate(Action):
+    name = "ticket.create"
+    idempotent = True
+    can_lookup = True
+    compensation = "ticket.close"
+    required_args = ("title",)
+
+    def validate(self, args):
+        errors = super().validate(args)
+        if "body" in args and not isinstance(args["body"], str) and not is_reference(args["body"]):
+            errors["body"] = "Must be a string."
+        return errors
+
+    def perform(self, args, operation_key):
+        payload = {"title": args["title"], "body": args.get("body", "")}
+        response = call("POST", desk("/tickets"), operation_key=operation_key, json=payload)
+        return _ticket_outcome(response.json())
+
+    def lookup(self, operation_key):
+        found = call("GET", desk("/tickets"), params={"idempotency_key": operation_key}).json()
+        return _ticket_outcome(found[0]) if found else None
+
+    def verify(self, outcome):
+        return bool(outcome.result.get("id")) and outcome.result.get("status") in ("open", "closed")
+
+    def compensation_args(self, args, result):
+        return {"ticket_id": result["id"]}
+
+
+@register
+class TicketComment(Action):
+    name = "ticket.comment"
+    idempotent = True
+    compensation = None
+    required_args = ("ticket_id", "body")
+
+    def perform(self, args, operation_key):
+        response = call(
+            "POST",
+            desk(f"/tickets/{args['ticket_id']}/comments"),
+            operation_key=operation_key,
+            json={"body": args["body"]},
+        )
+        comment = response.json()
+        return Outcome(result={"ticket_id": args["ticket_id"], **comment}, external_ref=f"ticket:{args['ticket_id']}")
+
+
+@register
+class TicketClose(Action):
+    name = "ticket.close"
+    # Closing a closed ticket is a no-op, so repeating it is harmless.
+    idempotent = True
+    compensation = None
+    required_args = ("ticket_id",)
+
+    def perform(self, args, operation_key):
+        response = call("POST", desk(f"/tickets/{args['ticket_id']}/close"), operation_key=operation_key)
+        return _ticket_outcome(response.json())
+
+    def verify(self, outcome):
+        return outcome.result.get("status") == "closed"
+
+
+@register
+class Noop(Action):
+    """In-process and effect-free: for tests, demos and benchmarks."""
+
+    name = "noop"
+    idempotent = True
+    compensation = "noop"
+
+    def validate(self, args):
+        return {}
+
+    def perform(self, args, operation_key):
+        return Outcome(result=dict(args))
+
+    def compensation_args(self, args, result):
+        return dict(args)

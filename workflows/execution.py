@@ -1,0 +1,436 @@
+"""The checkpoint protocol for one step (DESIGN §6).
+
+    claim (lease + fence) ─► recheck policy ─► attempt REQUESTED committed
+      ─► perform(args, operation_key) ─► outcome committed (step VERIFYING)
+      ─► verify ─► step COMPLETE committed ─► next step
+
+Every function here re-reads the database and does only what is due, so a
+task delivered twice, late, or after a crash is harmless. Nothing is ever
+performed without a committed REQUESTED attempt, and an outcome is recorded
+only while the step still carries the fencing number of the claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from workflows import actions, audit, failpoints, policy, retry
+from workflows.actions import ActionError, Outcome
+from workflows.models import Attempt, Step, Workflow
+from workflows.redaction import redact, redact_text
+from workflows.states import (
+    RETRYABLE_CLASSES,
+    AttemptStatus,
+    FailureClass,
+    StepStatus,
+    WorkflowStatus,
+)
+from workflows.transitions import move
+
+log = logging.getLogger(__name__)
+
+WORKER = "worker"
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LeaseLost(Exception):
+    """Another worker took the step over; this one must not record anything."""
+
+
+# --- claiming ---------------------------------------------------------------
+
+
+def _due_steps(workflow_id=None):
+    earlier_unfinished = Step.objects.filter(
+        workflow=OuterRef("workflow"), position__lt=OuterRef("position")
+    ).exclude(status=StepStatus.COMPLETE)
+    steps = Step.objects.due().filter(~Exists(earlier_unfinished))
+    if workflow_id is not None:
+        steps = steps.filter(workflow_id=workflow_id)
+    return steps.order_by("next_attempt_at", "id")
+
+
+def claim(workflow_id=None) -> Step | None:
+    """Take the lease on one due step, or return None when nothing is due."""
+    lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
+    with transaction.atomic():
+        candidates = _due_steps(workflow_id)
+        if connection.features.has_select_for_update_skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+        step = candidates.select_related("workflow").first()
+        if step is None:
+            return None
+        now = timezone.now()
+        claimed = move(
+            step,
+            StepStatus.RUNNING,
+            actor=WORKER,
+            verb="step.claimed",
+            data={"worker": worker_id(), "fence": step.fence + 1},
+            guard={"fence": step.fence},
+            fence=F("fence") + 1,
+            lease_owner=worker_id(),
+            lease_expires_at=now + lease,
+            next_attempt_at=None,
+        )
+        if not claimed:
+            return None
+        workflow = step.workflow
+        if workflow.status == WorkflowStatus.APPROVED:
+            move(workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
+    return step
+
+
+# --- running ----------------------------------------------------------------
+
+
+def run_workflow(workflow_id) -> int:
+    """Run every due step of one workflow, in order. Returns steps executed."""
+    done = 0
+    while (step := claim(workflow_id)) is not None:
+        execute(step)
+        done += 1
+    return done
+
+
+def drain(budget_seconds: float | None = None) -> int:
+    """Run due steps of any workflow until none is due or the budget is spent."""
+    budget = budget_seconds if budget_seconds is not None else settings.Q_CLUSTER["timeout"] / 2
+    stop_at = time.monotonic() + budget
+    done = finish_verifying()
+    while time.monotonic() < stop_at and (step := claim()) is not None:
+        execute(step)
+        done += 1
+    return done
+
+
+def execute(step: Step) -> None:
+    """Carry one claimed step through the checkpoint protocol."""
+    fence = step.fence
+    failpoints.hit(failpoints.AFTER_CLAIM)
+    action = _action_or_none(step)
+    problems = policy.recheck(step)
+    if action is None or problems:
+        _block(step, fence, problems or [f"unknown action {step.action}"])
+        return
+    try:
+        if _reconcile_earlier_attempts(step, action, fence):
+            return
+        attempt = _request_attempt(step, fence)
+        failpoints.hit(failpoints.AFTER_REQUESTED)
+        try:
+            args = resolve_args(step)
+            outcome = action.perform(args, step.operation_key)
+        except ActionError as err:
+            _record_failure(step, attempt, action, err, fence)
+            return
+        except Exception as exc:  # a bug in an action must not kill the worker loop
+            log.exception("action %s raised an unclassified error", step.action)
+            err = ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
+                              outcome_unknown=True)
+            _record_failure(step, attempt, action, err, fence)
+            return
+        failpoints.hit(failpoints.AFTER_PERFORM)
+        _record_outcome(step, attempt, outcome, fence, AttemptStatus.SUCCEEDED)
+        failpoints.hit(failpoints.AFTER_RECORD)
+        verify(step, action, fence)
+    except LeaseLost:
+        log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def _action_or_none(step: Step):
+    try:
+        return actions.get(step.action)
+    except KeyError:
+        return None
+
+
+def _request_attempt(step: Step, fence: int) -> Attempt:
+    """The checkpoint before the effect: committed before perform() is called."""
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.RUNNING)
+        number = (step.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        attempt = Attempt.objects.create(
+            step=step,
+            number=number,
+            operation_key=step.operation_key,
+            fence=fence,
+            worker=worker_id(),
+            lease_expires_at=step.lease_expires_at,
+        )
+        audit.append(
+            actor=WORKER,
+            verb="attempt.requested",
+            obj_type="attempt",
+            obj_id=attempt.pk,
+            workflow_id=step.workflow_id,
+            data={"step": step.key, "number": number, "operation_key": step.operation_key, "fence": fence},
+        )
+    return attempt
+
+
+def _assert_lease(step: Step, fence: int, status: str) -> None:
+    """Inside a transaction: lock the step and make sure this claim still owns it."""
+    current = Step.objects.select_for_update().filter(pk=step.pk).values_list("status", "fence").first()
+    if current != (status, fence):
+        raise LeaseLost()
+
+
+def _record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, attempt_status: str) -> None:
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.RUNNING)
+        move(attempt, attempt_status, actor=WORKER, finished_at=timezone.now(),
+             data={"external_ref": outcome.external_ref})
+        moved = move(
+            step,
+            StepStatus.VERIFYING,
+            actor=WORKER,
+            guard={"fence": fence},
+            result=redact(outcome.result),
+            external_ref=outcome.external_ref,
+            failure_class="",
+            data={"external_ref": outcome.external_ref, "attempt": attempt.number},
+        )
+        if not moved:
+            raise LeaseLost()
+
+
+def verify(step: Step, action, fence: int) -> None:
+    """Establish the outcome before COMPLETE; a failed check is in doubt, not done."""
+    outcome = Outcome(result=step.result or {}, external_ref=step.external_ref)
+    ok = action.verify(outcome)
+    failpoints.hit(failpoints.AFTER_VERIFY)
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.VERIFYING)
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        if ok:
+            move(step, StepStatus.COMPLETE, actor=WORKER, guard={"fence": fence}, lease_expires_at=None)
+            if not workflow.steps.exclude(status=StepStatus.COMPLETE).exists():
+                move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
+        else:
+            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
+                 data={"reason": "the recorded outcome did not pass verification"})
+            _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+
+
+def _workflow_to(workflow: Workflow, target: str, **data) -> None:
+    if workflow.status in (WorkflowStatus.RUNNING, WorkflowStatus.APPROVED):
+        if workflow.status == WorkflowStatus.APPROVED:
+            move(workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
+        move(workflow, target, actor=WORKER, data=data or None)
+
+
+def _block(step: Step, fence: int, problems: list[str]) -> None:
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        moved = move(
+            step,
+            StepStatus.BLOCKED,
+            actor=WORKER,
+            guard={"fence": fence},
+            failure_class=FailureClass.POLICY_FAILED,
+            lease_expires_at=None,
+            data={"failure_class": FailureClass.POLICY_FAILED, "problems": problems},
+        )
+        if moved:
+            _workflow_to(workflow, WorkflowStatus.FAILED, reason="policy recheck failed")
+
+
+def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.RUNNING)
+        attempt_status = AttemptStatus.UNKNOWN if err.outcome_unknown else AttemptStatus.FAILED
+        move(attempt, attempt_status, actor=WORKER, finished_at=now, failure_class=err.failure_class,
+             error=redact_text(err.message)[:2000], data={"failure_class": err.failure_class})
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        if err.outcome_unknown and not action.safe_to_repeat:
+            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
+                 lease_expires_at=None, data={"failure_class": err.failure_class, "attempt": attempt.number})
+            _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+            return
+        retryable = err.failure_class in RETRYABLE_CLASSES or (
+            err.failure_class == FailureClass.TIMEOUT and action.safe_to_repeat
+        )
+        due = None
+        if retryable and action.safe_to_repeat:
+            due = retry.next_attempt_at(now, attempt.number, workflow.deadline, err.retry_after)
+        if due is not None:
+            move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence}, next_attempt_at=due,
+                 failure_class=err.failure_class, lease_expires_at=None,
+                 data={"failure_class": err.failure_class, "attempt": attempt.number,
+                       "retry_in_seconds": round((due - now).total_seconds(), 3)})
+            return
+        move(step, StepStatus.DEAD_LETTERED, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
+             lease_expires_at=None, data={"failure_class": err.failure_class, "attempts": attempt.number})
+        _workflow_to(workflow, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")
+
+
+def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
+    """Before a new attempt, settle any earlier one whose outcome is unknown
+    (crash or timeout mid-effect). Returns True when the step moved on."""
+    open_attempts = list(step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]))
+    if not open_attempts:
+        return False
+    if action.can_lookup:
+        try:
+            found = action.lookup(step.operation_key)
+        except ActionError as err:
+            # Cannot tell yet: park the step for a later try; never guess.
+            with transaction.atomic():
+                _assert_lease(step, fence, StepStatus.RUNNING)
+                workflow = Workflow.objects.get(pk=step.workflow_id)
+                due = retry.next_attempt_at(timezone.now(), len(open_attempts), workflow.deadline, err.retry_after)
+                if due is None:
+                    move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence},
+                         failure_class=err.failure_class, lease_expires_at=None,
+                         data={"reason": "reconciliation lookup kept failing"})
+                    _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+                else:
+                    move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
+                         next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
+                         data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class})
+            return True
+        with transaction.atomic():
+            _assert_lease(step, fence, StepStatus.RUNNING)
+            for attempt in open_attempts:
+                move(attempt, AttemptStatus.RECONCILED, actor=WORKER, verb="attempt.reconciled",
+                     finished_at=attempt.finished_at or timezone.now(),
+                     data={"found": found is not None, "external_ref": found.external_ref if found else ""})
+        if found is None:
+            return False
+        _record_reconciled(step, found, fence)
+        verify(step, action, fence)
+        return True
+    if action.idempotent:
+        return False  # the same operation key again is harmless
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.RUNNING)
+        for attempt in open_attempts:
+            if attempt.status == AttemptStatus.REQUESTED:
+                move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now())
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
+             failure_class=FailureClass.UNKNOWN,
+             data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"})
+        _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+    return True
+
+
+def _record_reconciled(step: Step, outcome: Outcome, fence: int) -> None:
+    with transaction.atomic():
+        _assert_lease(step, fence, StepStatus.RUNNING)
+        moved = move(step, StepStatus.VERIFYING, actor=WORKER, verb="step.reconciled", guard={"fence": fence},
+                     result=redact(outcome.result), external_ref=outcome.external_ref, failure_class="",
+                     data={"external_ref": outcome.external_ref})
+        if not moved:
+            raise LeaseLost()
+
+
+# --- $from references ------------------------------------------------------
+
+
+def resolve_args(step: Step) -> dict:
+    """Replace {"$from": "<step>.result.<field>"} with the value recorded by
+    that earlier step. A missing value is the plan's fault: INVALID_ARGUMENTS."""
+    results = None
+
+    def lookup(ref: str):
+        nonlocal results
+        if results is None:
+            results = {
+                key: result
+                for key, result in Step.objects.filter(
+                    workflow_id=step.workflow_id, position__lt=step.position, status=StepStatus.COMPLETE
+                ).values_list("key", "result")
+            }
+        step_key, _, path = ref.partition(".result.")
+        value = results.get(step_key)
+        for part in path.split(".") if path else []:
+            if not isinstance(value, dict) or part not in value:
+                raise ActionError(FailureClass.INVALID_ARGUMENTS, f"reference {ref!r} has no value")
+            value = value[part]
+        if value is None:
+            raise ActionError(FailureClass.INVALID_ARGUMENTS, f"reference {ref!r} has no value")
+        return value
+
+    def walk(value):
+        if actions.is_reference(value):
+            return lookup(value[actions.FROM])
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(step.args)
+
+
+# --- recovery ---------------------------------------------------------------
+
+
+def recover_expired_leases(now=None) -> int:
+    """Put steps whose worker vanished back in line. The next claim reconciles
+    any attempt left REQUESTED before it performs anything."""
+    now = now or timezone.now()
+    recovered = 0
+    expired = Step.objects.filter(
+        status__in=[StepStatus.RUNNING, StepStatus.VERIFYING], lease_expires_at__lt=now
+    ).select_related("workflow")
+    for step in expired[:500]:
+        with transaction.atomic():
+            if step.status == StepStatus.RUNNING:
+                moved = move(step, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.lease_expired",
+                             guard={"fence": step.fence, "lease_expires_at__lt": now},
+                             next_attempt_at=now, lease_expires_at=None,
+                             data={"previous_owner": step.lease_owner, "fence": step.fence})
+            else:
+                moved = _reverify_later(step, now)
+            recovered += int(bool(moved))
+    return recovered
+
+
+def _reverify_later(step: Step, now) -> bool:
+    """A step that crashed between recording and COMPLETE keeps its outcome;
+    a fresh lease lets a worker finish verification."""
+    updated = Step.objects.filter(
+        pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_expires_at__lt=now
+    ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None, next_attempt_at=now)
+    if updated:
+        audit.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
+                     workflow_id=step.workflow_id, data={"status": step.status, "previous_owner": step.lease_owner})
+    return bool(updated)
+
+
+def finish_verifying(limit: int = 100) -> int:
+    """Verify steps left in VERIFYING without a lease (after a crash)."""
+    done = 0
+    lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
+    for step in Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True)[:limit]:
+        taken = Step.objects.filter(pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence,
+                                    lease_expires_at__isnull=True).update(
+            fence=F("fence") + 1, lease_owner=worker_id(), lease_expires_at=timezone.now() + lease)
+        if not taken:
+            continue
+        step.refresh_from_db()
+        action = _action_or_none(step)
+        if action is None:
+            continue
+        try:
+            verify(step, action, step.fence)
+        except LeaseLost:
+            continue
+        done += 1
+    return done

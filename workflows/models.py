@@ -1,0 +1,240 @@
+"""The project's tables: the only source of truth for durable work.
+
+Statuses are never assigned directly; `workflows.transitions.move` changes
+them and writes the audit event in the same transaction.
+"""
+
+import hashlib
+import json
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class WorkflowQuerySet(models.QuerySet):
+    def awaiting_review(self):
+        return self.filter(status=WorkflowStatus.PLANNED)
+
+    def reviewable_by(self, user):
+        return self.awaiting_review().exclude(submitted_by=user)
+
+    def active(self):
+        return self.filter(status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
+
+    def visible_to(self, user):
+        """Staff roles see every workflow; an agent sees only what it submitted."""
+        from workflows import roles
+
+        if any(roles.has_role(user, role) for role in roles.ALL):
+            return self
+        return self.filter(submitted_by=user)
+
+
+class Workflow(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200)
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    submission_key = models.CharField(max_length=200)
+    submission_hash = models.CharField(max_length=64)
+    plan = models.JSONField()
+    plan_hash = models.CharField(max_length=64)
+    context = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=32, choices=WorkflowStatus.choices, default=WorkflowStatus.PLANNED)
+    deadline = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = WorkflowQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["submitted_by", "submission_key"], name="workflow_submission_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-created_at", "id"], name="workflow_status_created"),
+            models.Index(fields=["-created_at", "id"], name="workflow_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        from workflows.states import TERMINAL_WORKFLOW
+
+        return self.status in TERMINAL_WORKFLOW
+
+
+def operation_key_for(workflow_id: uuid.UUID, step_key: str) -> str:
+    """The stable idempotency key of one logical operation: every attempt and
+    every replay of the step sends this same value."""
+    return f"{workflow_id}:{step_key}"
+
+
+class StepQuerySet(models.QuerySet):
+    def due(self, now=None):
+        now = now or timezone.now()
+        return self.filter(
+            status__in=[StepStatus.PENDING, StepStatus.WAITING_RETRY],
+            workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING],
+        ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+
+
+class Step(models.Model):
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    key = models.CharField(max_length=64)
+    action = models.CharField(max_length=64)
+    args = models.JSONField(default=dict)
+    compensation = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=32, choices=StepStatus.choices, default=StepStatus.PENDING)
+    operation_key = models.CharField(max_length=128, unique=True)
+    result = models.JSONField(null=True, blank=True)
+    external_ref = models.CharField(max_length=200, blank=True, default="")
+    # Fencing number: bumped by every claim; a worker may record an outcome
+    # only while the step still carries the number it claimed with.
+    fence = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = StepQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["workflow", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "key"], name="step_key_unique"),
+            models.UniqueConstraint(fields=["workflow", "position"], name="step_position_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="step_due"),
+            models.Index(fields=["status", "lease_expires_at"], name="step_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.action} ({self.status})"
+
+
+class Attempt(models.Model):
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=32, choices=AttemptStatus.choices, default=AttemptStatus.REQUESTED)
+    operation_key = models.CharField(max_length=128)
+    fence = models.PositiveIntegerField()
+    failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step", "number"]
+        constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="attempt_lease")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.step_id} ({self.status})"
+
+    @property
+    def duration_ms(self) -> int | None:
+        if not self.finished_at:
+            return None
+        return int((self.finished_at - self.started_at).total_seconds() * 1000)
+
+
+class Approval(models.Model):
+    class Decision(models.TextChoices):
+        APPROVE = "APPROVE"
+        REJECT = "REJECT"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="approvals")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decision = models.CharField(max_length=16, choices=Decision.choices)
+    comment = models.TextField(blank=True, default="")
+    plan_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "reviewer", "plan_hash"], name="approval_once_per_reviewer"),
+        ]
+
+
+class AuditEvent(models.Model):
+    """Append-only and hash-chained per stream (a workflow, or `system`).
+
+    `hash` = SHA-256 over the previous hash and this event's canonical fields,
+    so changing or removing any row breaks every later link.
+    """
+
+    stream = models.CharField(max_length=64)
+    seq = models.PositiveBigIntegerField()
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=150)
+    verb = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=64)
+    workflow_id = models.UUIDField(null=True, blank=True)
+    data = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["stream", "seq"], name="audit_stream_seq_unique")]
+        indexes = [
+            models.Index(fields=["workflow_id", "id"], name="audit_workflow"),
+            models.Index(fields=["actor", "id"], name="audit_actor"),
+            models.Index(fields=["verb", "id"], name="audit_verb"),
+            models.Index(fields=["at"], name="audit_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.verb} {self.object_type}:{self.object_id}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("audit events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit events are append-only")
+
+
+class AuditHead(models.Model):
+    """The last link of each audit stream; its row lock orders appends."""
+
+    stream = models.CharField(max_length=64, primary_key=True)
+    seq = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=64, default="0" * 64)
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=12)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

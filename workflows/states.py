@@ -1,0 +1,118 @@
+"""Every status and every allowed move between them, in one table.
+
+The strings are the public contract (DESIGN §5). `workflows.transitions.move`
+is the only code that changes a status; it consults `check` below.
+"""
+
+from django.db import models
+
+
+class WorkflowStatus(models.TextChoices):
+    PLANNED = "PLANNED"
+    APPROVED = "APPROVED"
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    VERIFYING = "VERIFYING"
+    COMPLETE = "COMPLETE"
+    WAITING_RETRY = "WAITING_RETRY"
+    IN_DOUBT = "IN_DOUBT"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    BLOCKED = "BLOCKED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+
+
+class AttemptStatus(models.TextChoices):
+    REQUESTED = "REQUESTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    RECONCILED = "RECONCILED"
+
+
+class FailureClass(models.TextChoices):
+    TRANSIENT = "TRANSIENT"
+    RATE_LIMITED = "RATE_LIMITED"
+    DEPENDENCY_UNAVAILABLE = "DEPENDENCY_UNAVAILABLE"
+    TIMEOUT = "TIMEOUT"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    POLICY_FAILED = "POLICY_FAILED"
+    CONFLICT = "CONFLICT"
+    UNKNOWN = "UNKNOWN"
+
+
+W, S, A = WorkflowStatus, StepStatus, AttemptStatus
+
+_WITH_EFFECTS = (W.RUNNING, W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION)
+
+TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
+    "workflow": {
+        W.PLANNED: frozenset({W.APPROVED, W.REJECTED, W.EXPIRED, W.CANCELLED}),
+        W.APPROVED: frozenset({W.RUNNING}),
+        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING}),
+        W.FAILED: frozenset({W.RUNNING, W.COMPENSATING}),
+        W.NEEDS_ATTENTION: frozenset({W.RUNNING, W.FAILED, W.COMPENSATING}),
+        W.COMPLETE: frozenset({W.COMPENSATING}),
+        W.COMPENSATING: frozenset({W.COMPENSATED, W.COMPENSATION_FAILED}),
+        W.COMPENSATION_FAILED: frozenset({W.COMPENSATING}),
+        W.REJECTED: frozenset(),
+        W.EXPIRED: frozenset(),
+        W.CANCELLED: frozenset(),
+        W.COMPENSATED: frozenset(),
+    },
+    "step": {
+        S.PENDING: frozenset({S.RUNNING, S.BLOCKED}),
+        S.RUNNING: frozenset({S.VERIFYING, S.WAITING_RETRY, S.IN_DOUBT, S.DEAD_LETTERED, S.BLOCKED}),
+        S.WAITING_RETRY: frozenset({S.RUNNING, S.BLOCKED}),
+        S.VERIFYING: frozenset({S.COMPLETE, S.IN_DOUBT, S.DEAD_LETTERED}),
+        # Replay and operator resolution put a parked step back in line.
+        S.DEAD_LETTERED: frozenset({S.PENDING}),
+        S.BLOCKED: frozenset({S.PENDING}),
+        S.IN_DOUBT: frozenset({S.PENDING, S.VERIFYING, S.DEAD_LETTERED}),
+        S.COMPLETE: frozenset({S.COMPENSATING}),
+        S.COMPENSATING: frozenset({S.COMPENSATED, S.COMPLETE}),
+        S.COMPENSATED: frozenset(),
+    },
+    "attempt": {
+        A.REQUESTED: frozenset({A.SUCCEEDED, A.FAILED, A.UNKNOWN, A.RECONCILED}),
+        A.UNKNOWN: frozenset({A.RECONCILED}),
+        A.SUCCEEDED: frozenset(),
+        A.FAILED: frozenset(),
+        A.RECONCILED: frozenset(),
+    },
+}
+
+TERMINAL_WORKFLOW = frozenset(s for s, targets in TRANSITIONS["workflow"].items() if not targets) | {W.COMPLETE}
+ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
+RETRYABLE_CLASSES = frozenset({FailureClass.TRANSIENT, FailureClass.RATE_LIMITED, FailureClass.DEPENDENCY_UNAVAILABLE})
+
+
+class IllegalTransition(Exception):
+    """A status change that the table does not allow."""
+
+    def __init__(self, kind: str, current: str, target: str):
+        super().__init__(f"{kind} cannot move from {current} to {target}")
+        self.kind, self.current, self.target = kind, current, target
+
+
+def allowed(kind: str, current: str, target: str) -> bool:
+    return target in TRANSITIONS[kind].get(current, frozenset())
+
+
+def check(kind: str, current: str, target: str) -> None:
+    if not allowed(kind, current, target):
+        raise IllegalTransition(kind, current, target)

@@ -1,0 +1,44 @@
+"""API bearer tokens: shown once, stored only as a SHA-256 hash."""
+
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from workflows.models import ApiToken
+
+PREFIX = "dc_"
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue(user, name: str = "") -> str:
+    token = PREFIX + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token))
+    return token
+
+
+def authenticate(token: str):
+    """The active user the token belongs to, or None."""
+    if not token or len(token) > 200:
+        return None
+    row = (
+        ApiToken.objects.select_related("user")
+        .filter(token_hash=_hash(token), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if row is None:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row.user
+
+
+def revoke(user, prefix: str | None = None) -> int:
+    tokens = ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+    if prefix:
+        tokens = tokens.filter(prefix=prefix[:10])
+    return tokens.update(revoked_at=timezone.now())

@@ -1,0 +1,125 @@
+"""The console: thin function-based views over the named operations.
+
+HTMX requests get the partial they asked for; plain form posts get a
+redirect, so every action also works without JavaScript.
+"""
+
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from workflows import approvals, roles
+from workflows.errors import DomainError
+from workflows.models import AuditEvent, Workflow
+from workflows.pagination import page_by_created
+from workflows.states import TERMINAL_WORKFLOW, WorkflowStatus
+
+PAGE_SIZE = 50
+
+
+def roles_context(request: HttpRequest) -> dict:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {
+        "is_reviewer": roles.is_reviewer(user),
+        "is_operator": roles.is_operator(user),
+        "is_auditor": roles.is_auditor(user),
+    }
+
+
+def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
+    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by"), pk=workflow_id)
+
+
+@login_required
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    awaiting = Workflow.objects.none()
+    if roles.is_reviewer(request.user):
+        awaiting = (
+            Workflow.objects.reviewable_by(request.user).select_related("submitted_by").order_by("created_at", "id")
+        )[:PAGE_SIZE]
+    template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
+    return render(request, template, {"awaiting": awaiting})
+
+
+@login_required
+@require_GET
+def workflow_list(request: HttpRequest) -> HttpResponse:
+    workflows = Workflow.objects.visible_to(request.user).select_related("submitted_by")
+    status = request.GET.get("status", "")
+    if status in WorkflowStatus.values:
+        workflows = workflows.filter(status=status)
+    rows, next_cursor = page_by_created(workflows, request.GET.get("cursor") or None, PAGE_SIZE)
+    context = {"workflows": rows, "next_cursor": next_cursor, "status": status, "statuses": WorkflowStatus.values}
+    template = "workflows/workflow_list.html#rows" if request.htmx else "workflows/workflow_list.html"
+    return render(request, template, context)
+
+
+def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
+    steps = list(workflow.steps.prefetch_related("attempts"))
+    events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
+    return {
+        "workflow": workflow,
+        "steps": steps,
+        "events": events,
+        "approvals": workflow.approvals.select_related("reviewer"),
+        "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
+        "can_decide": (
+            workflow.status == WorkflowStatus.PLANNED
+            and roles.is_reviewer(request.user)
+            and workflow.submitted_by_id != request.user.pk
+        ),
+    }
+
+
+@login_required
+@require_GET
+def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    workflow = _get_workflow_for_user(request, workflow_id)
+    template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"
+    return render(request, template, _detail_context(request, workflow))
+
+
+def _decide(request: HttpRequest, workflow_id: UUID, decision) -> HttpResponse:
+    workflow = _get_workflow_for_user(request, workflow_id)
+    comment = request.POST.get("comment", "")[:4000]
+    try:
+        decision(workflow, by=request.user, comment=comment)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{decision.__name__.capitalize()}d: {workflow.name}")
+    if not request.htmx:
+        return redirect("workflow_detail", workflow_id=workflow.pk)
+    # htmx swaps only 2xx answers: a refused decision is shown as a message.
+    workflow.refresh_from_db()
+    return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
+
+
+@login_required
+@require_POST
+def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _decide(request, workflow_id, approvals.approve)
+
+
+@login_required
+@require_POST
+def reject(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _decide(request, workflow_id, approvals.reject)
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:
+        return JsonResponse({"status": "error", "database": "unreachable"}, status=503)
+    return JsonResponse({"status": "ok"})
