@@ -5,7 +5,7 @@ from typing import Any
 from uuid import UUID
 
 from django.http import Http404, HttpRequest
-from ninja import Field, NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
@@ -218,7 +218,7 @@ def _get_workflow(request, workflow_id: UUID) -> Workflow:
 def submit_workflow(request, payload: PlanIn):
     submission = plans.submit(request.user, payload.dict())
     workflow = _get_workflow(request, submission.workflow.pk)
-    return (201 if submission.created else 200), workflow_out(workflow)
+    return Status(201 if submission.created else 200, workflow_out(workflow))
 
 
 @api.get("/workflows", response=WorkflowPage, summary="List workflows, newest first")

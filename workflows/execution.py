@@ -394,7 +394,7 @@ def recover_expired_leases(now=None) -> int:
             if step.status == StepStatus.RUNNING:
                 moved = move(step, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.lease_expired",
                              guard={"fence": step.fence, "lease_expires_at__lt": now},
-                             next_attempt_at=now, lease_expires_at=None,
+                             next_attempt_at=timezone.now(), lease_expires_at=None,
                              data={"previous_owner": step.lease_owner, "fence": step.fence})
             else:
                 moved = _reverify_later(step, now)
@@ -407,7 +407,7 @@ def _reverify_later(step: Step, now) -> bool:
     a fresh lease lets a worker finish verification."""
     updated = Step.objects.filter(
         pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_expires_at__lt=now
-    ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None, next_attempt_at=now)
+    ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None, next_attempt_at=timezone.now())
     if updated:
         audit.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
                      workflow_id=step.workflow_id, data={"status": step.status, "previous_owner": step.lease_owner})

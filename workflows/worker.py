@@ -8,7 +8,9 @@ performs an effect itself.
 """
 
 import logging
+import os
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -40,12 +42,21 @@ def tick(broker) -> None:
             async_task("workflows.tasks.drain", task_name="drain", broker=broker)
 
 
+def heartbeat() -> None:
+    """Touch the liveness file a supervisor watches (WORKER_HEARTBEAT_FILE):
+    a stale file means this loop stopped and the process group should be restarted."""
+    path = os.environ.get("WORKER_HEARTBEAT_FILE")
+    if path:
+        Path(path).write_text(f"{os.getpid()} {time.time():.3f}\n")
+
+
 def loop(should_run) -> None:
     broker = get_broker()
     interval = settings.WORKER_TICK_SECONDS
     while should_run():
         try:
             tick(broker)
+            heartbeat()
         except DatabaseError:
             # A dropped connection (server restart, terminated backend) must not
             # stop recovery: drop it and try again on the next tick.

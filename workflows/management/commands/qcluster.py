@@ -1,6 +1,7 @@
 """`qcluster`: django-q2's cluster plus the project's recovery loop."""
 
 import os
+import signal
 
 from django.conf import settings
 from django_q.cluster import Cluster
@@ -21,4 +22,17 @@ class Command(QClusterCommand):
         if options.get("run_once"):
             cluster.stop()
             return
-        worker.loop(lambda: cluster.sentinel is not None and cluster.sentinel.is_alive())
+        stopping = []
+        # django-q2's own handler can block forever on an Event that the
+        # sentinel held when a signal to the whole process group killed it.
+        # Here a signal only ends the loop; then the sentinel, if still alive,
+        # is asked to stop gracefully, and killed if it does not.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopping.append(True))
+        worker.loop(lambda: not stopping and cluster.sentinel.is_alive())
+        sentinel = cluster.sentinel
+        if sentinel.is_alive():
+            cluster.stop_event.set()
+            sentinel.join(settings.Q_CLUSTER["timeout"] + 5)
+        if sentinel.is_alive():
+            sentinel.kill()

@@ -1,0 +1,134 @@
+import time
+
+import pytest
+import requests
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from tests.desk import TicketDesk
+from tests.processes import Worker
+from workflows import roles, tokens
+from workflows.models import Workflow
+
+PERSONAS = {
+    "reviewer": [roles.REVIEWERS],
+    "reviewer2": [roles.REVIEWERS],
+    "operator": [roles.OPERATORS],
+    "auditor": [roles.AUDITORS],
+    "agent": [],
+    "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS],
+}
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def people(db):
+    """The personas of the product, each in the groups of its role."""
+    users = {}
+    for name, groups in PERSONAS.items():
+        user = User.objects.create_user(name, password=PASSWORD, is_staff=name == "admin")
+        # get_or_create: transactional tests flush the groups the migration made.
+        user.groups.add(*(Group.objects.get_or_create(name=group)[0] for group in groups))
+        users[name] = user
+    return users
+
+
+class ApiClient:
+    """Calls the JSON API in-process as one persona, with a real bearer token."""
+
+    def __init__(self, user):
+        self.user = user
+        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(user)}")
+
+    def get(self, path, **params):
+        return self.client.get(f"/api/v1{path}", params)
+
+    def post(self, path, body=None):
+        return self.client.post(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
+
+
+@pytest.fixture
+def api(people):
+    return {name: ApiClient(user) for name, user in people.items()}
+
+
+class HttpApi:
+    """Calls the JSON API over real HTTP as one persona."""
+
+    def __init__(self, base_url, user):
+        self.base = f"{base_url}/api/v1"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {tokens.issue(user)}"
+
+    def get(self, path, **params):
+        return self.session.get(f"{self.base}{path}", params=params, timeout=10)
+
+    def post(self, path, body=None):
+        return self.session.post(f"{self.base}{path}", json=body if body is not None else {}, timeout=10)
+
+
+@pytest.fixture
+def http_api(live_server, people):
+    return {name: HttpApi(live_server.url, user) for name, user in people.items()}
+
+
+@pytest.fixture(scope="session")
+def desk_process(tmp_path_factory):
+    with TicketDesk(tmp_path_factory.mktemp("desk") / "desk.sqlite3") as desk:
+        yield desk
+
+
+@pytest.fixture
+def desk(desk_process, settings):
+    """The real ticket desk process, wiped for each test, with the project pointed at it."""
+    desk_process.reset()
+    settings.TICKET_DESK_URL = desk_process.url
+    return desk_process
+
+
+@pytest.fixture
+def start_worker(transactional_db, desk, tmp_path):
+    """Start real `qcluster` processes against the test database and the desk."""
+    started = []
+
+    def start(name="worker", **env):
+        worker = Worker(tmp_path, name=name, env={"TICKET_DESK_URL": desk.url, **env})
+        started.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def wait_for_status(workflow_id, statuses, timeout=30.0):
+    """Poll the database until the workflow reaches one of `statuses`."""
+    if isinstance(statuses, str):
+        statuses = {statuses}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True).first()
+        if status in statuses:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"workflow {workflow_id} stayed {status}, expected one of {sorted(statuses)}")
+
+
+def ticket_plan(key="plan-1", **extra):
+    """The three-step plan of the main use case: later steps use $from."""
+    return {
+        "name": "Open, comment on and close a ticket",
+        "submission_key": key,
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "Floor 3"}},
+            {"key": "note", "action": "ticket.comment",
+             "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Extinguisher on its way"}},
+            {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
+        ],
+        **extra,
+    }

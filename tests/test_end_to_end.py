@@ -1,0 +1,68 @@
+"""The whole path over HTTP, with a real qcluster and a real ticket desk."""
+
+import time
+
+import pytest
+from django_q.models import OrmQ
+from django_q.tasks import async_task
+
+from tests.conftest import ticket_plan, wait_for_status
+from workflows.models import Attempt
+
+pytestmark = pytest.mark.live
+
+
+def _wait_http(http, workflow_id, status, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = http.get(f"/workflows/{workflow_id}").json()
+        if body["status"] == status:
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"workflow stayed {body['status']}: {body}")
+
+
+def test_submit_approve_and_run_to_complete_over_http(http_api, start_worker, desk):
+    start_worker()
+    submitted = http_api["agent"].post("/workflows", ticket_plan())
+    assert submitted.status_code == 201
+    workflow_id = submitted.json()["id"]
+
+    refused = http_api["agent"].post(f"/workflows/{workflow_id}/approve", {"comment": "me"})
+    assert refused.status_code == 403
+
+    approved = http_api["reviewer"].post(f"/workflows/{workflow_id}/approve", {"comment": "go"})
+    assert approved.status_code == 200
+
+    body = _wait_http(http_api["agent"], workflow_id, "COMPLETE")
+    assert [s["status"] for s in body["steps"]] == ["COMPLETE"] * 3
+    assert all(len(s["attempts"]) == 1 and s["attempts"][0]["status"] == "SUCCEEDED" for s in body["steps"])
+
+    operation_keys = [s["operation_key"] for s in body["steps"]]
+    ledger_keys = [entry["idempotency_key"] for entry in desk.ledger()]
+    assert sorted(ledger_keys) == sorted(operation_keys)  # exactly one effect per operation
+    tickets = desk.tickets()
+    assert len(tickets) == 1
+    assert tickets[0]["idempotency_key"] == operation_keys[0]
+    assert tickets[0]["status"] == "closed"
+    assert len(tickets[0]["comments"]) == 1
+    assert body["steps"][0]["external_ref"] == f"ticket:{tickets[0]['id']}"
+
+
+def test_duplicated_deliveries_to_real_workers_cause_one_effect(people, start_worker, desk):
+    from workflows import approvals, plans
+
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    approvals.approve(workflow, by=people["reviewer"])  # enqueues one wake-up
+    for _ in range(3):  # the broker redelivers, a client retries, a sweep fires
+        async_task("workflows.tasks.run_workflow", str(workflow.pk))
+    assert OrmQ.objects.count() == 4
+    start_worker()
+    wait_for_status(workflow.pk, "COMPLETE")
+    deadline = time.monotonic() + 20
+    while OrmQ.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not OrmQ.objects.exists(), "every delivery was processed"
+    keys = [entry["idempotency_key"] for entry in desk.ledger()]
+    assert len(keys) == 3 and len(set(keys)) == 3
+    assert Attempt.objects.filter(step__workflow=workflow).count() == 3

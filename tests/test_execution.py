@@ -1,0 +1,129 @@
+"""The checkpoint protocol, run in-process against the real ticket desk."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from tests.conftest import ticket_plan
+from workflows import approvals, execution, plans, tasks
+from workflows.models import Attempt, AuditEvent, Step
+from workflows.states import StepStatus
+
+
+@pytest.fixture
+def approved(people, desk):
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    return workflow
+
+
+def _effects_by_key(desk):
+    counts = {}
+    for entry in desk.ledger():
+        counts[entry["idempotency_key"]] = counts.get(entry["idempotency_key"], 0) + 1
+    return counts
+
+
+def test_plan_runs_through_every_checkpoint_to_complete(approved, desk):
+    assert tasks.run_workflow(str(approved.pk)) == 3
+    approved.refresh_from_db()
+    assert approved.status == "COMPLETE"
+    steps = list(approved.steps.all())
+    assert [s.status for s in steps] == ["COMPLETE"] * 3
+    assert _effects_by_key(desk) == {s.operation_key: 1 for s in steps}
+    ticket = desk.tickets(steps[0].operation_key)[0]
+    assert steps[0].external_ref == f"ticket:{ticket['id']}"
+    assert ticket["status"] == "closed"
+    assert [c["body"] for c in ticket["comments"]] == ["Extinguisher on its way"]  # $from resolved
+
+
+def test_requested_attempt_is_committed_before_the_effect(approved, desk):
+    tasks.run_workflow(str(approved.pk))
+    for entry in desk.ledger():
+        attempt = Attempt.objects.get(operation_key=entry["idempotency_key"])
+        assert attempt.started_at.isoformat() < entry["at"].replace("Z", "+00:00")
+        verbs = list(
+            AuditEvent.objects.filter(workflow_id=approved.pk, object_id__in=[str(attempt.step_id), str(attempt.pk)])
+            .order_by("seq").values_list("verb", flat=True)
+        )
+        assert verbs.index("attempt.requested") < verbs.index("step.verifying") < verbs.index("step.complete")
+
+
+def test_the_same_task_delivered_twice_does_nothing_more(approved, desk):
+    tasks.run_workflow(str(approved.pk))
+    ledger = desk.ledger()
+    events = AuditEvent.objects.count()
+    assert tasks.run_workflow(str(approved.pk)) == 0
+    assert tasks.drain() == 0
+    assert desk.ledger() == ledger
+    assert AuditEvent.objects.count() == events
+    assert Attempt.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_claim_each_step_once(people, desk):
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    errors = []
+
+    def deliver():
+        try:
+            tasks.run_workflow(str(workflow.pk))
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=deliver) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    workflow.refresh_from_db()
+    assert workflow.status == "COMPLETE"
+    assert sorted(_effects_by_key(desk).values()) == [1, 1, 1]
+    assert Attempt.objects.count() == 3
+
+
+def test_a_worker_whose_lease_was_taken_over_cannot_record_its_result(approved, desk):
+    first = execution.claim(approved.pk)
+    attempt = execution._request_attempt(first, first.fence)
+    # The first worker stalls past its lease; recovery hands the step to another.
+    later = timezone.now() + timedelta(hours=1)
+    assert execution.recover_expired_leases(now=later) == 1
+    second = execution.claim(approved.pk)
+    assert second.pk == first.pk and second.fence == first.fence + 1
+    with pytest.raises(execution.LeaseLost):
+        execution._record_outcome(first, attempt, execution.Outcome({"id": 999, "status": "open"}), first.fence,
+                                  "SUCCEEDED")
+    step = Step.objects.get(pk=first.pk)
+    assert (step.status, step.fence, step.result) == ("RUNNING", second.fence, None)
+
+
+def test_recovered_step_reconciles_before_it_performs_again(approved, desk):
+    step = execution.claim(approved.pk)
+    execution._request_attempt(step, step.fence)
+    # The effect happened, then the worker died before recording it.
+    desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
+    execution.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    tasks.run_workflow(str(approved.pk))
+    approved.refresh_from_db()
+    assert approved.status == "COMPLETE"
+    assert _effects_by_key(desk)[step.operation_key] == 1
+    statuses = list(Attempt.objects.filter(step=step).values_list("status", flat=True))
+    assert statuses == ["RECONCILED"]
+
+
+def test_removed_approver_blocks_execution_with_no_effect(approved, people, desk):
+    people["reviewer"].groups.clear()
+    tasks.run_workflow(str(approved.pk))
+    step = approved.steps.first()
+    assert (step.status, step.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
+    approved.refresh_from_db()
+    assert approved.status == "FAILED"
+    assert desk.ledger() == []
+    assert not Attempt.objects.exists()

@@ -1,0 +1,362 @@
+"""The ticket desk, exercised over HTTP as a real process.
+
+No database: the desk has its own SQLite file, and these tests never touch
+the project's database.
+"""
+
+import http.client
+import json
+import threading
+import time
+from datetime import datetime
+
+import pytest
+import requests
+
+from tests.desk import TicketDesk
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def shared_desk(tmp_path_factory):
+    desk = TicketDesk(tmp_path_factory.mktemp("ticketdesk") / "desk.sqlite3")
+    desk.start()
+    yield desk
+    desk.stop()
+
+
+@pytest.fixture
+def desk(shared_desk):
+    if not shared_desk.running:
+        shared_desk.start()
+    shared_desk.reset()
+    return shared_desk
+
+
+@pytest.fixture
+def own_desk(tmp_path):
+    """A desk of the test's own, for restarts and kills."""
+    desk = TicketDesk(tmp_path / "desk.sqlite3")
+    yield desk
+    desk.kill()
+
+
+def create(desk, title="Printer on fire", body="3rd floor", key=None, **kwargs):
+    headers = {"Idempotency-Key": key} if key else {}
+    return desk.request("POST", "/tickets", json={"title": title, "body": body}, headers=headers, **kwargs)
+
+
+def assert_error(response, status):
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert isinstance(error["code"], str) and error["code"]
+    assert isinstance(error["message"], str) and error["message"]
+    return error
+
+
+# -- the API ------------------------------------------------------------------
+
+
+def test_create_then_repeat_with_same_key_returns_same_ticket(desk):
+    first = create(desk, key="k-1")
+    assert first.status_code == 201
+    assert first.headers["Content-Type"] == "application/json"
+    ticket = first.json()
+    assert ticket["id"] == 1
+    assert ticket["title"] == "Printer on fire"
+    assert ticket["status"] == "open"
+
+    again = create(desk, key="k-1")
+    assert again.status_code == 200
+    assert again.json() == ticket
+
+    tickets = desk.tickets()
+    assert len(tickets) == 1
+    assert tickets[0]["idempotency_key"] == "k-1"
+    assert tickets[0]["body"] == "3rd floor"
+    assert tickets[0]["comments"] == []
+
+    ledger = desk.ledger()
+    assert len(ledger) == 1  # the repeat changed nothing
+    entry = ledger[0]
+    assert {k: entry[k] for k in ("method", "path", "idempotency_key", "status")} == {
+        "method": "POST",
+        "path": "/tickets",
+        "idempotency_key": "k-1",
+        "status": 201,
+    }
+    assert datetime.fromisoformat(entry["at"]).utcoffset().total_seconds() == 0
+
+
+def test_without_key_every_post_creates_a_ticket(desk):
+    assert create(desk).status_code == 201
+    assert create(desk).status_code == 201
+    assert [t["id"] for t in desk.tickets()] == [1, 2]
+    assert [e["idempotency_key"] for e in desk.ledger()] == [None, None]
+
+
+@pytest.mark.parametrize("payload", [{"body": "no title"}, {"title": ""}, {"title": "   "}, {"title": 7}, ["x"]])
+def test_missing_or_bad_title_is_400(desk, payload):
+    response = desk.request("POST", "/tickets", json=payload, headers={"Idempotency-Key": "bad"})
+    assert_error(response, 400)
+    assert desk.tickets() == []
+    assert desk.ledger() == []
+
+
+def test_invalid_json_is_400(desk):
+    response = desk.request(
+        "POST", "/tickets", data=b"{not json", headers={"Content-Type": "application/json", "Idempotency-Key": "j"}
+    )
+    assert_error(response, 400)
+    assert desk.tickets() == []
+
+
+def test_lookup_by_idempotency_key(desk):
+    ticket = create(desk, key="find-me").json()
+    create(desk, title="other", key="other")
+    assert desk.tickets(idempotency_key="find-me") == [desk.ticket(ticket["id"])]
+    assert desk.tickets(idempotency_key="nobody") == []
+    assert len(desk.tickets()) == 2
+
+
+def test_comment_and_close(desk):
+    ticket = create(desk, key="c").json()
+    path = f"/tickets/{ticket['id']}"
+
+    comment = desk.request("POST", f"{path}/comments", json={"body": "on it"}, headers={"Idempotency-Key": "c1"})
+    assert comment.status_code == 201
+    assert comment.json()["body"] == "on it"
+    repeat = desk.request("POST", f"{path}/comments", json={"body": "on it"}, headers={"Idempotency-Key": "c1"})
+    assert repeat.status_code == 200
+    assert repeat.json() == comment.json()
+    assert desk.request("POST", f"{path}/comments", json={"body": "second"}).status_code == 201
+    assert_error(desk.request("POST", f"{path}/comments", json={}), 400)
+
+    closed = desk.request("POST", f"{path}/close", headers={"Idempotency-Key": "close-1"})
+    assert closed.status_code == 200
+    assert closed.json()["status"] == "closed"
+
+    again = desk.request("POST", f"{path}/close", headers={"Idempotency-Key": "close-2"})
+    assert again.status_code == 200
+    assert again.json()["status"] == "closed"
+
+    stored = desk.ticket(ticket["id"])
+    assert stored["status"] == "closed"
+    assert [c["body"] for c in stored["comments"]] == ["on it", "second"]
+    assert all(datetime.fromisoformat(c["at"]) for c in stored["comments"])
+
+    assert [(e["path"], e["idempotency_key"], e["status"]) for e in desk.ledger()] == [
+        ("/tickets", "c", 201),
+        (f"{path}/comments", "c1", 201),
+        (f"{path}/comments", None, 201),
+        (f"{path}/close", "close-1", 200),  # closing again is a no-op, not a change
+    ]
+
+
+def test_unknown_ticket_and_unknown_path_are_404(desk):
+    assert_error(desk.request("GET", "/tickets/99"), 404)
+    assert_error(desk.request("POST", "/tickets/99/comments", json={"body": "x"}), 404)
+    assert_error(desk.request("POST", "/tickets/99/close"), 404)
+    assert_error(desk.request("GET", "/tickets/abc"), 404)
+    assert_error(desk.request("GET", "/nowhere"), 404)
+    assert desk.ledger() == []
+
+
+def test_keep_alive(desk):
+    connection = http.client.HTTPConnection(desk.host, desk.port, timeout=5)
+    try:
+        for i in range(3):
+            body = json.dumps({"title": f"t{i}"})
+            connection.request("POST", "/tickets", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 201
+            assert json.loads(response.read())["title"] == f"t{i}"
+            assert response.getheader("Connection", "").lower() != "close"
+    finally:
+        connection.close()
+
+
+def test_concurrent_posts_with_same_key_create_one_ticket(desk):
+    barrier = threading.Barrier(20)
+    results, errors = [], []
+
+    def post():
+        barrier.wait()
+        try:
+            response = create(desk, key="same")
+            results.append((response.status_code, response.json()["id"]))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=post) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+
+    assert errors == []
+    assert len(results) == 20
+    assert sorted(status for status, _ in results) == [200] * 19 + [201]
+    assert len({ticket_id for _, ticket_id in results}) == 1
+    assert len(desk.tickets()) == 1
+    assert len(desk.ledger()) == 1
+
+
+# -- faults -------------------------------------------------------------------
+
+
+def test_error_fault(desk):
+    fault = desk.fault(mode="error", status=503, count=2)
+    assert fault["mode"] == "error" and fault["status"] == 503 and fault["count"] == 2
+
+    assert_error(create(desk, key="e"), 503)
+    assert desk.tickets() == []  # GETs are not affected
+    assert_error(create(desk, key="e"), 503)
+    assert desk.tickets() == []
+    assert desk.ledger() == []
+    assert desk.faults() == []  # used up
+
+    assert create(desk, key="e").status_code == 201
+    assert len(desk.tickets()) == 1
+
+
+def test_rate_limit_fault(desk):
+    desk.fault(mode="rate_limit", retry_after=7)
+    response = create(desk, key="r")
+    assert_error(response, 429)
+    assert response.headers["Retry-After"] == "7"
+    assert desk.tickets() == []
+    assert create(desk, key="r").status_code == 201  # count defaults to 1
+
+
+def test_latency_fault(desk):
+    desk.fault(mode="latency", ms=300)
+    for key in ("l1", "l2"):  # every POST until cleared
+        started = time.monotonic()
+        assert create(desk, key=key).status_code == 201
+        assert time.monotonic() - started >= 0.3
+    assert len(desk.faults()) == 1
+    desk.clear_faults()
+    started = time.monotonic()
+    assert create(desk, key="l3").status_code == 201
+    assert time.monotonic() - started < 0.3
+
+
+def test_commit_then_drop_fault(desk):
+    desk.fault(mode="commit_then_drop")
+    with pytest.raises(requests.ConnectionError):
+        create(desk, key="d")
+
+    # The change happened although nobody heard about it.
+    [ticket] = desk.tickets(idempotency_key="d")
+    assert [(e["path"], e["idempotency_key"], e["status"]) for e in desk.ledger()] == [("/tickets", "d", 201)]
+
+    retry = create(desk, key="d")  # the retry with the same key is safe
+    assert retry.status_code == 200
+    assert retry.json()["id"] == ticket["id"]
+    assert len(desk.tickets()) == 1
+
+
+def test_commit_then_drop_on_comment_and_close(desk):
+    ticket = create(desk, key="t").json()
+    desk.fault(mode="commit_then_drop", count=2)
+    with pytest.raises(requests.ConnectionError):
+        desk.request("POST", f"/tickets/{ticket['id']}/comments", json={"body": "hi"}, headers={"Idempotency-Key": "x"})
+    with pytest.raises(requests.ConnectionError):
+        desk.request("POST", f"/tickets/{ticket['id']}/close")
+    stored = desk.ticket(ticket["id"])
+    assert stored["status"] == "closed"
+    assert [c["body"] for c in stored["comments"]] == ["hi"]
+    assert [e["status"] for e in desk.ledger()] == [201, 201, 200]
+
+
+def test_ignore_idempotency_fault(desk):
+    desk.fault(mode="ignore_idempotency")
+    first = create(desk, key="dup")
+    second = create(desk, key="dup")
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] != second.json()["id"]
+
+    found = desk.tickets(idempotency_key="dup")
+    assert [t["id"] for t in found] == [first.json()["id"], second.json()["id"]]
+    assert len(desk.ledger()) == 2
+
+    desk.clear_faults()
+    third = create(desk, key="dup")
+    assert third.status_code == 200
+    assert third.json()["id"] == first.json()["id"]
+
+
+def test_faults_are_used_in_order_and_spare_the_faults_endpoint(desk):
+    desk.fault(mode="error", status=500)
+    desk.fault(mode="rate_limit", retry_after=1)  # POST /_faults is not itself faulted
+    assert [f["mode"] for f in desk.faults()] == ["error", "rate_limit"]
+    assert create(desk, key="o").status_code == 500
+    assert create(desk, key="o").status_code == 429
+    assert create(desk, key="o").status_code == 201
+
+
+def test_delete_faults_clears_all(desk):
+    desk.fault(mode="error", status=503, count=5)
+    desk.fault(mode="latency", ms=1000)
+    desk.fault(mode="ignore_idempotency")
+    assert len(desk.faults()) == 3
+    response = desk.request("DELETE", "/_faults")
+    assert response.status_code == 200
+    assert desk.faults() == []
+    started = time.monotonic()
+    assert create(desk, key="ok").status_code == 201
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"mode": "explode"},
+        {"mode": "error", "status": "503"},
+        {"mode": "error", "status": 200},
+        {"mode": "error", "count": 0},
+        {"mode": "rate_limit", "retry_after": -1},
+        {"mode": "latency"},
+        {"mode": "latency", "ms": "slow"},
+        {"mode": "commit_then_drop", "count": 1.5},
+        {"mode": "error", "stauts": 503},
+    ],
+)
+def test_bad_fault_spec_is_400(desk, spec):
+    assert_error(desk.request("POST", "/_faults", json=spec), 400)
+    assert desk.faults() == []
+
+
+def test_reset_wipes_everything(desk):
+    create(desk, key="a")
+    desk.fault(mode="latency", ms=10)
+    desk.reset()
+    assert desk.tickets() == desk.ledger() == desk.faults() == []
+    assert create(desk, key="a").json()["id"] == 1
+
+
+# -- storage ------------------------------------------------------------------
+
+
+def test_data_survives_restart_and_sigkill(own_desk):
+    desk = own_desk.start()
+    assert f"ticket desk listening on {desk.url} (data " in desk.output()
+    ticket = create(desk, key="keep").json()
+    desk.request("POST", f"/tickets/{ticket['id']}/comments", json={"body": "noted"})
+
+    assert desk.stop() == 0  # SIGTERM is a clean exit
+    desk.start()
+    assert desk.ticket(ticket["id"])["comments"][0]["body"] == "noted"
+    assert create(desk, key="keep").status_code == 200  # the key survived too
+
+    second = create(desk, key="crash").json()
+    desk.kill()  # SIGKILL straight after the 201: it must already be on disk
+    desk.start()
+    assert [t["id"] for t in desk.tickets()] == [ticket["id"], second["id"]]
+    assert len(desk.ledger()) == 3
+    assert create(desk, key="crash").status_code == 200
+    assert desk.stop() == 0
