@@ -1,0 +1,50 @@
+# Durable Console. `make run` starts the demo; `make test` runs the whole suite
+# on SQLite and on PostgreSQL. Both set up everything from a fresh clone.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
+
+.PHONY: setup run test test-sqlite test-postgres bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo
+
+test: setup
+	@$(MAKE) --no-print-directory test-sqlite
+	@$(MAKE) --no-print-directory test-postgres
+
+test-sqlite: setup
+	@echo "== test suite on SQLite =="
+	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+
+test-postgres: setup
+	@echo "== test suite on PostgreSQL ($(PG_TEST_URL)) =="
+	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(PG_TEST_URL)" 2>/dev/null; then \
+		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS); \
+	elif [ "$$CI" = "true" ]; then \
+		echo "!! PostgreSQL at $(PG_TEST_URL) is unreachable: CI requires the PostgreSQL leg" >&2; exit 1; \
+	else \
+		echo "" >&2; \
+		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2; \
+		echo "!! PostgreSQL at $(PG_TEST_URL) is unreachable:" >&2; \
+		echo "!! the PostgreSQL leg was NOT run. Set PG_TEST_URL or start PostgreSQL." >&2; \
+		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2; \
+	fi
+
+bench: setup
+	$(BIN)/python manage.py bench
+
+clean:
+	rm -rf $(VENV) var staticfiles test-artifacts .pytest_cache

@@ -1,0 +1,81 @@
+"""`make run`: the web console, a worker cluster and the ticket desk, together.
+
+Each runs as its own process group, exactly as it would be started alone;
+Ctrl-C (or SIGTERM) stops all of them and leaves nothing behind.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from workflows.management.commands.seed_demo import PASSWORD, USERS
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed the demo, and run web + worker + ticket desk until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--web", default="127.0.0.1:8000")
+        parser.add_argument("--desk-port", type=int, default=8100)
+
+    def handle(self, *args, web, desk_port, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("seed_demo")
+        env = {**os.environ, "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}", "PYTHONUNBUFFERED": "1"}
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        commands = {
+            "ticket desk": manage + ["ticketdesk", "--port", str(desk_port)],
+            "worker": manage + ["qcluster"],
+            "web": manage + ["runserver", web, "--noreload"],
+        }
+        children = {}
+        stop = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.append(True))
+        try:
+            for name, command in commands.items():
+                children[name] = subprocess.Popen(command, env=env, start_new_session=True)
+            self._announce(web, desk_port)
+            while not stop:
+                for name, child in children.items():
+                    if child.poll() is not None:
+                        self.stderr.write(f"{name} exited with code {child.returncode}; stopping everything")
+                        stop.append(False)
+                time.sleep(0.3)
+        finally:
+            self._stop_all(children)
+        if stop and stop[0] is False:
+            sys.exit(1)
+
+    def _announce(self, web, desk_port):
+        self.stdout.write(self.style.SUCCESS("\nDurable Console is running"))
+        self.stdout.write(f"  console      http://{web}/")
+        self.stdout.write(f"  API          http://{web}/api/v1/  (schema: /api/v1/openapi.json, docs: /api/v1/docs)")
+        self.stdout.write(f"  ticket desk  http://127.0.0.1:{desk_port}/tickets")
+        self.stdout.write(f"  logins       {', '.join(USERS)}  (password: {PASSWORD})")
+        self.stdout.write("  API token    python manage.py issue_token agent")
+        self.stdout.write("Press Ctrl-C to stop all of it.\n")
+
+    def _stop_all(self, children):
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in children.values():
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for child in children.values():
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.wait()
+        self.stdout.write("Stopped web, worker and ticket desk.")
