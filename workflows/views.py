@@ -87,7 +87,7 @@ def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return render(request, template, _detail_context(request, workflow))
 
 
-def _decide(request: HttpRequest, workflow_id: UUID, decision) -> HttpResponse:
+def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
     try:
@@ -95,7 +95,7 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"{decision.__name__.capitalize()}d: {workflow.name}")
+        messages.success(request, f"{done}: {workflow.name}")
     if not request.htmx:
         return redirect("workflow_detail", workflow_id=workflow.pk)
     # htmx swaps only 2xx answers: a refused decision is shown as a message.
@@ -106,13 +106,13 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision) -> HttpResponse:
 @login_required
 @require_POST
 def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _decide(request, workflow_id, approvals.approve)
+    return _decide(request, workflow_id, approvals.approve, "Approved")
 
 
 @login_required
 @require_POST
 def reject(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _decide(request, workflow_id, approvals.reject)
+    return _decide(request, workflow_id, approvals.reject, "Rejected")
 
 
 @require_GET
