@@ -1,12 +1,17 @@
-"""Reviewers' decisions on plans. Four eyes: never the submitter's own."""
+"""Reviewers' decisions on plans. Four eyes: never the submitter's own.
+
+A plan runs once enough distinct reviewers approved it (the strictest
+`approvals_required` among its actions). A step blocked by the policy
+recheck needs a fresh approval of the same plan to go on.
+"""
 
 from django.db import transaction
 from django_q.tasks import async_task
 
-from workflows import roles
+from workflows import audit, policy, roles
 from workflows.errors import NotAllowed, WrongState
-from workflows.models import Approval, Workflow
-from workflows.states import WorkflowStatus
+from workflows.models import Approval, Step, Workflow
+from workflows.states import StepStatus, WorkflowStatus
 from workflows.transitions import move
 
 
@@ -17,33 +22,57 @@ def _check_reviewer(workflow: Workflow, user) -> None:
         raise NotAllowed("A plan cannot be reviewed by the user who submitted it.")
 
 
-def _locked_planned(workflow: Workflow) -> Workflow:
-    locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
-    if locked.status != WorkflowStatus.PLANNED:
-        raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
-    return locked
+def wake(workflow: Workflow) -> None:
+    """Ask the workers to look at this workflow. With the ORM broker on the
+    same database this commits or rolls back with the caller's transaction;
+    the worker loop's sweep covers any broker."""
+    async_task("workflows.tasks.run_workflow", str(workflow.pk), task_name=f"run {workflow.pk}")
 
 
 def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
     with transaction.atomic():
-        locked = _locked_planned(workflow)
+        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        blocked = list(locked.steps.filter(status=StepStatus.BLOCKED))
+        if locked.status == WorkflowStatus.PLANNED:
+            if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash).exists():
+                raise WrongState("You have already decided on this plan.")
+        elif not (locked.status == WorkflowStatus.FAILED and blocked):
+            raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
         Approval.objects.create(
             workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
             plan_hash=locked.plan_hash,
         )
-        move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved",
-             data={"comment": comment, "plan_hash": locked.plan_hash})
-        # With the ORM broker on the same database, this wake-up commits or
-        # rolls back with the approval; the worker's sweep covers any broker.
-        async_task("workflows.tasks.run_workflow", str(locked.pk), task_name=f"run {locked.pk}")
+        plan_policies = [policy.policy_for(name) for name in {s["action"] for s in locked.plan}]
+        required = max([p.approvals_required for p in plan_policies] + [1])
+        have = len(policy.valid_approvals(locked, plan_policies))
+        data = {"comment": comment, "plan_hash": locked.plan_hash, "approvals": have, "required": required}
+        if have < required:
+            audit.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
+                         workflow_id=locked.pk, data=data)
+            return locked
+        if locked.status == WorkflowStatus.PLANNED:
+            move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
+        else:
+            _unblock(locked, blocked, by, data)
+        wake(locked)
     return locked
+
+
+def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
+    for step in blocked:
+        last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
+        move(step, StepStatus.PENDING, actor=by, verb="step.unblocked", failure_class="", retry_base=last,
+             next_attempt_at=None, data={"reason": "fresh approval"})
+    move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.reapproved", data=data)
 
 
 def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
     with transaction.atomic():
-        locked = _locked_planned(workflow)
+        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        if locked.status != WorkflowStatus.PLANNED:
+            raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
         Approval.objects.create(
             workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
             plan_hash=locked.plan_hash,

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from workflows import actions, audit, failpoints, policy, retry
+from workflows import actions, audit, deadletters, failpoints, policy, retry
 from workflows.actions import ActionError, Outcome
 from workflows.models import Attempt, Step, Workflow
 from workflows.redaction import redact, redact_text
@@ -125,22 +125,23 @@ def execute(step: Step) -> None:
     if action is None or problems:
         _block(step, fence, problems or [f"unknown action {step.action}"])
         return
+    rules = policy.policy_for(step.action)
     try:
         if _reconcile_earlier_attempts(step, action, fence):
             return
-        attempt = _request_attempt(step, fence)
+        attempt = _request_attempt(step, fence, rules.version)
         failpoints.hit(failpoints.AFTER_REQUESTED)
         try:
             args = resolve_args(step)
             outcome = action.perform(args, step.operation_key)
         except ActionError as err:
-            _record_failure(step, attempt, action, err, fence)
+            _record_failure(step, attempt, action, err, fence, rules.max_attempts)
             return
         except Exception as exc:  # a bug in an action must not kill the worker loop
             log.exception("action %s raised an unclassified error", step.action)
             err = ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
                               outcome_unknown=True)
-            _record_failure(step, attempt, action, err, fence)
+            _record_failure(step, attempt, action, err, fence, rules.max_attempts)
             return
         failpoints.hit(failpoints.AFTER_PERFORM)
         _record_outcome(step, attempt, outcome, fence, AttemptStatus.SUCCEEDED)
@@ -157,7 +158,7 @@ def _action_or_none(step: Step):
         return None
 
 
-def _request_attempt(step: Step, fence: int) -> Attempt:
+def _request_attempt(step: Step, fence: int, policy_version: int | None = None) -> Attempt:
     """The checkpoint before the effect: committed before perform() is called."""
     with transaction.atomic():
         _assert_lease(step, fence, StepStatus.RUNNING)
@@ -169,6 +170,7 @@ def _request_attempt(step: Step, fence: int) -> Attempt:
             fence=fence,
             worker=worker_id(),
             lease_expires_at=step.lease_expires_at,
+            policy_version=policy_version,
         )
         audit.append(
             actor=WORKER,
@@ -248,7 +250,8 @@ def _block(step: Step, fence: int, problems: list[str]) -> None:
             _workflow_to(workflow, WorkflowStatus.FAILED, reason="policy recheck failed")
 
 
-def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int) -> None:
+def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int,
+                    max_attempts: int = retry.MAX_ATTEMPTS) -> None:
     now = timezone.now()
     with transaction.atomic():
         _assert_lease(step, fence, StepStatus.RUNNING)
@@ -266,7 +269,8 @@ def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fenc
         )
         due = None
         if retryable and action.safe_to_repeat:
-            due = retry.next_attempt_at(now, attempt.number, workflow.deadline, err.retry_after)
+            due = retry.next_attempt_at(now, attempt.number - step.retry_base, workflow.deadline, err.retry_after,
+                                        max_attempts=max_attempts)
         if due is not None:
             move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence}, next_attempt_at=due,
                  failure_class=err.failure_class, lease_expires_at=None,
@@ -275,6 +279,8 @@ def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fenc
             return
         move(step, StepStatus.DEAD_LETTERED, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
              lease_expires_at=None, data={"failure_class": err.failure_class, "attempts": attempt.number})
+        attempt.refresh_from_db()
+        deadletters.park(step, attempt, err.failure_class, err.message)
         _workflow_to(workflow, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")
 
 

@@ -111,6 +111,9 @@ class Step(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True, default="")
+    # Attempts numbered above this belong to the current run (a replay starts
+    # a fresh attempt budget; numbering never restarts).
+    retry_base = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     objects = StepQuerySet.as_manager()
@@ -173,9 +176,93 @@ class Approval(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["workflow", "created_at"], name="approval_workflow")]
+
+
+class ActionPolicy(models.Model):
+    """Current rules for one action. Every change bumps `version`; attempts
+    record the version they ran under."""
+
+    class Risk(models.TextChoices):
+        LOW = "LOW"
+        MEDIUM = "MEDIUM"
+        HIGH = "HIGH"
+
+    action = models.CharField(max_length=64, unique=True)
+    enabled = models.BooleanField(default=True, help_text="Kill switch: when off, no attempt of this action starts.")
+    risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.LOW)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    approval_ttl_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="For high-risk actions: an approval older than this no longer counts."
+    )
+    max_attempts = models.PositiveSmallIntegerField(default=5)
+    version = models.PositiveIntegerField(default=1)
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "action policies"
+
+    def __str__(self) -> str:
+        return f"{self.action} v{self.version}"
+
+
+class Trace(models.Model):
+    """Redacted detail of a failure; dead letters point here, never copy payloads."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="traces")
+    attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    failure_class = models.CharField(max_length=32, choices=FailureClass.choices)
+    error = models.TextField(blank=True, default="")
+    request = models.JSONField(default=dict)
+    timings = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+
+class DeadLetterQuerySet(models.QuerySet):
+    def open(self):
+        return self.filter(status=DeadLetter.Status.OPEN)
+
+
+class DeadLetter(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "OPEN"
+        REPLAYED = "REPLAYED"
+        DISCARDED = "DISCARDED"
+        COMPENSATED = "COMPENSATED"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="dead_letters")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="dead_letters")
+    action = models.CharField(max_length=64)
+    step_key = models.CharField(max_length=64)
+    failure_class = models.CharField(max_length=32, choices=FailureClass.choices)
+    attempt_count = models.PositiveIntegerField()
+    trace = models.ForeignKey(Trace, on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    created_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    resolution_reason = models.TextField(blank=True, default="")
+
+    objects = DeadLetterQuerySet.as_manager()
+
+    class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["workflow", "reviewer", "plan_hash"], name="approval_once_per_reviewer"),
+            models.UniqueConstraint(
+                fields=["step"], condition=Q(status="OPEN"), name="one_open_dead_letter_per_step"
+            ),
         ]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="dead_letter_status"),
+            models.Index(fields=["action", "failure_class"], name="dead_letter_filters"),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.pk} ({self.step_key}, {self.failure_class}, {self.status})"
 
 
 class AuditEvent(models.Model):

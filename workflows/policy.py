@@ -1,28 +1,124 @@
 """Resume with current policy: an old checkpoint is not a permanent grant.
 
-`recheck` runs before every attempt (first, retry, recovery, replay) and
-lists what no longer holds; any problem blocks the step.
+`evaluate` runs before every attempt (first, retry, recovery, replay) and for
+replay previews. Any failed check blocks the step with POLICY_FAILED; only a
+fresh approval lets it go on.
 """
 
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions, roles
-from workflows.models import Approval, Step
+from workflows.models import ActionPolicy, Approval, Step, Workflow
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def policy_for(action: str) -> ActionPolicy:
+    """The action's policy row, created with safe defaults on first use."""
+    policy = ActionPolicy.objects.filter(action=action).first()
+    if policy is None:
+        try:
+            with transaction.atomic():
+                policy = ActionPolicy.objects.create(action=action)
+        except IntegrityError:
+            policy = ActionPolicy.objects.get(action=action)
+    return policy
+
+
+def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) -> list[Approval]:
+    """Approvals that still count: for this exact plan, by a reviewer who is
+    still active and still a reviewer, not the submitter, within the TTL of
+    the strictest high-risk action. One per reviewer."""
+    now = now or timezone.now()
+    ttls = [p.approval_ttl_seconds for p in policies if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
+    approvals = Approval.objects.filter(
+        workflow=workflow, decision=Approval.Decision.APPROVE, plan_hash=workflow.plan_hash
+    ).select_related("reviewer").order_by("-created_at")
+    if ttls:
+        approvals = approvals.filter(created_at__gte=now - timedelta(seconds=min(ttls)))
+    by_reviewer = {}
+    for approval in approvals:
+        reviewer = approval.reviewer
+        if reviewer.pk == workflow.submitted_by_id or not roles.is_reviewer(reviewer):
+            continue
+        by_reviewer.setdefault(reviewer.pk, approval)
+    return list(by_reviewer.values())
+
+
+def approvals_required(workflow: Workflow) -> int:
+    actions_in_plan = {step["action"] for step in workflow.plan}
+    return max([policy_for(name).approvals_required for name in actions_in_plan] + [1])
+
+
+def evaluate(step: Step) -> list[Check]:
+    workflow = step.workflow
+    now = timezone.now()
+    checks = []
+    try:
+        actions.get(step.action)
+        known = True
+    except KeyError:
+        known = False
+    checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
+    policy = policy_for(step.action)
+    checks.append(Check("action enabled", policy.enabled,
+                        f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
+    checks.append(Check("deadline not passed", workflow.deadline > now,
+                        f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
+    plan_policies = [policy_for(name) for name in {s["action"] for s in workflow.plan}]
+    required = max([p.approvals_required for p in plan_policies] + [1])
+    valid = valid_approvals(workflow, plan_policies, now)
+    names = ", ".join(sorted(a.reviewer.get_username() for a in valid)) or "none"
+    checks.append(Check(
+        "approvals still valid",
+        len(valid) >= required,
+        f"{len(valid)} of {required} required (valid: {names}; approver active, still a reviewer, "
+        f"plan hash unchanged, within lifetime)",
+    ))
+    return checks
+
+
+def problems(checks: list[Check]) -> list[str]:
+    return [f"{c.name}: {c.detail}" for c in checks if not c.ok]
 
 
 def recheck(step: Step) -> list[str]:
-    workflow = step.workflow
-    problems = []
-    try:
-        actions.get(step.action)
-    except KeyError:
-        problems.append(f"action {step.action} is no longer available")
-    if workflow.deadline <= timezone.now():
-        problems.append("the workflow's deadline has passed")
-    approvals = Approval.objects.filter(
-        workflow=workflow, decision=Approval.Decision.APPROVE, plan_hash=workflow.plan_hash
-    ).select_related("reviewer")
-    valid = [a for a in approvals if roles.is_reviewer(a.reviewer) and a.reviewer_id != workflow.submitted_by_id]
-    if not valid:
-        problems.append("no valid approval: the approver is no longer an active reviewer, or the plan changed")
-    return problems
+    return problems(evaluate(step))
+
+
+EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts")
+
+
+def update(action: str, *, by, **changes) -> ActionPolicy:
+    """Change an action's policy: a new version, audited with what changed."""
+    from django.db.models import F
+
+    from workflows import audit
+
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise ValueError(f"not editable: {sorted(unknown)}")
+    current = policy_for(action)
+    with transaction.atomic():
+        ActionPolicy.objects.filter(pk=current.pk).update(
+            version=F("version") + 1, updated_by=_actor(by), updated_at=timezone.now(), **changes
+        )
+        current.refresh_from_db()
+        audit.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
+                     data={"action": action, "version": current.version, "changed": changes})
+    return current
+
+
+def _actor(user) -> str:
+    from workflows.audit import actor_name
+
+    return actor_name(user)
