@@ -119,6 +119,24 @@ def wait_for_status(workflow_id, statuses, timeout=30.0):
     raise AssertionError(f"workflow {workflow_id} stayed {status}, expected one of {sorted(statuses)}")
 
 
+def run_until(workflow_id, statuses, timeout=30.0):
+    """Drive the engine in-process (as a worker's loop and tasks would) until
+    the workflow reaches one of `statuses`."""
+    from workflows import execution
+
+    if isinstance(statuses, str):
+        statuses = {statuses}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        execution.recover_expired_leases()
+        execution.drain(budget_seconds=1)
+        status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True).first()
+        if status in statuses:
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"workflow {workflow_id} stayed {status}, expected one of {sorted(statuses)}")
+
+
 def ticket_plan(key="plan-1", **extra):
     """The three-step plan of the main use case: later steps use $from."""
     return {

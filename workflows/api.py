@@ -9,11 +9,11 @@ from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from workflows import approvals, plans, tokens
-from workflows.errors import DomainError
-from workflows.models import Workflow
+from workflows import approvals, deadletters, plans, roles, tokens
+from workflows.errors import DomainError, NotAllowed
+from workflows.models import DeadLetter, Workflow
 from workflows.pagination import page_by_created
-from workflows.states import WorkflowStatus
+from workflows.states import FailureClass, WorkflowStatus
 
 
 class BearerToken(HttpBearer):
@@ -248,3 +248,124 @@ def reject_workflow(request, workflow_id: UUID, payload: DecisionIn):
     workflow = _get_workflow(request, workflow_id)
     approvals.reject(workflow, by=request.user, comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
+
+
+# --- dead letters -----------------------------------------------------------
+
+
+class DeadLetterOut(Schema):
+    id: UUID
+    workflow_id: UUID
+    step_key: str
+    action: str
+    failure_class: str
+    attempt_count: int
+    status: str
+    trace_id: UUID
+    created_at: datetime
+    resolved_at: datetime | None
+    resolved_by: str | None
+    resolution_reason: str
+
+
+class DeadLetterPage(Schema):
+    items: list[DeadLetterOut]
+    next: str | None
+
+
+class CheckOut(Schema):
+    name: str
+    ok: bool
+    detail: str
+
+
+class ReplayPreviewOut(Schema):
+    dead_letter_id: UUID
+    workflow_id: UUID
+    step_key: str
+    action: str
+    operation_key: str
+    args: dict[str, Any]
+    checks: list[CheckOut]
+    will_run: bool
+
+
+class ReasonIn(Schema):
+    reason: str = Field(..., max_length=2000)
+
+
+def dead_letter_out(entry: DeadLetter) -> dict:
+    return {
+        "id": entry.pk,
+        "workflow_id": entry.workflow_id,
+        "step_key": entry.step_key,
+        "action": entry.action,
+        "failure_class": entry.failure_class,
+        "attempt_count": entry.attempt_count,
+        "status": entry.status,
+        "trace_id": entry.trace_id,
+        "created_at": entry.created_at,
+        "resolved_at": entry.resolved_at,
+        "resolved_by": entry.resolved_by.get_username() if entry.resolved_by else None,
+        "resolution_reason": entry.resolution_reason,
+    }
+
+
+def _require(request, *allowed) -> None:
+    if not any(roles.has_role(request.user, role) for role in allowed):
+        raise NotAllowed("Your role does not allow this.")
+
+
+def _get_dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    entry = DeadLetter.objects.select_related("resolved_by").filter(pk=dead_letter_id).first()
+    if entry is None:
+        raise Http404
+    return entry
+
+
+@api.get("/dead-letters", response=DeadLetterPage, summary="List dead letters (operators, auditors)")
+def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.Status | None = None,
+                      action: str | None = None, failure_class: FailureClass | None = None,
+                      cursor: str | None = None, limit: int = Query(50, ge=1, le=200)):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    entries = DeadLetter.objects.select_related("resolved_by")
+    if workflow:
+        entries = entries.filter(workflow_id=workflow)
+    if status:
+        entries = entries.filter(status=status)
+    if action:
+        entries = entries.filter(action=action)
+    if failure_class:
+        entries = entries.filter(failure_class=failure_class)
+    rows, next_cursor = page_by_created(entries, cursor, limit)
+    return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
+
+
+@api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut, summary="One dead letter")
+def get_dead_letter(request, dead_letter_id: UUID):
+    return dead_letter_out(_get_dead_letter(request, dead_letter_id))
+
+
+@api.get("/dead-letters/{dead_letter_id}/preview", response=ReplayPreviewOut,
+         summary="Exactly what a replay would run, and the policy checks as they stand now")
+def preview_dead_letter(request, dead_letter_id: UUID):
+    entry = _get_dead_letter(request, dead_letter_id)
+    return deadletters.preview([entry])[0].as_dict()
+
+
+@api.post("/dead-letters/{dead_letter_id}/replay", response={202: DeadLetterOut},
+          summary="Replay with the original operation key (operators)")
+def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
+    _require(request, roles.OPERATORS)
+    entry = _get_dead_letter(request, dead_letter_id)
+    entry = deadletters.replay(entry, by=request.user, reason=payload.reason)
+    return Status(202, dead_letter_out(entry))
+
+
+@api.post("/dead-letters/{dead_letter_id}/discard", response=DeadLetterOut,
+          summary="Close without running anything (operators)")
+def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
+    _require(request, roles.OPERATORS)
+    entry = _get_dead_letter(request, dead_letter_id)
+    return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))

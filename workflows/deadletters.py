@@ -168,6 +168,8 @@ def select(*, ids=None, action=None, failure_class=None, workflow=None, older_th
 
 def replay_many(entries, *, by, reason: str) -> tuple[list[DeadLetter], list[tuple[DeadLetter, str]]]:
     """Replay each selected entry; report which were refused and why."""
+    _check_operator(by)
+    reason = _clean_reason(reason)
     done, refused = [], []
     for entry in entries:
         try:
