@@ -245,3 +245,43 @@ def test_replay_rechecks_policy_first(people, desk, api):
     assert response.status_code == 409
     entry.refresh_from_db()
     assert entry.status == "OPEN"
+
+
+def test_a_blocked_workflow_is_approved_again_from_the_console(people, desk, client):
+    from tests.conftest import PASSWORD
+
+    workflow = start(people, one_ticket())
+    people["reviewer"].groups.clear()
+    run_until(workflow.pk, "FAILED")
+    assert client.login(username="reviewer2", password=PASSWORD)
+    page = client.get(f"/workflows/{workflow.pk}/")
+    assert b"Approve again" in page.content
+    client.post(f"/workflows/{workflow.pk}/approve", {"comment": "re-checked"})
+    workflow.refresh_from_db()
+    assert workflow.status == "RUNNING"
+    run_until(workflow.pk, "COMPLETE")
+    assert len(desk.tickets()) == 1
+
+
+@pytest.mark.live
+def test_a_retry_wait_survives_a_worker_restart(people, start_worker, desk):
+    """The due time lives in the database: killing the worker mid-wait
+    neither loses the retry nor shortens the wait."""
+    desk.fault(mode="rate_limit", retry_after=3, count=1)
+    workflow = start(people, one_ticket())
+    worker = start_worker()
+    deadline = time.monotonic() + 20
+    while not Attempt.objects.filter(step__workflow=workflow, failure_class="RATE_LIMITED").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    worker.kill()  # SIGKILL while the retry waits
+    assert not worker.alive
+    step = Step.objects.get(workflow=workflow)
+    assert step.status == "WAITING_RETRY" and step.next_attempt_at is not None
+    start_worker(name="restarted")
+    from tests.conftest import wait_for_status
+
+    wait_for_status(workflow.pk, "COMPLETE")
+    first, second = Attempt.objects.filter(step=step).order_by("number")
+    assert (second.started_at - first.finished_at).total_seconds() >= 3.0
+    assert len(desk.tickets()) == 1

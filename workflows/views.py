@@ -17,7 +17,7 @@ from workflows import approvals, roles
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, Workflow
 from workflows.pagination import page_by_created
-from workflows.states import TERMINAL_WORKFLOW, WorkflowStatus
+from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
 
 PAGE_SIZE = 50
 
@@ -73,6 +73,13 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
         "can_decide": (
             workflow.status == WorkflowStatus.PLANNED
+            and roles.is_reviewer(request.user)
+            and workflow.submitted_by_id != request.user.pk
+        ),
+        # A step blocked by the policy recheck goes on only with a fresh approval.
+        "can_reapprove": (
+            workflow.status == WorkflowStatus.FAILED
+            and any(step.status == StepStatus.BLOCKED for step in steps)
             and roles.is_reviewer(request.user)
             and workflow.submitted_by_id != request.user.pk
         ),
