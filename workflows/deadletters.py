@@ -107,17 +107,21 @@ def _clean_reason(reason: str | None) -> str:
 def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     _check_operator(by)
     reason = _clean_reason(reason)
-    step = Step.objects.select_related("workflow").get(pk=dead_letter.step_id)
-    failed = policy.problems(policy.evaluate(step))
-    if failed:
-        raise WrongState("Current policy does not allow this replay: " + "; ".join(failed))
     now = timezone.now()
     with transaction.atomic():
+        # The conditional update decides between concurrent replays; raising
+        # below rolls the claim back with everything else.
         claimed = DeadLetter.objects.filter(pk=dead_letter.pk, status=DeadLetter.Status.OPEN).update(
             status=DeadLetter.Status.REPLAYED, resolved_at=now, resolved_by=by, resolution_reason=reason
         )
         if not claimed:
             raise WrongState("This dead letter was already resolved.")
+        step = Step.objects.select_for_update(of=("self",)).select_related("workflow").get(pk=dead_letter.step_id)
+        if step.status != StepStatus.DEAD_LETTERED:
+            raise WrongState(f"The step is {step.status}, no longer dead-lettered.")
+        failed = policy.problems(policy.evaluate(step))
+        if failed:
+            raise WrongState("Current policy does not allow this replay: " + "; ".join(failed))
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
         move(step, StepStatus.PENDING, actor=by, verb="step.replayed", failure_class="", retry_base=last,
              next_attempt_at=None,

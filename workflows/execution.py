@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 
@@ -47,6 +48,35 @@ def worker_id() -> str:
 
 class LeaseLost(Exception):
     """Another worker took the step over; this one must not record anything."""
+
+
+class LeaseKeeper:
+    """Extends the claim's lease while a long effect runs (a heartbeat), so
+    recovery does not take over a step whose worker is alive and waiting.
+    Extends only while the step still carries this claim's fencing number."""
+
+    def __init__(self, step_id: int, fence: int):
+        self.step_id, self.fence = step_id, fence
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{step_id}", daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        lease = settings.STEP_LEASE_SECONDS
+        try:
+            while not self.stopped.wait(lease / 3):
+                Step.objects.filter(pk=self.step_id, fence=self.fence, status=StepStatus.RUNNING).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=lease)
+                )
+        finally:
+            connection.close()
 
 
 # --- claiming ---------------------------------------------------------------
@@ -119,7 +149,8 @@ def drain(budget_seconds: float | None = None) -> int:
 def execute(step: Step) -> None:
     """Carry one claimed step through the checkpoint protocol."""
     fence = step.fence
-    failpoints.hit(failpoints.AFTER_CLAIM)
+    scope = "replay" if step.retry_base else ""
+    failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = _action_or_none(step)
     problems = policy.recheck(step)
     if action is None or problems:
@@ -130,10 +161,11 @@ def execute(step: Step) -> None:
         if _reconcile_earlier_attempts(step, action, fence):
             return
         attempt = _request_attempt(step, fence, rules.version)
-        failpoints.hit(failpoints.AFTER_REQUESTED)
+        failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
             args = resolve_args(step)
-            outcome = action.perform(args, step.operation_key)
+            with LeaseKeeper(step.pk, fence):
+                outcome = action.perform(args, step.operation_key)
         except ActionError as err:
             _record_failure(step, attempt, action, err, fence, rules.max_attempts)
             return
@@ -143,10 +175,10 @@ def execute(step: Step) -> None:
                               outcome_unknown=True)
             _record_failure(step, attempt, action, err, fence, rules.max_attempts)
             return
-        failpoints.hit(failpoints.AFTER_PERFORM)
+        failpoints.hit(failpoints.AFTER_PERFORM, scope=scope)
         _record_outcome(step, attempt, outcome, fence, AttemptStatus.SUCCEEDED)
-        failpoints.hit(failpoints.AFTER_RECORD)
-        verify(step, action, fence)
+        failpoints.hit(failpoints.AFTER_RECORD, scope=scope)
+        verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
 
@@ -209,11 +241,11 @@ def _record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, 
             raise LeaseLost()
 
 
-def verify(step: Step, action, fence: int) -> None:
+def verify(step: Step, action, fence: int, scope: str = "") -> None:
     """Establish the outcome before COMPLETE; a failed check is in doubt, not done."""
     outcome = Outcome(result=step.result or {}, external_ref=step.external_ref)
     ok = action.verify(outcome)
-    failpoints.hit(failpoints.AFTER_VERIFY)
+    failpoints.hit(failpoints.AFTER_VERIFY, scope=scope)
     with transaction.atomic():
         _assert_lease(step, fence, StepStatus.VERIFYING)
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
@@ -388,31 +420,49 @@ def resolve_args(step: Step) -> dict:
 
 
 def recover_expired_leases(now=None) -> int:
-    """Put steps whose worker vanished back in line. The next claim reconciles
-    any attempt left REQUESTED before it performs anything."""
+    """Put steps whose worker vanished back in line: leases that expired, and
+    leases held by a process on this host that no longer exists (a worker
+    restarted after SIGKILL need not wait for its old lease to run out).
+    The next claim reconciles any attempt left REQUESTED before it performs."""
     now = now or timezone.now()
+    in_flight = Step.objects.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
+    expired = list(in_flight.filter(lease_expires_at__lt=now)[:500])
+    host = socket.gethostname()
+    local = in_flight.filter(lease_owner__startswith=f"{host}:", lease_expires_at__gte=now)
+    expired += [step for step in local[:500] if not _process_alive(step.lease_owner)]
     recovered = 0
-    expired = Step.objects.filter(
-        status__in=[StepStatus.RUNNING, StepStatus.VERIFYING], lease_expires_at__lt=now
-    ).select_related("workflow")
-    for step in expired[:500]:
+    for step in expired:
         with transaction.atomic():
             if step.status == StepStatus.RUNNING:
                 moved = move(step, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.lease_expired",
-                             guard={"fence": step.fence, "lease_expires_at__lt": now},
+                             guard={"fence": step.fence, "lease_owner": step.lease_owner},
                              next_attempt_at=timezone.now(), lease_expires_at=None,
                              data={"previous_owner": step.lease_owner, "fence": step.fence})
             else:
-                moved = _reverify_later(step, now)
+                moved = _reverify_later(step)
             recovered += int(bool(moved))
     return recovered
 
 
-def _reverify_later(step: Step, now) -> bool:
+def _process_alive(owner: str) -> bool:
+    try:
+        pid = int(owner.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reverify_later(step: Step) -> bool:
     """A step that crashed between recording and COMPLETE keeps its outcome;
     a fresh lease lets a worker finish verification."""
     updated = Step.objects.filter(
-        pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_expires_at__lt=now
+        pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_owner=step.lease_owner
     ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None, next_attempt_at=timezone.now())
     if updated:
         audit.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,

@@ -1,8 +1,14 @@
 """Named crash points at every checkpoint boundary.
 
 Inert unless listed in the FAILPOINTS environment variable (comma-separated
-names); an enabled point kills its own process with SIGKILL, exactly as a
-power cut or the OOM killer would, so crash tests exercise real recovery.
+names, optionally scoped: `after_perform` fires anywhere, `replay:after_perform`
+only while a replayed step runs, `compensation:after_perform` only inside a
+compensation). An enabled point kills its own process with SIGKILL, exactly
+as the OOM killer or a power cut would, so crash tests exercise real recovery.
+
+With FAILPOINT_MARKER set, each point fires once: it appends `pid point` to
+that file (the test's proof that the process died right there) and a
+restarted worker then runs past it.
 """
 
 import os
@@ -15,6 +21,7 @@ AFTER_PERFORM = "after_perform"
 AFTER_RECORD = "after_record"
 AFTER_VERIFY = "after_verify"
 ALL = (AFTER_CLAIM, AFTER_REQUESTED, AFTER_PERFORM, AFTER_RECORD, AFTER_VERIFY)
+SCOPES = ("replay", "compensation")
 
 
 def enabled() -> set[str]:
@@ -22,17 +29,24 @@ def enabled() -> set[str]:
 
 
 def hit(name: str, *, scope: str = "") -> None:
-    """Die here if this point (optionally `scope:name`) is enabled."""
+    """Die here if this point (or `scope:point`) is enabled."""
     points = enabled()
     if not points:
         return
-    if name in points or (scope and f"{scope}:{name}" in points):
-        marker = os.environ.get("FAILPOINT_MARKER")
-        if marker:
-            # Proof for the test that the process died at this very point.
-            with open(marker, "a") as fh:
-                fh.write(f"{os.getpid()} {scope + ':' if scope else ''}{name}\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    label = f"{scope}:{name}" if scope else name
+    if name not in points and label not in points:
+        return
+    marker = os.environ.get("FAILPOINT_MARKER")
+    if marker:
+        try:
+            with open(marker) as fh:
+                if any(line.split()[1:] == [label] for line in fh):
+                    return
+        except FileNotFoundError:
+            pass
+        with open(marker, "a") as fh:
+            fh.write(f"{os.getpid()} {label}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
