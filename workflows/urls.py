@@ -11,6 +11,7 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/", views.workflow_detail, name="workflow_detail"),
     path("workflows/<uuid:workflow_id>/approve", views.approve, name="workflow_approve"),
     path("workflows/<uuid:workflow_id>/reject", views.reject, name="workflow_reject"),
+    path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve", views.resolve_step, name="step_resolve"),
     path("dead-letters/", views_deadletters.dead_letter_list, name="dead_letter_list"),
     path("dead-letters/bulk/preview", views_deadletters.dead_letter_bulk_preview, name="dead_letter_bulk_preview"),
     path("dead-letters/bulk/replay", views_deadletters.dead_letter_bulk_replay, name="dead_letter_bulk_replay"),

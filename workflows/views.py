@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from workflows import approvals, roles
+from workflows import approvals, resolution, roles
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, Workflow
 from workflows.pagination import page_by_created
@@ -106,6 +106,24 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> Htt
     if not request.htmx:
         return redirect("workflow_detail", workflow_id=workflow.pk)
     # htmx swaps only 2xx answers: a refused decision is shown as a message.
+    workflow.refresh_from_db()
+    return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
+
+
+@login_required
+@require_POST
+def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    workflow = _get_workflow_for_user(request, workflow_id)
+    step = get_object_or_404(workflow.steps, key=step_key)
+    try:
+        resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
+                           reason=request.POST.get("reason", ""), external_ref=request.POST.get("external_ref", ""))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Resolved step {step.key}.")
+    if not request.htmx:
+        return redirect("workflow_detail", workflow_id=workflow.pk)
     workflow.refresh_from_db()
     return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
 

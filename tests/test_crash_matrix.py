@@ -1,0 +1,152 @@
+"""Kill a real worker with SIGKILL at every checkpoint boundary, restart it,
+and prove the work finishes with exactly one effect per operation."""
+
+import os
+import time
+
+import pytest
+
+from tests.conftest import ticket_plan, wait_for_status
+from workflows import approvals, audit, failpoints, plans, policy
+from workflows.models import Attempt, DeadLetter, Step
+
+pytestmark = pytest.mark.live
+
+CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2"}
+
+
+def submit_and_approve(people, body):
+    workflow = plans.submit(people["agent"], body).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    return workflow
+
+
+def crash_at(start_worker, tmp_path, point):
+    """Run a worker with `point` enabled, prove it died exactly there, then
+    kill what is left of its cluster and start a clean one."""
+    marker = tmp_path / "failpoints.log"
+    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV)
+    deadline = time.monotonic() + 30
+    while not (marker.exists() and marker.read_text().strip()):
+        assert time.monotonic() < deadline, f"failpoint {point} never fired:\n{worker.log()}"
+        time.sleep(0.05)
+    pid, label = marker.read_text().split()[:2]
+    assert label == point
+    while _alive(int(pid)):
+        assert time.monotonic() < deadline, f"process {pid} survived its failpoint"
+        time.sleep(0.05)
+    worker.kill()
+    return start_worker(name="restarted", **CRASH_ENV)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def assert_exactly_once(workflow, desk):
+    """One ticket per ticket.create key; every change on the desk was preceded
+    by a committed REQUESTED attempt carrying its operation key; chain intact."""
+    steps = list(Step.objects.filter(workflow=workflow))
+    for step in steps:
+        if step.action == "ticket.create":
+            assert len(desk.tickets(step.operation_key)) == 1, step.key
+    ledger = desk.ledger()
+    keys = [entry["idempotency_key"] for entry in ledger]
+    assert len(keys) == len(set(keys)), f"an operation took effect twice: {keys}"
+    for entry in ledger:
+        first = Attempt.objects.filter(operation_key=entry["idempotency_key"]).order_by("started_at").first()
+        assert first is not None, f"effect without an attempt: {entry}"
+        assert first.started_at.isoformat() < entry["at"].replace("Z", "+00:00"), entry
+    assert audit.verify().ok
+
+
+@pytest.mark.parametrize("point", failpoints.ALL)
+def test_a_crash_at_each_checkpoint_recovers_to_complete_with_one_effect(people, start_worker, desk, tmp_path,
+                                                                         point):
+    workflow = submit_and_approve(people, ticket_plan())
+    crash_at(start_worker, tmp_path, point)
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert_exactly_once(workflow, desk)
+    ticket = desk.tickets()[0]
+    assert ticket["status"] == "closed" and len(ticket["comments"]) == 1
+
+
+def test_an_answer_lost_after_commit_is_reconciled_not_repeated(people, start_worker, desk, tmp_path):
+    desk.fault(mode="commit_then_drop", count=2)  # the create and the comment both lose their answers
+    workflow = submit_and_approve(people, ticket_plan())
+    start_worker(**CRASH_ENV)
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert desk.faults() == []
+    assert_exactly_once(workflow, desk)
+    statuses = list(Attempt.objects.filter(step__workflow=workflow, step__key="open").values_list("status", flat=True))
+    assert statuses[0] in ("UNKNOWN", "RECONCILED")
+
+
+@pytest.mark.parametrize("point", [failpoints.AFTER_REQUESTED, failpoints.AFTER_PERFORM])
+def test_a_desk_without_idempotency_still_gets_one_ticket(people, start_worker, desk, tmp_path, point):
+    """Reconciliation by lookup, not the remote's idempotency, prevents the duplicate."""
+    desk.fault(mode="ignore_idempotency")
+    workflow = submit_and_approve(people, ticket_plan())
+    crash_at(start_worker, tmp_path, point)
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert len(desk.faults()) == 1  # still ignoring idempotency throughout
+    assert_exactly_once(workflow, desk)
+
+
+def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
+    policy.update("ticket.create", by="test", max_attempts=1)
+    desk.fault(mode="error", status=503, count=1)
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    from tests.conftest import run_until
+
+    run_until(workflow.pk, "FAILED")
+    from workflows import deadletters
+
+    deadletters.replay(DeadLetter.objects.get(workflow=workflow), by=people["operator"], reason="desk is back")
+    crash_at(start_worker, tmp_path, f"replay:{failpoints.AFTER_PERFORM}")
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert_exactly_once(workflow, desk)
+
+
+@pytest.mark.parametrize("point", [failpoints.AFTER_REQUESTED, failpoints.AFTER_PERFORM])
+def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_worker, desk, tmp_path, point,
+                                                             settings):
+    mail_dir = tmp_path / "mail"
+    body = {"name": "notify", "submission_key": "mail", "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}]}
+    workflow = submit_and_approve(people, body)
+    CRASH_ENV_MAIL = {**CRASH_ENV, "EMAIL_FILE_PATH": str(mail_dir)}
+    marker = tmp_path / "failpoints.log"
+    doomed = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV_MAIL)
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, doomed.log()
+        time.sleep(0.05)
+    doomed.kill()
+    start_worker(name="restarted", **CRASH_ENV_MAIL)
+    wait_for_status(workflow.pk, "NEEDS_ATTENTION")
+    step = workflow.steps.get()
+    assert step.status == "IN_DOUBT"
+    sent = list(mail_dir.iterdir()) if mail_dir.exists() else []
+    assert len(sent) == (1 if point == failpoints.AFTER_PERFORM else 0)  # never sent a second time
+
+    from workflows import resolution
+
+    if sent:
+        resolution.resolve(step, by=people["operator"], decision="happened", reason="found it in the outbox",
+                           external_ref=f"mail:{sent[0].name}")
+        wait_for_status(workflow.pk, "COMPLETE")
+        assert len(list(mail_dir.iterdir())) == 1
+    else:
+        resolution.resolve(step, by=people["operator"], decision="not_happened", reason="not in the outbox")
+        wait_for_status(workflow.pk, "COMPLETE")
+        assert len(list(mail_dir.iterdir())) == 1

@@ -1,0 +1,64 @@
+"""Operators settle steps whose outcome is in doubt, with evidence.
+
+A step is IN_DOUBT when an effect may have happened and the system cannot
+tell (no lookup, not idempotent, or verification failed). Only a person who
+looked at the other system can say; their decision and reason are audited.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from workflows import approvals, roles
+from workflows.deadletters import ReasonRequired
+from workflows.errors import DomainError, NotAllowed, WrongState
+from workflows.models import Step, Workflow
+from workflows.redaction import redact
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.transitions import move
+
+HAPPENED = "happened"
+NOT_HAPPENED = "not_happened"
+DECISIONS = (HAPPENED, NOT_HAPPENED)
+
+
+def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "", result: dict | None = None) -> Step:
+    """`happened`: record the operator's evidence and go on as if the call had
+    answered. `not_happened`: put the step back in line (same operation key)."""
+    if not roles.is_operator(by):
+        raise NotAllowed("Only operators can resolve in-doubt steps.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("A reason is required.")
+    if decision not in DECISIONS:
+        raise DomainError(f"Decision must be one of {', '.join(DECISIONS)}.")
+    external_ref = (external_ref or "").strip()[:200]
+    if decision == HAPPENED and not external_ref:
+        raise DomainError("Say where it happened: the external reference is the evidence.")
+    with transaction.atomic():
+        locked = Step.objects.select_for_update(of=("self",)).select_related("workflow").get(pk=step.pk)
+        if locked.status != StepStatus.IN_DOUBT:
+            raise WrongState(f"The step is {locked.status}, not in doubt.")
+        evidence = {"decision": decision, "reason": reason[:2000], "external_ref": external_ref}
+        for attempt in locked.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]):
+            move(attempt, AttemptStatus.RECONCILED, actor=by, verb="attempt.resolved",
+                 finished_at=attempt.finished_at or timezone.now(), data=evidence)
+        workflow = Workflow.objects.select_for_update().get(pk=locked.workflow_id)
+        if decision == HAPPENED:
+            move(locked, StepStatus.VERIFYING, actor=by, verb="step.resolved", external_ref=external_ref,
+                 result=redact(result) if result else (locked.result or {"external_ref": external_ref}),
+                 failure_class="", data=evidence)
+            move(locked, StepStatus.COMPLETE, actor=by, verb="step.complete", lease_expires_at=None,
+                 data={"verified_by": "operator evidence"})
+        else:
+            last = locked.attempts.order_by("-number").values_list("number", flat=True).first() or 0
+            move(locked, StepStatus.PENDING, actor=by, verb="step.resolved", failure_class="", retry_base=last,
+                 next_attempt_at=None, data=evidence)
+        if workflow.status == WorkflowStatus.NEEDS_ATTENTION:
+            if not workflow.steps.exclude(status=StepStatus.COMPLETE).exists():
+                move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
+                move(workflow, WorkflowStatus.COMPLETE, actor=by)
+            elif not workflow.steps.filter(status=StepStatus.IN_DOUBT).exists():
+                move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
+                approvals.wake(workflow)
+    locked.refresh_from_db()
+    return locked
