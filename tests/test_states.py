@@ -48,7 +48,8 @@ def test_illegal_step_transition_raises(workflow):
 
 def test_every_table_target_is_a_known_status():
     for kind, table in states.TRANSITIONS.items():
-        known = {"workflow": WorkflowStatus, "step": StepStatus, "attempt": states.AttemptStatus}[kind].values
+        known = {"workflow": WorkflowStatus, "step": StepStatus, "attempt": states.AttemptStatus,
+                 "compensation": states.CompensationStatus}[kind].values
         assert set(table) == set(known), kind
         for targets in table.values():
             assert targets <= set(known)

@@ -9,9 +9,9 @@ from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from workflows import approvals, deadletters, plans, roles, tokens
+from workflows import approvals, compensation, deadletters, plans, roles, tokens
 from workflows.errors import DomainError, NotAllowed
-from workflows.models import DeadLetter, Workflow
+from workflows.models import Compensation, DeadLetter, Workflow
 from workflows.pagination import page_by_created
 from workflows.states import FailureClass, WorkflowStatus
 
@@ -145,6 +145,10 @@ class StepOut(Schema):
     attempts: list[AttemptOut]
 
 
+class CompensationStepOut(StepOut):
+    compensates: str | None
+
+
 class WorkflowOut(Schema):
     id: UUID
     name: str
@@ -155,6 +159,7 @@ class WorkflowOut(Schema):
     created_at: datetime
     updated_at: datetime
     steps: list[StepOut]
+    compensation_steps: list[CompensationStepOut]
 
 
 class WorkflowPage(Schema):
@@ -166,7 +171,29 @@ class DecisionIn(Schema):
     comment: str = Field("", max_length=4000)
 
 
+def _step_out(step) -> dict:
+    return {
+        "key": step.key,
+        "action": step.action,
+        "status": step.status,
+        "operation_key": step.operation_key,
+        "external_ref": step.external_ref or None,
+        "result": step.result,
+        "attempts": [
+            {
+                "number": a.number,
+                "status": a.status,
+                "failure_class": a.failure_class or None,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+            }
+            for a in step.attempts.all()
+        ],
+    }
+
+
 def workflow_out(workflow: Workflow) -> dict:
+    steps = list(workflow.steps.all())
     return {
         "id": workflow.pk,
         "name": workflow.name,
@@ -176,32 +203,16 @@ def workflow_out(workflow: Workflow) -> dict:
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
-        "steps": [
-            {
-                "key": step.key,
-                "action": step.action,
-                "status": step.status,
-                "operation_key": step.operation_key,
-                "external_ref": step.external_ref or None,
-                "result": step.result,
-                "attempts": [
-                    {
-                        "number": a.number,
-                        "status": a.status,
-                        "failure_class": a.failure_class or None,
-                        "started_at": a.started_at,
-                        "finished_at": a.finished_at,
-                    }
-                    for a in step.attempts.all()
-                ],
-            }
-            for step in workflow.steps.all()
+        "steps": [_step_out(step) for step in steps if step.lane == 0],
+        "compensation_steps": [
+            {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}
+            for step in steps if step.lane
         ],
     }
 
 
 def visible_workflows(user):
-    return Workflow.objects.visible_to(user).select_related("submitted_by").prefetch_related("steps__attempts")
+    return Workflow.objects.visible_to(user).select_related("submitted_by").prefetch_related("steps__attempts", "steps__compensates")
 
 
 def _get_workflow(request, workflow_id: UUID) -> Workflow:
@@ -369,3 +380,100 @@ def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
     _require(request, roles.OPERATORS)
     entry = _get_dead_letter(request, dead_letter_id)
     return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))
+
+
+# --- compensations ----------------------------------------------------------
+
+
+class CompensationRequestIn(Schema):
+    reason: str = Field(..., max_length=2000)
+    steps: list[str] | None = None
+
+
+class DecisionReasonIn(Schema):
+    reason: str = Field("", max_length=2000)
+
+
+class UndoOut(Schema):
+    compensates: str
+    key: str
+    action: str
+    status: str | None
+    operation_key: str | None
+
+
+class IrreversibleOut(Schema):
+    key: str
+    action: str
+    why: str
+
+
+class CompensationOut(Schema):
+    id: UUID
+    workflow_id: UUID
+    status: str
+    requested_by: str
+    authorized_by: str | None
+    reason: str
+    decision_reason: str
+    steps: list[UndoOut]
+    irreversible: list[IrreversibleOut]
+    created_at: datetime
+
+
+def compensation_out(comp: Compensation) -> dict:
+    created = {s.key: s for s in comp.steps.all()}
+    return {
+        "id": comp.pk,
+        "workflow_id": comp.workflow_id,
+        "status": comp.status,
+        "requested_by": comp.requested_by.get_username(),
+        "authorized_by": comp.authorized_by.get_username() if comp.authorized_by else None,
+        "reason": comp.reason,
+        "decision_reason": comp.decision_reason,
+        "steps": [
+            {**item, "status": created[item["key"]].status if item["key"] in created else None,
+             "operation_key": created[item["key"]].operation_key if item["key"] in created else None}
+            for item in comp.plan
+        ],
+        "irreversible": comp.irreversible,
+        "created_at": comp.created_at,
+    }
+
+
+def _get_compensation(request, compensation_id: UUID) -> Compensation:
+    _require(request, roles.OPERATORS, roles.REVIEWERS, roles.AUDITORS)
+    comp = Compensation.objects.select_related("requested_by", "authorized_by").filter(pk=compensation_id).first()
+    if comp is None:
+        raise Http404
+    return comp
+
+
+@api.post("/workflows/{workflow_id}/compensations", response={201: CompensationOut},
+          summary="Request a compensation of completed steps (operators)")
+def request_compensation(request, workflow_id: UUID, payload: CompensationRequestIn):
+    _require(request, roles.OPERATORS)
+    workflow = _get_workflow(request, workflow_id)
+    comp = compensation.request(workflow, by=request.user, reason=payload.reason, step_keys=payload.steps)
+    return Status(201, compensation_out(comp))
+
+
+@api.get("/compensations/{compensation_id}", response=CompensationOut, summary="One compensation")
+def get_compensation(request, compensation_id: UUID):
+    return compensation_out(_get_compensation(request, compensation_id))
+
+
+@api.post("/compensations/{compensation_id}/authorize", response=CompensationOut,
+          summary="Authorize a compensation (reviewers, not the requester)")
+def authorize_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+    comp = compensation.authorize(_get_compensation(request, compensation_id), by=request.user,
+                                  reason=payload.reason)
+    return compensation_out(_get_compensation(request, comp.pk))
+
+
+@api.post("/compensations/{compensation_id}/decline", response=CompensationOut,
+          summary="Decline a compensation (reviewers, not the requester)")
+def decline_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+    comp = compensation.decline(_get_compensation(request, compensation_id), by=request.user,
+                                reason=payload.reason)
+    return compensation_out(_get_compensation(request, comp.pk))

@@ -33,7 +33,7 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
-        blocked = list(locked.steps.filter(status=StepStatus.BLOCKED))
+        blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
         if locked.status == WorkflowStatus.PLANNED:
             if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash).exists():
                 raise WrongState("You have already decided on this plan.")

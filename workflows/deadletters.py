@@ -127,9 +127,13 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
              next_attempt_at=None,
              data={"dead_letter": str(dead_letter.pk), "reason": reason, "operation_key": step.operation_key})
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        if workflow.status == WorkflowStatus.FAILED:
-            move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed",
-                 data={"dead_letter": str(dead_letter.pk), "reason": reason})
+        context = {"dead_letter": str(dead_letter.pk), "reason": reason}
+        if step.lane:
+            from workflows import compensation
+
+            compensation.resume(workflow, step, by=by, **context)
+        elif workflow.status == WorkflowStatus.FAILED:
+            move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=context)
         approvals.wake(workflow)
     dead_letter.refresh_from_db()
     return dead_letter

@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from workflows import actions, audit, deadletters, failpoints, policy, retry
+from workflows import actions, audit, compensation, deadletters, failpoints, policy, retry
 from workflows.actions import ActionError, Outcome
 from workflows.models import Attempt, Step, Workflow
 from workflows.redaction import redact, redact_text
@@ -84,7 +84,7 @@ class LeaseKeeper:
 
 def _due_steps(workflow_id=None):
     earlier_unfinished = Step.objects.filter(
-        workflow=OuterRef("workflow"), position__lt=OuterRef("position")
+        workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
     ).exclude(status=StepStatus.COMPLETE)
     steps = Step.objects.due().filter(~Exists(earlier_unfinished))
     if workflow_id is not None:
@@ -149,7 +149,7 @@ def drain(budget_seconds: float | None = None) -> int:
 def execute(step: Step) -> None:
     """Carry one claimed step through the checkpoint protocol."""
     fence = step.fence
-    scope = "replay" if step.retry_base else ""
+    scope = "compensation" if step.lane else ("replay" if step.retry_base else "")
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = _action_or_none(step)
     problems = policy.recheck(step)
@@ -181,6 +181,14 @@ def execute(step: Step) -> None:
         verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def deadline_of(step: Step):
+    """One deadline caps each operation: the workflow's for its own steps, the
+    compensation's (set when authorized) for undo steps."""
+    if step.lane:
+        return step.compensation_run.deadline
+    return step.workflow.deadline
 
 
 def _action_or_none(step: Step):
@@ -251,15 +259,22 @@ def verify(step: Step, action, fence: int, scope: str = "") -> None:
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if ok:
             move(step, StepStatus.COMPLETE, actor=WORKER, guard={"fence": fence}, lease_expires_at=None)
-            if not workflow.steps.exclude(status=StepStatus.COMPLETE).exists():
+            if step.lane:
+                compensation.step_complete(workflow, step)
+            elif not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
             move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
                  data={"reason": "the recorded outcome did not pass verification"})
-            _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+            _workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
 
 
-def _workflow_to(workflow: Workflow, target: str, **data) -> None:
+def _workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
+    """Stop the workflow's run after `step` failed or went in doubt. A
+    compensation's step halts the compensation instead."""
+    if step.lane:
+        compensation.halt(workflow, step, **data)
+        return
     if workflow.status in (WorkflowStatus.RUNNING, WorkflowStatus.APPROVED):
         if workflow.status == WorkflowStatus.APPROVED:
             move(workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
@@ -279,7 +294,7 @@ def _block(step: Step, fence: int, problems: list[str]) -> None:
             data={"failure_class": FailureClass.POLICY_FAILED, "problems": problems},
         )
         if moved:
-            _workflow_to(workflow, WorkflowStatus.FAILED, reason="policy recheck failed")
+            _workflow_to(workflow, step, WorkflowStatus.FAILED, reason="policy recheck failed")
 
 
 def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int,
@@ -294,14 +309,14 @@ def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fenc
         if err.outcome_unknown and not action.safe_to_repeat:
             move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
                  lease_expires_at=None, data={"failure_class": err.failure_class, "attempt": attempt.number})
-            _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+            _workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             return
         retryable = err.failure_class in RETRYABLE_CLASSES or (
             err.failure_class == FailureClass.TIMEOUT and action.safe_to_repeat
         )
         due = None
         if retryable and action.safe_to_repeat:
-            due = retry.next_attempt_at(now, attempt.number - step.retry_base, workflow.deadline, err.retry_after,
+            due = retry.next_attempt_at(now, attempt.number - step.retry_base, deadline_of(step), err.retry_after,
                                         max_attempts=max_attempts)
         if due is not None:
             move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence}, next_attempt_at=due,
@@ -313,7 +328,7 @@ def _record_failure(step: Step, attempt: Attempt, action, err: ActionError, fenc
              lease_expires_at=None, data={"failure_class": err.failure_class, "attempts": attempt.number})
         attempt.refresh_from_db()
         deadletters.park(step, attempt, err.failure_class, err.message)
-        _workflow_to(workflow, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")
+        _workflow_to(workflow, step, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")
 
 
 def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
@@ -330,12 +345,12 @@ def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
             with transaction.atomic():
                 _assert_lease(step, fence, StepStatus.RUNNING)
                 workflow = Workflow.objects.get(pk=step.workflow_id)
-                due = retry.next_attempt_at(timezone.now(), len(open_attempts), workflow.deadline, err.retry_after)
+                due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
                 if due is None:
                     move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence},
                          failure_class=err.failure_class, lease_expires_at=None,
                          data={"reason": "reconciliation lookup kept failing"})
-                    _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+                    _workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
                 else:
                     move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
                          next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
@@ -363,7 +378,7 @@ def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
         move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
              failure_class=FailureClass.UNKNOWN,
              data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"})
-        _workflow_to(workflow, WorkflowStatus.NEEDS_ATTENTION)
+        _workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
     return True
 
 

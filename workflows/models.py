@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.states import AttemptStatus, CompensationStatus, FailureClass, StepStatus, WorkflowStatus
 
 
 def canonical_json(value) -> str:
@@ -87,16 +87,28 @@ def operation_key_for(workflow_id: uuid.UUID, step_key: str) -> str:
 class StepQuerySet(models.QuerySet):
     def due(self, now=None):
         now = now or timezone.now()
+        # Forward steps run while the workflow runs; a compensation's steps
+        # (lane > 0) run while it compensates.
         return self.filter(
+            Q(lane=0, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
+            | Q(lane__gt=0, workflow__status=WorkflowStatus.COMPENSATING),
             status__in=[StepStatus.PENDING, StepStatus.WAITING_RETRY],
-            workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING],
         ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
 
 
 class Step(models.Model):
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
     position = models.PositiveIntegerField()
-    key = models.CharField(max_length=64)
+    # 0: the plan's own steps. n > 0: the steps of the workflow's n-th
+    # compensation, run by the same engine in their own lane.
+    lane = models.PositiveIntegerField(default=0)
+    compensation_run = models.ForeignKey(
+        "Compensation", on_delete=models.CASCADE, null=True, blank=True, related_name="steps"
+    )
+    compensates = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="compensated_by"
+    )
+    key = models.CharField(max_length=80)
     action = models.CharField(max_length=64)
     args = models.JSONField(default=dict)
     compensation = models.JSONField(null=True, blank=True)
@@ -177,6 +189,43 @@ class Approval(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["workflow", "created_at"], name="approval_workflow")]
+
+
+class Compensation(models.Model):
+    """An explicit, authorized undo: new effects that counter completed ones."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="compensations")
+    lane = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=CompensationStatus.choices,
+                              default=CompensationStatus.REQUESTED)
+    reason = models.TextField()
+    # [{"compensates", "key", "action", "args"}] in the order they will run.
+    plan = models.JSONField(default=list)
+    # [{"key", "action", "why"}]: completed effects that cannot be undone.
+    irreversible = models.JSONField(default=list)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    authorized_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decision_reason = models.TextField(blank=True, default="")
+    deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "lane"], name="compensation_lane_unique"),
+            models.UniqueConstraint(
+                fields=["workflow"], condition=Q(status__in=["REQUESTED", "AUTHORIZED", "RUNNING"]),
+                name="one_open_compensation_per_workflow",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "-created_at"], name="compensation_status")]
+
+    def __str__(self) -> str:
+        return f"compensation {self.lane} of {self.workflow_id} ({self.status})"
 
 
 class ActionPolicy(models.Model):

@@ -72,6 +72,8 @@ def evaluate(step: Step) -> list[Check]:
     policy = policy_for(step.action)
     checks.append(Check("action enabled", policy.enabled,
                         f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
+    if step.lane:
+        return checks + _compensation_checks(step, now)
     checks.append(Check("deadline not passed", workflow.deadline > now,
                         f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
     plan_policies = [policy_for(name) for name in {s["action"] for s in workflow.plan}]
@@ -85,6 +87,20 @@ def evaluate(step: Step) -> list[Check]:
         f"plan hash unchanged, within lifetime)",
     ))
     return checks
+
+
+def _compensation_checks(step: Step, now) -> list[Check]:
+    """An undo runs on its own authorization, not on the plan's approval."""
+    comp = step.compensation_run
+    authorizer = comp.authorized_by
+    still_valid = authorizer is not None and roles.is_reviewer(authorizer) and authorizer.pk != comp.requested_by_id
+    return [
+        Check("compensation authorized", still_valid,
+              f"authorized by {authorizer.get_username() if authorizer else 'nobody'}"
+              + ("" if still_valid else ": no longer an active reviewer")),
+        Check("deadline not passed", comp.deadline is not None and comp.deadline > now,
+              f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline"),
+    ]
 
 
 def problems(checks: list[Check]) -> list[str]:

@@ -13,8 +13,8 @@ REDACTED = "[REDACTED]"
 
 # Keys whose values are credentials whatever they look like.
 SECRET_KEY_PATTERN = re.compile(
-    r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|apikey|auth(orization)?|cookie|credential|"
-    r"private[-_]?key|session[-_]?id|signature|bearer)",
+    r"(passw(or)?d|passphrase|(^|[-_.])pass($|[-_.])|secret|token|api[-_]?key|apikey|authorization|"
+    r"(^|[-_.])auth($|[-_.])|cookie|credential|private[-_]?key|session[-_]?id|signature|bearer)",
     re.IGNORECASE,
 )
 # Keys whose values are prompts or conversation transcripts.

@@ -53,7 +53,9 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
             last = locked.attempts.order_by("-number").values_list("number", flat=True).first() or 0
             move(locked, StepStatus.PENDING, actor=by, verb="step.resolved", failure_class="", retry_base=last,
                  next_attempt_at=None, data=evidence)
-        if workflow.status == WorkflowStatus.NEEDS_ATTENTION:
+        if locked.lane:
+            _resume_compensation(workflow, locked, by, decision, evidence)
+        elif workflow.status == WorkflowStatus.NEEDS_ATTENTION:
             if not workflow.steps.exclude(status=StepStatus.COMPLETE).exists():
                 move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
                 move(workflow, WorkflowStatus.COMPLETE, actor=by)
@@ -62,3 +64,14 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
                 approvals.wake(workflow)
     locked.refresh_from_db()
     return locked
+
+
+def _resume_compensation(workflow, step, by, decision, evidence) -> None:
+    from workflows import compensation
+
+    if step.compensation_run.steps.filter(status=StepStatus.IN_DOUBT).exists():
+        return
+    compensation.resume(workflow, step, by=by, **evidence)
+    if decision == HAPPENED:
+        compensation.step_complete(workflow, step)
+    approvals.wake(workflow)

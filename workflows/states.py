@@ -55,7 +55,16 @@ class FailureClass(models.TextChoices):
     UNKNOWN = "UNKNOWN"
 
 
-W, S, A = WorkflowStatus, StepStatus, AttemptStatus
+class CompensationStatus(models.TextChoices):
+    REQUESTED = "REQUESTED"
+    AUTHORIZED = "AUTHORIZED"
+    DECLINED = "DECLINED"
+    RUNNING = "RUNNING"
+    COMPENSATED = "COMPENSATED"
+    FAILED = "FAILED"
+
+
+W, S, A, C = WorkflowStatus, StepStatus, AttemptStatus, CompensationStatus
 
 _WITH_EFFECTS = (W.RUNNING, W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION)
 
@@ -93,6 +102,14 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         A.SUCCEEDED: frozenset(),
         A.FAILED: frozenset(),
         A.RECONCILED: frozenset(),
+    },
+    "compensation": {
+        C.REQUESTED: frozenset({C.AUTHORIZED, C.DECLINED}),
+        C.AUTHORIZED: frozenset({C.RUNNING}),
+        C.RUNNING: frozenset({C.COMPENSATED, C.FAILED}),
+        C.FAILED: frozenset({C.RUNNING}),
+        C.DECLINED: frozenset(),
+        C.COMPENSATED: frozenset(),
     },
 }
 

@@ -10,16 +10,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows import audit
-from workflows.models import Attempt, Step, Workflow
+from workflows.models import Attempt, Compensation, Step, Workflow
 from workflows.states import IllegalTransition, check
 
-_KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt"}
+_KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation"}
 
 
 def _workflow_id(obj):
     if isinstance(obj, Workflow):
         return obj.pk
-    if isinstance(obj, Step):
+    if isinstance(obj, (Step, Compensation)):
         return obj.workflow_id
     return obj.step.workflow_id
 
@@ -36,7 +36,7 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
     current = obj.status
     check(kind, current, target)
     model = type(obj)
-    if model is not Attempt:
+    if model in (Workflow, Step, Compensation):
         fields.setdefault("updated_at", timezone.now())
     with transaction.atomic():
         updated = model.objects.filter(pk=obj.pk, status=current, **(guard or {})).update(status=target, **fields)
