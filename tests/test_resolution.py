@@ -8,7 +8,7 @@ from django.utils import timezone
 from tests.conftest import PASSWORD, run_until
 from workflows import approvals, execution, plans, resolution
 from workflows.errors import DomainError, NotAllowed
-from workflows.models import AuditEvent
+from workflows.models import AuditEvent, Step
 
 MAIL = {"name": "notify", "submission_key": "mail", "steps": [
     {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
@@ -78,3 +78,16 @@ def test_operators_resolve_from_the_workflow_page(in_doubt, client):
     assert response.status_code == 302
     in_doubt.refresh_from_db()
     assert in_doubt.status == "PENDING"
+
+
+def test_compensate_records_the_effect_stops_the_run_and_requests_an_undo(in_doubt, people, tmp_path):
+    resolution.resolve(in_doubt, by=people["operator"], decision="compensate", reason="sent to the wrong list",
+                       external_ref="smtp:queued-77")
+    in_doubt.refresh_from_db()
+    workflow = in_doubt.workflow
+    workflow.refresh_from_db()
+    assert (in_doubt.status, workflow.status) == ("COMPLETE", "FAILED")
+    requested = workflow.compensations.get()
+    assert (requested.status, requested.requested_by.username) == ("REQUESTED", "operator")
+    assert [i["key"] for i in requested.irreversible] == ["mail"]  # an email cannot be unsent: said, not hidden
+    assert Step.objects.get(workflow=workflow, key="after").status == "PENDING"  # the run stopped

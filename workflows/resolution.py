@@ -18,7 +18,10 @@ from workflows.transitions import move
 
 HAPPENED = "happened"
 NOT_HAPPENED = "not_happened"
-DECISIONS = (HAPPENED, NOT_HAPPENED)
+# It happened, and it must be undone: record it, stop the run, and request a
+# compensation that a reviewer still has to authorize.
+COMPENSATE = "compensate"
+DECISIONS = (HAPPENED, NOT_HAPPENED, COMPENSATE)
 
 
 def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "", result: dict | None = None) -> Step:
@@ -32,18 +35,20 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
     if decision not in DECISIONS:
         raise DomainError(f"Decision must be one of {', '.join(DECISIONS)}.")
     external_ref = (external_ref or "").strip()[:200]
-    if decision == HAPPENED and not external_ref:
+    if decision in (HAPPENED, COMPENSATE) and not external_ref:
         raise DomainError("Say where it happened: the external reference is the evidence.")
     with transaction.atomic():
         locked = Step.objects.select_for_update(of=("self",)).select_related("workflow").get(pk=step.pk)
         if locked.status != StepStatus.IN_DOUBT:
             raise WrongState(f"The step is {locked.status}, not in doubt.")
+        if decision == COMPENSATE and locked.lane:
+            raise DomainError("An undo step cannot itself be compensated; say whether it happened.")
         evidence = {"decision": decision, "reason": reason[:2000], "external_ref": external_ref}
         for attempt in locked.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]):
             move(attempt, AttemptStatus.RECONCILED, actor=by, verb="attempt.resolved",
                  finished_at=attempt.finished_at or timezone.now(), data=evidence)
         workflow = Workflow.objects.select_for_update().get(pk=locked.workflow_id)
-        if decision == HAPPENED:
+        if decision in (HAPPENED, COMPENSATE):
             move(locked, StepStatus.VERIFYING, actor=by, verb="step.resolved", external_ref=external_ref,
                  result=redact(result) if result else (locked.result or {"external_ref": external_ref}),
                  failure_class="", data=evidence)
@@ -55,8 +60,14 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
                  next_attempt_at=None, data=evidence)
         if locked.lane:
             _resume_compensation(workflow, locked, by, decision, evidence)
+        elif decision == COMPENSATE:
+            from workflows import compensation
+
+            if workflow.status == WorkflowStatus.NEEDS_ATTENTION:
+                move(workflow, WorkflowStatus.FAILED, actor=by, verb="workflow.stopped", data=evidence)
+            compensation.request(workflow, by=by, reason=reason)
         elif workflow.status == WorkflowStatus.NEEDS_ATTENTION:
-            if not workflow.steps.exclude(status=StepStatus.COMPLETE).exists():
+            if not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
                 move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
                 move(workflow, WorkflowStatus.COMPLETE, actor=by)
             elif not workflow.steps.filter(status=StepStatus.IN_DOUBT).exists():
