@@ -80,7 +80,7 @@ def test_every_transition_appends_a_chained_event(workflow):
     assert audit.verify().ok
 
 
-def test_audit_rows_refuse_update_and_delete_through_the_orm(workflow):
+def test_audit_rows_refuse_save_and_delete_through_the_orm(workflow):
     event = AuditEvent.objects.first()
     with pytest.raises(PermissionError):
         event.save()
@@ -88,13 +88,49 @@ def test_audit_rows_refuse_update_and_delete_through_the_orm(workflow):
         event.delete()
 
 
+def _raw(sql, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _disable_guard():
+    """What an attacker with DBA rights would do first."""
+    table = AuditEvent._meta.db_table
+    if connection.vendor == "postgresql":
+        _raw(f"ALTER TABLE {table} DISABLE TRIGGER workflows_auditevent_append_only")
+    else:
+        _raw("DROP TRIGGER workflows_auditevent_no_update")
+
+
+def test_the_database_refuses_to_update_audit_rows(workflow):
+    from django.db import DatabaseError
+
+    event = AuditEvent.objects.first()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        _raw(f"UPDATE {AuditEvent._meta.db_table} SET actor = %s WHERE id = %s", ["mallory", event.pk])
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.filter(pk=event.pk).update(actor="mallory")
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.filter(pk=event.pk).delete()
+
+
+def test_postgres_refuses_to_delete_audit_rows(workflow):
+    from django.db import DatabaseError
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL trigger; on SQLite the model and queryset refuse deletes")
+
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        _raw(f"DELETE FROM {AuditEvent._meta.db_table}")
+
+
 def test_tampering_in_sql_is_detected(workflow, capsys):
     move(workflow, WorkflowStatus.CANCELLED, actor="reviewer")
     call_command("verify_audit")
     assert "audit chain OK" in capsys.readouterr().out
     event = AuditEvent.objects.get(verb="workflow.cancelled")
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {AuditEvent._meta.db_table} SET actor = %s WHERE id = %s", ["mallory", event.pk])
+    _disable_guard()
+    _raw(f"UPDATE {AuditEvent._meta.db_table} SET actor = %s WHERE id = %s", ["mallory", event.pk])
     result = audit.verify()
     assert not result.ok
     assert any("altered" in p for p in result.problems)
@@ -102,6 +138,15 @@ def test_tampering_in_sql_is_detected(workflow, capsys):
 
     with pytest.raises(CommandError, match="BROKEN"):
         call_command("verify_audit")
+
+
+def test_a_removed_event_is_detected(workflow):
+    move(workflow, WorkflowStatus.CANCELLED, actor="reviewer")
+    _disable_guard()
+    first = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("seq").first()
+    _raw(f"DELETE FROM {AuditEvent._meta.db_table} WHERE id = %s", [first.pk])
+    problems = audit.verify().problems
+    assert problems and any("expected seq 1" in p or "does not link" in p for p in problems)
 
 
 def test_audit_append_refuses_to_run_outside_a_transaction(transactional_db):

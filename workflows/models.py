@@ -314,6 +314,14 @@ class DeadLetter(models.Model):
         return f"dead letter {self.pk} ({self.step_key}, {self.failure_class}, {self.status})"
 
 
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError("audit events are append-only")
+
+    def delete(self):
+        raise PermissionError("audit events are append-only")
+
+
 class AuditEvent(models.Model):
     """Append-only and hash-chained per stream (a workflow, or `system`).
 
@@ -332,6 +340,8 @@ class AuditEvent(models.Model):
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+
+    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]
