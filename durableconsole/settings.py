@@ -134,6 +134,9 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "durable-console@localhost")
 
+CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+REVIEW_WEBHOOK_URL = env_str("REVIEW_WEBHOOK_URL", "")
+
 # Durable execution
 TICKET_DESK_URL = env_str("TICKET_DESK_URL", "http://127.0.0.1:8100").rstrip("/")
 STEP_LEASE_SECONDS = env_float("STEP_LEASE_SECONDS", 30.0, minimum=1.0)

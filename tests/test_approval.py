@@ -48,3 +48,59 @@ def test_deciding_twice_is_a_conflict(api):
 def test_unknown_workflow_is_404(api):
     response = api["reviewer"].post("/workflows/00000000-0000-0000-0000-000000000000/approve", {})
     assert response.status_code == 404
+
+
+def test_a_plan_past_its_deadline_expires_instead_of_being_approved(api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import approvals
+
+    workflow_id = _submit(api)
+    Workflow.objects.filter(pk=workflow_id).update(deadline=timezone.now() - timedelta(seconds=1))
+    response = api["reviewer"].post(f"/workflows/{workflow_id}/approve", {})
+    assert response.status_code == 409
+    assert Workflow.objects.get(pk=workflow_id).status == "EXPIRED"
+    assert not Approval.objects.filter(decision="APPROVE").exists()
+    assert approvals.expire_overdue() == 0  # already done
+
+
+def test_the_worker_sweep_expires_overdue_plans(api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import approvals
+
+    overdue, fresh = _submit(api), api["agent"].post("/workflows", ticket_plan("fresh")).json()["id"]
+    Workflow.objects.filter(pk=overdue).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert approvals.expire_overdue() == 1
+    assert Workflow.objects.get(pk=overdue).status == "EXPIRED"
+    assert Workflow.objects.get(pk=fresh).status == "PLANNED"
+    assert AuditEvent.objects.filter(workflow_id=overdue, verb="workflow.expired").exists()
+
+
+def test_two_of_two_needs_two_distinct_reviewers(api):
+    from workflows import policy
+
+    policy.update("ticket.create", by="admin", approvals_required=2)
+    workflow_id = _submit(api)
+    first = api["reviewer"].post(f"/workflows/{workflow_id}/approve", {"comment": "one"})
+    assert first.status_code == 200 and first.json()["status"] == "PLANNED"
+    assert api["reviewer"].post(f"/workflows/{workflow_id}/approve", {}).status_code == 409  # not twice
+    second = api["reviewer2"].post(f"/workflows/{workflow_id}/approve", {"comment": "two"})
+    assert second.json()["status"] == "APPROVED"
+    assert AuditEvent.objects.filter(workflow_id=workflow_id, verb="workflow.approval_recorded").count() == 1
+
+
+def test_an_approval_never_covers_another_plan(api):
+    """Approvals are bound to the plan hash they reviewed."""
+    from workflows import policy
+
+    policy.update("ticket.create", by="admin", approvals_required=2)
+    workflow_id = _submit(api)
+    api["reviewer"].post(f"/workflows/{workflow_id}/approve", {})
+    Approval.objects.filter(workflow_id=workflow_id).update(plan_hash="0" * 64)  # as if for another plan
+    response = api["reviewer2"].post(f"/workflows/{workflow_id}/approve", {})
+    assert response.json()["status"] == "PLANNED"  # the stale approval does not count

@@ -29,8 +29,23 @@ def wake(workflow: Workflow) -> None:
     async_task("workflows.tasks.run_workflow", str(workflow.pk), task_name=f"run {workflow.pk}")
 
 
+def expire_overdue(limit: int = 200) -> int:
+    """PLANNED plans whose deadline passed can no longer be approved: EXPIRED."""
+    from django.utils import timezone
+
+    expired = 0
+    overdue = Workflow.objects.awaiting_review().filter(deadline__lte=timezone.now()).order_by("deadline")[:limit]
+    for workflow in overdue:
+        with transaction.atomic():
+            expired += int(move(workflow, WorkflowStatus.EXPIRED, actor="system",
+                                data={"reason": "the plan's deadline passed before enough approvals"}))
+    return expired
+
+
 def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
+    if workflow.status == WorkflowStatus.PLANNED and expire_one(workflow):
+        raise WrongState("The plan's deadline passed: it expired before it was approved.")
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
         blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
@@ -57,6 +72,16 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
             _unblock(locked, blocked, by, data)
         wake(locked)
     return locked
+
+
+def expire_one(workflow: Workflow) -> bool:
+    from django.utils import timezone
+
+    if workflow.deadline > timezone.now():
+        return False
+    with transaction.atomic():
+        return move(workflow, WorkflowStatus.EXPIRED, actor="system",
+                    data={"reason": "the plan's deadline passed before enough approvals"})
 
 
 def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:

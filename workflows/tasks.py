@@ -4,7 +4,7 @@ The queue only says "look now"; each task re-reads the database and does
 just what is due, so duplicated or late deliveries are harmless.
 """
 
-from workflows import execution
+from workflows import execution, notifications
 
 
 def run_workflow(workflow_id: str) -> int:
@@ -13,3 +13,7 @@ def run_workflow(workflow_id: str) -> int:
 
 def drain() -> int:
     return execution.drain()
+
+
+def notify_reviewers(workflow_id: str) -> int:
+    return notifications.notify_reviewers(workflow_id)
