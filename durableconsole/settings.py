@@ -1,5 +1,6 @@
 """Settings, all read from the environment (see README: Configuration)."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -34,9 +35,12 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "django_q",
+    "csp",
+    "axes",
 ]
 
 MIDDLEWARE = [
+    "workflows.middleware.RequestSizeLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -46,7 +50,38 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a lockout into a response.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = [
+    "workflows.auth.ThrottledLogins",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling: after AXES_FAILURE_LIMIT failures for one username from
+# one address, that pair is locked out for AXES_COOLOFF_MINUTES.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "workflows/locked_out.html"
+AXES_ENABLED = env_bool("AXES_ENABLED", True)
+
+# No inline scripts or styles anywhere; htmx is configured (meta tag) to fit.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+        "base-uri": ["'none'"],
+        "object-src": ["'none'"],
+    },
+}
 
 ROOT_URLCONF = "durableconsole.urls"
 WSGI_APPLICATION = "durableconsole.wsgi.application"
@@ -170,10 +205,14 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True}},
+    "loggers": {
+        "django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True},
+        "axes": {"level": "WARNING", "propagate": True},
+    },
 }
 
 SESSION_COOKIE_AGE = env_int("SESSION_SECONDS", 8 * 3600, minimum=60)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -182,6 +221,10 @@ X_FRAME_OPTIONS = "DENY"
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 3600, minimum=0)
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # /healthz answers over plain HTTP so load balancers can probe it.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

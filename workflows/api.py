@@ -11,6 +11,7 @@ from ninja.security import HttpBearer
 
 from workflows import approvals, compensation, deadletters, plans, roles, tokens
 from workflows.errors import DomainError, NotAllowed
+from workflows.jsonparse import DepthLimitedParser
 from workflows.models import Compensation, DeadLetter, Workflow
 from workflows.pagination import page_by_created
 from workflows.states import FailureClass, WorkflowStatus
@@ -24,11 +25,50 @@ class BearerToken(HttpBearer):
         return user
 
 
-api = NinjaAPI(
+ERROR_RESPONSES = {
+    "400": "Invalid input: see error.fields",
+    "401": "Missing or invalid bearer token",
+    "403": "Not allowed for your role",
+    "404": "No such object (or not visible to you)",
+    "409": "Conflict with the object's current state",
+    "413": "Request body too large",
+}
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "fields": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }},
+}
+
+
+class DurableAPI(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """Every operation documents the error shape it may answer with."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for code, description in ERROR_RESPONSES.items():
+                    responses.setdefault(code, {
+                        "description": description,
+                        "content": {"application/json": {"schema": ERROR_SCHEMA}},
+                    })
+        return schema
+
+
+api = DurableAPI(
     title="Durable Console API",
     version="1",
     auth=BearerToken(),
     urls_namespace="api",
+    parser=DepthLimitedParser(),
     openapi_url="/openapi.json",
     docs_url="/docs",
 )
@@ -99,7 +139,8 @@ def on_not_found(request, exc):
 
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
-    return error(request, exc.status_code, "error", str(exc))
+    code = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "error")
+    return error(request, exc.status_code, code, str(exc))
 
 
 # --- schemas --------------------------------------------------------------
@@ -477,3 +518,40 @@ def decline_compensation(request, compensation_id: UUID, payload: DecisionReason
     comp = compensation.decline(_get_compensation(request, compensation_id), by=request.user,
                                 reason=payload.reason)
     return compensation_out(_get_compensation(request, comp.pk))
+
+
+# --- audit ------------------------------------------------------------------
+
+from workflows.pagination import page_by_id  # noqa: E402
+from workflows.views_audit import event_row, select_events  # noqa: E402
+
+
+class AuditEventOut(Schema):
+    id: int
+    stream: str
+    seq: int
+    at: str = Field(..., description="ISO-8601 UTC with microseconds, exactly as hashed")
+    actor: str
+    verb: str
+    object_type: str
+    object_id: str
+    workflow_id: UUID | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class AuditEventPage(Schema):
+    items: list[AuditEventOut]
+    next: str | None
+
+
+@api.get("/audit", response=AuditEventPage,
+         summary="Audit events, newest first (auditors); `since` inclusive, `until` exclusive, naive times are UTC")
+def list_audit_events(request, workflow: UUID | None = None, actor: str = "", verb: str = "",
+                      since: datetime | None = None, until: datetime | None = None,
+                      cursor: str | None = None, limit: int = Query(100, ge=1, le=500)):
+    _require(request, roles.AUDITORS)
+    events = select_events(actor=actor, verb=verb, workflow=workflow, since=since, until=until)
+    rows, next_cursor = page_by_id(events, cursor, limit)
+    return {"items": [event_row(event) for event in rows], "next": next_cursor}

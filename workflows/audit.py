@@ -87,7 +87,10 @@ def verify(streams: Iterable[str] | None = None) -> VerifyResult:
     for head in heads.iterator():
         stream_count += 1
         prev, expected_seq = GENESIS, 1
-        for event in AuditEvent.objects.filter(stream=head.stream).order_by("seq").iterator(chunk_size=2000):
+        # Only up to the head read above: events appended while this runs are
+        # checked next time, not reported as a broken tail.
+        events = AuditEvent.objects.filter(stream=head.stream, seq__lte=head.seq).order_by("seq")
+        for event in events.iterator(chunk_size=2000):
             checked += 1
             if event.seq != expected_seq:
                 problems.append(f"{head.stream}: expected seq {expected_seq}, found {event.seq} (event {event.pk})")
@@ -110,4 +113,9 @@ def verify(streams: Iterable[str] | None = None) -> VerifyResult:
             prev, expected_seq = event.hash, event.seq + 1
         if head.seq != expected_seq - 1 or head.hash != prev:
             problems.append(f"{head.stream}: chain ends at seq {expected_seq - 1} but its head says {head.seq}")
+        beyond = AuditEvent.objects.filter(stream=head.stream, seq__gt=head.seq).order_by("-seq").first()
+        if beyond is not None:
+            now_head = AuditHead.objects.filter(stream=head.stream).values_list("seq", flat=True).first() or 0
+            if beyond.seq > now_head:
+                problems.append(f"{head.stream}: event {beyond.pk} lies beyond the chain's head (inserted around it)")
     return VerifyResult(ok=not problems, events=checked, streams=stream_count, problems=problems)

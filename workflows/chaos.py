@@ -29,7 +29,6 @@ Used by `manage.py chaos` and tests/test_chaos.py.
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import signal
@@ -49,13 +48,16 @@ import requests
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Count, Min
 
 from workflows import approvals, audit, plans, roles
 from workflows.models import Attempt, Step, Workflow
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 KINDS = ("worker", "child", "group", "sessions")
+# Environment of the clusters under chaos. Short task timeouts bound how long
+# a wedged cluster takes to withhold its heartbeat (workflows.worker.StallWatch).
+CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
 # A workflow is settled when no worker will touch it again without a person.
@@ -189,8 +191,9 @@ class Cluster:
 
 
 def _live_processes() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every live process, from /proc.
-    A zombie counts as dead: it was killed and only waits to be reaped."""
+    """(pid, parent pid, process group) of every live process, from /proc
+    (Linux; psutil is not among the dependencies). A zombie counts as dead:
+    it was killed and only waits to be reaped."""
     table = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -227,7 +230,7 @@ def _gone(pids, timeout: float = 2.0) -> bool:
     return False
 
 
-def _owner_pid(lease_owner: str) -> int | None:
+def owner_pid(lease_owner: str) -> int | None:
     host, _, pid = lease_owner.rpartition(":")
     return int(pid) if host == socket.gethostname() and pid.isdigit() else None
 
@@ -293,15 +296,14 @@ class SoakResult:
     audit_problems: list[str] = field(default_factory=list)
 
     @property
-    def recovery_times(self) -> list[float]:
-        return sorted(k.recovery_seconds for k in self.kills if k.recovery_seconds is not None)
-
-    @property
     def unrecovered(self) -> int:
         return sum(k.recovery_seconds is None for k in self.kills)
 
-    def recovery_summary(self) -> dict[str, float | None]:
-        times = self.recovery_times
+    def recovery_summary(self, orphaning_only: bool = False) -> dict[str, float | None]:
+        """min/median/p95/max seconds to recover, over every kill or only
+        over those that left steps in the killed processes' hands."""
+        times = sorted(k.recovery_seconds for k in self.kills
+                       if k.recovery_seconds is not None and (k.orphans or not orphaning_only))
         if not times:
             return {"min": None, "median": None, "p95": None, "max": None}
         p95 = statistics.quantiles(times, n=20, method="inclusive")[18] if len(times) > 1 else times[0]
@@ -317,7 +319,8 @@ class SoakResult:
                     or self.double_successes or self.foreign_effects or not self.audit_ok)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "recovery": self.recovery_summary(), "unrecovered": self.unrecovered,
+        return {**asdict(self), "recovery": self.recovery_summary(),
+                "recovery_with_orphans": self.recovery_summary(orphaning_only=True), "unrecovered": self.unrecovered,
                 "terminated_sessions": self.terminated_sessions, "passed": self.passed}
 
     def report(self) -> str:
@@ -326,7 +329,9 @@ class SoakResult:
 
         kinds = Counter(k.kind for k in self.kills)
         reasons = Counter(r.reason for r in self.restarts)
-        recovery = self.recovery_summary()
+        def spread(summary):
+            return "  ".join(f"{name} {seconds(summary[name])}" for name in ("min", "median", "p95", "max"))
+
         rows = [
             ("database", self.vendor),
             ("soak", f"{self.seconds:.0f} s, kill every {self.kill_every} s, seed {self.seed}, "
@@ -337,9 +342,10 @@ class SoakResult:
              + f"; proven {sum(k.proven for k in self.kills)}/{len(self.kills)}"),
             ("sessions terminated", str(self.terminated_sessions)),
             ("restarts", f"{len(self.restarts)}: " + (_counts(reasons) or "none")),
-            ("recovery (s)", f"min {seconds(recovery['min'])}  median {seconds(recovery['median'])}  "
-                             f"p95 {seconds(recovery['p95'])}  max {seconds(recovery['max'])}"
-                             f"  (unrecovered {self.unrecovered})"),
+            ("recovery (s)", f"{spread(self.recovery_summary())}  (unrecovered {self.unrecovered})"),
+            ("  orphaning kills", f"{spread(self.recovery_summary(orphaning_only=True))}  "
+                                  f"({sum(bool(k.orphans) for k in self.kills)} kills left "
+                                  f"{sum(len(k.orphans) for k in self.kills)} steps behind)"),
             ("effects", f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; "
                         f"without an earlier REQUESTED attempt {len(self.unrequested)}; foreign {self.foreign_effects}"),
             ("repeated attempts", f"{self.repeated_attempts} (absorbed by idempotency keys or reconciled)"),
@@ -380,15 +386,16 @@ def personas() -> tuple[User, list[User]]:
 
 class Soak:
     def __init__(self, clusters, *, desk_url: str, workflows: int, seconds: float, kill_every: float, seed: int,
-                 settle_seconds: float, stale_after: float, log):
+                 settle_seconds: float, stale_after: float, desk_faults, kinds, log):
         self.clusters = list(clusters)
         self.desk_url = desk_url.rstrip("/")
         self.seconds, self.kill_every, self.settle_seconds = seconds, kill_every, settle_seconds
         self.stale_after = stale_after
+        self.desk_faults = list(desk_faults)
         self.rng = random.Random(seed)
         self.log = log
         self.postgres = connection.vendor == "postgresql"
-        self.kinds = [kind for kind in KINDS if kind != "sessions" or self.postgres]
+        self.kinds = [kind for kind in kinds if kind != "sessions" or self.postgres]
         self.planned = workflows
         self.tag = f"{seed}-{uuid.uuid4().hex[:8]}"
         self.workflow_ids: list = []
@@ -404,6 +411,15 @@ class Soak:
 
     def run(self) -> SoakResult:
         self.agent, self.reviewers = personas()
+        injected = [requests.post(f"{self.desk_url}/_faults", json=spec, timeout=10).json()
+                    for spec in self.desk_faults]
+        try:
+            return self._run()
+        finally:
+            for fault in injected:
+                requests.delete(f"{self.desk_url}/_faults/{fault['id']}", timeout=10)
+
+    def _run(self) -> SoakResult:
         self.began = time.monotonic()
         kinds = self._kind_rounds()
         next_kill = self.kill_every
@@ -462,15 +478,19 @@ class Soak:
     # -- faults -------------------------------------------------------------
 
     def _kill(self, kind: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind of kill {kind!r}; known: {', '.join(KINDS)}")
         candidates = [c for c in self.clusters if c.name not in self.restarting and c.process is not None]
         if not candidates:
             return
         cluster = self.rng.choice(candidates)
-        pgid = cluster.process.pid
         if kind == "worker":
-            victim = self._busy_worker(pgid)
-            if victim is None:
+            busy = self._busy_worker(candidates)
+            if busy is None:
                 kind = "child"
+            else:
+                cluster, victim = busy
+        pgid = cluster.process.pid
         if kind == "child":
             children = sentinel_children(pgid)
             if not children:
@@ -493,20 +513,23 @@ class Soak:
             held = group_pids(pgid)
             kill.targets = terminate_sessions(cluster.name)
             kill.proven = bool(kill.targets)
-        kill.orphans = {pk: fence for pk, owner, fence in in_flight if _owner_pid(owner) in held}
+        kill.orphans = {pk: fence for pk, owner, fence in in_flight if owner_pid(owner) in held}
         self.result.kills.append(kill)
         self.pending.append(kill)
         self.log(f"{kill.at:7.2f}s kill #{kill.number} {kind} on {cluster.name}: {kill.targets}"
                  f" (orphaned steps {len(kill.orphans)}, proven {kill.proven})")
 
-    def _busy_worker(self, pgid: int, wait: float = 1.0) -> int | None:
-        """A worker of this cluster that holds a step's lease right now."""
+    def _busy_worker(self, clusters, wait: float = 1.5):
+        """(cluster, pid) of a worker that holds a step's lease right now."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            owners = self._steps().filter(status=StepStatus.RUNNING).values_list("lease_owner", flat=True)
-            busy = {_owner_pid(owner) for owner in owners} & set(sentinel_children(pgid))
+            owners = {owner_pid(owner) for owner in
+                      self._steps().filter(status=StepStatus.RUNNING).values_list("lease_owner", flat=True)}
+            busy = [(cluster, pid) for cluster in clusters for pid in sentinel_children(cluster.process.pid)
+                    if pid in owners]
             if busy:
-                return self.rng.choice(sorted(busy))
+                return self.rng.choice(busy)
+            self._observe()  # keep timing the recoveries under way
             time.sleep(0.02)
         return None
 
@@ -538,7 +561,10 @@ class Soak:
 
         def start():
             cluster.kill()
-            cluster.start()
+            try:
+                cluster.start()
+            except Exception as exc:  # the next supervision round tries again
+                self.log(f"{self.now():7.2f}s {cluster.name} failed to start: {exc}")
 
         thread = threading.Thread(target=start, name=f"restart-{cluster.name}", daemon=True)
         self.restarting[cluster.name] = thread
@@ -596,8 +622,8 @@ class Soak:
         result.foreign_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
         per_key = Counter(entry["idempotency_key"] for entry in ours)
         result.duplicates = [f"{key}: {n} effects in the ledger" for key, n in per_key.items() if n > 1]
-        first_request = dict(Attempt.objects.filter(operation_key__in=list(per_key), status__isnull=False)
-                             .values("operation_key").annotate(first=_min("started_at"))
+        first_request = dict(Attempt.objects.filter(operation_key__in=list(per_key))
+                             .values("operation_key").annotate(first=Min("started_at"))
                              .values_list("operation_key", "first"))
         for entry in ours:
             at = datetime.fromisoformat(entry["at"])
@@ -619,18 +645,16 @@ class Soak:
                 result.ticket_problems.append(f"{key}: step says {ref!r}, desk holds ticket {held[0]['id']}")
 
 
-def _min(name):
-    from django.db.models import Min
-
-    return Min(name)
-
-
 def soak(clusters, *, desk_url: str, workflows: int = 12, seconds: float = 20.0, kill_every: float = 1.5,
-         seed: int = 1, settle_seconds: float = 60.0, stale_after: float = 6.0, log=None) -> SoakResult:
+         seed: int = 1, settle_seconds: float = 60.0, stale_after: float = 6.0, desk_faults=(), kinds=KINDS,
+         log=None) -> SoakResult:
     """Run the soak against started clusters (chaos.Cluster or tests.processes.Worker:
-    `name`, `process`, `heartbeat_file`, `start()`, `kill()`). The caller stops them."""
+    `name`, `process`, `heartbeat_file`, `start()`, `kill()`); the caller stops
+    them. `desk_faults` are injected into the desk for the soak (POST /_faults
+    specs), e.g. latency, so that more kills land while an effect is in flight."""
     return Soak(clusters, desk_url=desk_url, workflows=workflows, seconds=seconds, kill_every=kill_every, seed=seed,
-                settle_seconds=settle_seconds, stale_after=stale_after, log=log or (lambda line: None)).run()
+                settle_seconds=settle_seconds, stale_after=stale_after, desk_faults=desk_faults,
+                kinds=kinds, log=log or (lambda line: None)).run()
 
 
 __all__ = ["Cluster", "DeskProcess", "Kill", "Restart", "SoakResult", "soak", "session_name", "ticket_plan"]

@@ -92,7 +92,9 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
         if locked.status not in COMPENSABLE_WORKFLOW:
             raise WrongState(f"A {locked.status} workflow cannot be compensated now.")
         completed = list(locked.steps.filter(lane=0, status=StepStatus.COMPLETE).order_by("-position"))
-        if step_keys:
+        if step_keys is not None:
+            if not step_keys:
+                raise CompensationInvalid("Choose at least one completed step, or leave the choice out for all.")
             unknown = set(step_keys) - {s.key for s in completed}
             if unknown:
                 raise CompensationInvalid(f"Not completed steps of this workflow: {', '.join(sorted(unknown))}.")
@@ -131,6 +133,7 @@ def _check_decider(comp: Compensation, user) -> None:
 
 def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
     _check_decider(comp, by)
+    reason = (reason or "").strip()[:2000]
     with transaction.atomic():
         comp = Compensation.objects.select_for_update().get(pk=comp.pk)
         if comp.status != CompensationStatus.REQUESTED:

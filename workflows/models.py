@@ -373,6 +373,49 @@ class AuditHead(models.Model):
     hash = models.CharField(max_length=64, default="0" * 64)
 
 
+class AuditVerification(models.Model):
+    """One check of the audit chain (`verify_audit` or the console's "Verify
+    now"), kept so auditors can see when the chain was last proven intact."""
+
+    MAX_PROBLEMS = 50
+
+    at = models.DateTimeField(default=timezone.now)
+    by = models.CharField(max_length=150)
+    # "" is every stream; otherwise the streams checked, comma-separated.
+    scope = models.TextField(blank=True, default="")
+    ok = models.BooleanField()
+    events = models.PositiveBigIntegerField()
+    streams = models.PositiveIntegerField()
+    problem_count = models.PositiveIntegerField()
+    problems = models.JSONField(default=list)
+    seconds = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["scope", "-id"], name="audit_verification_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
+
+    @classmethod
+    def run(cls, *, by: str, streams: list[str] | None = None) -> "AuditVerification":
+        """Recompute the chain (every stream, or only `streams`) and record the outcome."""
+        from workflows import audit
+
+        started = timezone.now()
+        result = audit.verify(streams)
+        return cls.objects.create(
+            at=started,
+            by=by,
+            scope=",".join(streams or []),
+            ok=result.ok,
+            events=result.events,
+            streams=result.streams,
+            problem_count=len(result.problems),
+            problems=result.problems[: cls.MAX_PROBLEMS],
+            seconds=(timezone.now() - started).total_seconds(),
+        )
+
+
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100, blank=True, default="")

@@ -1,0 +1,103 @@
+"""Chaos: workers SIGKILLed at random and their database sessions cut while
+workflows run, and two clusters sharing one PostgreSQL as two hosts would.
+No effect may happen twice and every workflow must settle."""
+
+import os
+import signal
+import time
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+
+from workflows import approvals, chaos, plans
+from workflows.models import Attempt, Step, Workflow
+from workflows.states import AttemptStatus, StepStatus
+
+pytestmark = pytest.mark.live
+
+
+def start_clusters(start_worker, *names, **env):
+    return [start_worker(name, **chaos.CLUSTER_ENV, PGAPPNAME=chaos.session_name(name), **env) for name in names]
+
+
+def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_effects(start_worker, desk):
+    clusters = start_clusters(start_worker, "chaos-a", "chaos-b")
+
+    result = chaos.soak(clusters, desk_url=desk.url, workflows=12, seconds=20, kill_every=1.5, seed=7,
+                        settle_seconds=45, desk_faults=[{"mode": "latency", "ms": 300}], log=print)
+
+    print(result.report())
+    assert result.unsettled == [], "every workflow ends terminal or waiting for an operator"
+    assert result.duplicates == [] and result.ticket_problems == [], "each effect once on the desk"
+    assert result.unrequested == [], "no effect without a committed REQUESTED attempt before it"
+    assert result.double_successes == []
+    assert result.audit_ok, result.audit_problems
+    assert result.passed
+    # The faults really happened: killed processes are gone, killed groups
+    # were started again, and on PostgreSQL backends were terminated.
+    assert result.kills and all(kill.proven for kill in result.kills)
+    kinds = {kill.kind for kill in result.kills}
+    assert {"child", "group"} <= kinds
+    assert any(restart.reason == "group kill" for restart in result.restarts)
+    assert any(kill.orphans for kill in result.kills), "at least one kill caught a step in flight"
+    if connection.vendor == "postgresql":
+        assert result.terminated_sessions > 0
+    assert result.unrecovered == 0
+
+
+def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):
+    if connection.vendor != "postgresql":
+        pytest.skip("two clusters as two hosts share one PostgreSQL (DESIGN §2); SQLite is the single-host default")
+    agent, reviewers = chaos.personas()
+    desk.fault(mode="latency", ms=200)
+    first, second = start_clusters(start_worker, "host-a", "host-b")
+    workflows = []
+    for number in range(20):
+        workflow = plans.submit(agent, chaos.ticket_plan(f"two-hosts-{number}")).workflow
+        workflows.append(approvals.approve(workflow, by=reviewers[0]))
+    steps = Step.objects.filter(workflow__in=workflows)
+    group = first.process.pid
+    first_pids, held = _freeze_holding_a_step(steps, group)
+
+    first.kill()  # SIGKILL the whole (frozen) group, mid-step
+
+    assert not chaos.group_pids(group), "the killed cluster is gone"
+    deadline = time.monotonic() + 40
+    while Workflow.objects.filter(pk__in=[w.pk for w in workflows]).exclude(status="COMPLETE").exists():
+        assert time.monotonic() < deadline, list(steps.exclude(status="COMPLETE").values_list("key", "status"))
+        time.sleep(0.2)
+    attempts = Attempt.objects.filter(step__in=steps)
+    assert not attempts.filter(status=AttemptStatus.SUCCEEDED).values("step").annotate(
+        n=Count("id")).filter(n__gt=1).exists(), "no step succeeded twice"
+    tickets = desk.tickets()
+    for key in steps.filter(action="ticket.create").values_list("operation_key", flat=True):
+        assert [t["idempotency_key"] for t in tickets].count(key) == 1
+    ledger_keys = [entry["idempotency_key"] for entry in desk.ledger()]
+    assert len(ledger_keys) == len(set(ledger_keys)) == steps.count(), "one effect per operation"
+    pids = {chaos.owner_pid(worker) for worker in attempts.values_list("worker", flat=True)}
+    second_pids = chaos.group_pids(second.process.pid)
+    assert pids & first_pids, "the killed cluster did work before it died"
+    assert pids & second_pids, "the surviving cluster did work"
+    # The steps the killed cluster held were finished by the survivor.
+    for step in Step.objects.filter(pk__in=held):
+        assert step.status == StepStatus.COMPLETE
+        assert chaos.owner_pid(step.lease_owner) in second_pids
+
+
+def _freeze_holding_a_step(steps, group, timeout=20.0):
+    """SIGSTOP the cluster's group at a moment it holds a step's lease, after
+    some steps completed: returns its pids and the steps it holds, frozen
+    in its hands until the SIGKILL."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if steps.filter(status=StepStatus.COMPLETE).exists():
+            os.killpg(group, signal.SIGSTOP)
+            pids = chaos.group_pids(group)
+            held = [pk for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
+                    .values_list("pk", "lease_owner") if chaos.owner_pid(owner) in pids]
+            if held:
+                return pids, held
+            os.killpg(group, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError("the first cluster never held a step")

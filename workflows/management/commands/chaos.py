@@ -1,0 +1,84 @@
+"""`chaos`: the soak of workflows.chaos against real clusters and a real desk.
+
+    python manage.py chaos --workflows 200 --clusters 2 --seconds 120 --kill-every 2.0 --seed 1
+
+Starts its own ticket desk (unless --desk-url) and its own `qcluster`
+processes with the same environment and database, runs the soak, prints the
+report and exits non-zero unless every check passed.
+"""
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows import chaos
+
+
+class Command(BaseCommand):
+    help = "Run workflows while worker processes are SIGKILLed and their database sessions terminated."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--workflows", type=int, default=200)
+        parser.add_argument("--clusters", type=int, default=2)
+        parser.add_argument("--seconds", type=float, default=120.0, help="how long to keep killing")
+        parser.add_argument("--kill-every", type=float, default=2.0, help="mean seconds between kills")
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--settle-seconds", type=float, default=120.0,
+                            help="how long to wait, after the kills, for every workflow to settle")
+        parser.add_argument("--lease-seconds", type=float, default=3.0, help="STEP_LEASE_SECONDS of the workers")
+        parser.add_argument("--desk-latency-ms", type=int, default=50, help="latency injected into desk writes")
+        parser.add_argument("--desk-ignores-idempotency", action="store_true",
+                            help="the desk creates a new ticket for a repeated Idempotency-Key (lookup still works), "
+                                 "so only reconciliation stands between a crash and a duplicate")
+        parser.add_argument("--kinds", default=",".join(chaos.KINDS),
+                            help=f"comma-separated kinds of kill (default all: {','.join(chaos.KINDS)})")
+        parser.add_argument("--desk-url", help="use this ticket desk instead of starting one (no faults injected)")
+        parser.add_argument("--workdir", help="logs and desk data (default var/chaos/<time>)")
+        parser.add_argument("--json", dest="json_path", help="also write the result as JSON to this file")
+
+    def handle(self, *args, **opts):
+        if opts["workflows"] < 1 or opts["clusters"] < 1 or opts["kill_every"] <= 0:
+            raise CommandError("--workflows and --clusters must be at least 1 and --kill-every positive")
+        kinds = [kind.strip() for kind in opts["kinds"].split(",") if kind.strip()]
+        if not kinds or set(kinds) - set(chaos.KINDS):
+            raise CommandError(f"--kinds takes some of: {', '.join(chaos.KINDS)}")
+        logging.getLogger("django-q").setLevel(logging.WARNING)  # one "Enqueued" line per approval otherwise
+        workdir = Path(opts["workdir"] or Path(settings.VAR_DIR) / "chaos" / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        desk = None
+        clusters = []
+        try:
+            desk_url = opts["desk_url"]
+            if not desk_url:
+                desk = chaos.DeskProcess(workdir / "desk.sqlite3").start()
+                desk_url = desk.url
+            env = {**chaos.CLUSTER_ENV, "TICKET_DESK_URL": desk_url, "STEP_LEASE_SECONDS": str(opts["lease_seconds"])}
+            for number in range(opts["clusters"]):
+                clusters.append(chaos.Cluster(f"cluster-{number + 1}", workdir, env).start())
+            self.stdout.write(f"desk {desk_url}, {len(clusters)} clusters, logs in {workdir}")
+            result = chaos.soak(
+                clusters, desk_url=desk_url, workflows=opts["workflows"], seconds=opts["seconds"],
+                kill_every=opts["kill_every"], seed=opts["seed"], settle_seconds=opts["settle_seconds"],
+                desk_faults=self._desk_faults(opts) if desk else (), kinds=kinds, log=self.stdout.write,
+            )
+        finally:
+            for cluster in clusters:
+                cluster.stop()
+            if desk is not None:
+                desk.stop()
+        self.stdout.write("")
+        self.stdout.write(result.report())
+        if opts["json_path"]:
+            Path(opts["json_path"]).write_text(json.dumps(result.as_dict(), indent=2, default=str))
+        if not result.passed:
+            raise CommandError("the soak failed: see the report above")
+
+    @staticmethod
+    def _desk_faults(opts) -> list[dict]:
+        faults = [{"mode": "latency", "ms": opts["desk_latency_ms"]}] if opts["desk_latency_ms"] else []
+        if opts["desk_ignores_idempotency"]:
+            faults.append({"mode": "ignore_idempotency"})
+        return faults
