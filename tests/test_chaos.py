@@ -85,6 +85,40 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         assert chaos.owner_pid(step.lease_owner) in second_pids
 
 
+def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_desk_without_idempotency(
+        start_worker, desk):
+    """The desk ignores Idempotency-Key (an API without idempotency whose
+    lookup by key still works), so only reconciliation stands between a crash
+    and a second ticket. The worker dies after sending its POST, which the
+    desk is still working on; recovery looks the key up before that request
+    lands, would find nothing, and would create the ticket again: so
+    "not found" is trusted only once the earlier request can no longer land."""
+    desk.fault(mode="latency", ms=4000)
+    desk.fault(mode="ignore_idempotency")
+    start_clusters(start_worker, "lonely", ACTION_TIMEOUT_SECONDS="6")
+    agent, reviewers = chaos.personas()
+    plan = {"name": "one ticket", "submission_key": "in-flight",
+            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Lift stuck", "body": "B2"}}]}
+    workflow = approvals.approve(plans.submit(agent, plan).workflow, by=reviewers[0])
+    step = workflow.steps.get()
+    deadline = time.monotonic() + 20
+    while not (attempt := Attempt.objects.filter(step=step).first()):
+        assert time.monotonic() < deadline, "the step was never attempted"
+        time.sleep(0.02)
+    time.sleep(0.5)  # the POST is at the desk now, inside its latency
+    victim = chaos.owner_pid(attempt.worker)
+    os.kill(victim, signal.SIGKILL)
+
+    assert chaos.gone([victim]), "the worker died with its request in flight"
+    deadline = time.monotonic() + 30
+    while Workflow.objects.get(pk=workflow.pk).status != "COMPLETE":
+        assert time.monotonic() < deadline, list(Attempt.objects.filter(step=step).values_list("status", flat=True))
+        time.sleep(0.2)
+    time.sleep(4.5)  # every request sent has landed by now
+    assert [entry["path"] for entry in desk.ledger()][:1] == ["/tickets"], "the killed worker's request landed"
+    assert len(desk.tickets(idempotency_key=step.operation_key)) == 1
+
+
 def _freeze_holding_a_step(steps, group, timeout=20.0):
     """SIGSTOP the cluster's group at a moment it holds a step's lease, after
     some steps completed: returns its pids and the steps it holds, frozen

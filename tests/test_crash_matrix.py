@@ -12,7 +12,8 @@ from workflows.models import Attempt, DeadLetter, Step
 
 pytestmark = pytest.mark.live
 
-CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2"}
+CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2",
+             "ACTION_TIMEOUT_SECONDS": "2", "RECONCILE_GRACE_SECONDS": "0.5"}
 
 
 def submit_and_approve(people, body):

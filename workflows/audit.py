@@ -47,8 +47,10 @@ def append(*, actor, verb: str, obj_type: str, obj_id, workflow_id=None, data: d
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the change they record")
     stream = str(workflow_id) if workflow_id else SYSTEM_STREAM
-    AuditHead.objects.bulk_create([AuditHead(stream=stream)], ignore_conflicts=True)
-    head = AuditHead.objects.select_for_update().get(stream=stream)
+    head = AuditHead.objects.select_for_update().filter(stream=stream).first()
+    if head is None:  # a new stream: create its head once, whoever gets there first
+        AuditHead.objects.bulk_create([AuditHead(stream=stream)], ignore_conflicts=True)
+        head = AuditHead.objects.select_for_update().get(stream=stream)
     fields = {
         "stream": stream,
         "seq": head.seq + 1,

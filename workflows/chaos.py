@@ -57,7 +57,7 @@ from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 KINDS = ("worker", "child", "group", "sessions")
 # Environment of the clusters under chaos. Short task timeouts bound how long
 # a wedged cluster takes to withhold its heartbeat (workflows.worker.StallWatch).
-CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
+CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "ACTION_TIMEOUT_SECONDS": "3", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
 # A workflow is settled when no worker will touch it again without a person.
@@ -158,14 +158,14 @@ class Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.heartbeat_file.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORKER_HEARTBEAT_FILE": str(self.heartbeat_file), **self.env}
-        with open(self.workdir / f"{self.name}-{self.starts}.log", "wb") as out:
-            self.process = subprocess.Popen(_manage("qcluster"), cwd=settings.BASE_DIR, env=env, stdout=out,
+        with open(self.workdir / f"{self.name}-{self.starts}.log", "wb") as log:
+            self.process = subprocess.Popen(_manage("qcluster"), cwd=settings.BASE_DIR, env=env, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self.heartbeat_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"cluster {self.name} did not start; see {self.workdir}/{self.name}-{self.starts}.log")
+                raise RuntimeError(f"cluster {self.name} did not start; see {log.name} in {self.workdir}")
             time.sleep(0.05)
         return self
 
@@ -220,7 +220,7 @@ def sentinel_children(pgid: int) -> list[int]:
     return sorted(pid for pid, ppid in members if ppid in sentinels)
 
 
-def _gone(pids, timeout: float = 2.0) -> bool:
+def gone(pids, timeout: float = 2.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         live = {pid for pid, _, _ in _live_processes()}
@@ -287,7 +287,7 @@ class SoakResult:
     effects: int = 0
     duplicates: list[str] = field(default_factory=list)
     unrequested: list[str] = field(default_factory=list)
-    foreign_effects: int = 0
+    keyless_effects: int = 0
     ticket_problems: list[str] = field(default_factory=list)
     double_successes: list[str] = field(default_factory=list)
     repeated_attempts: int = 0
@@ -316,7 +316,7 @@ class SoakResult:
     @property
     def passed(self) -> bool:
         return not (self.unsettled or self.duplicates or self.unrequested or self.ticket_problems
-                    or self.double_successes or self.foreign_effects or not self.audit_ok)
+                    or self.double_successes or self.keyless_effects or not self.audit_ok)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "recovery": self.recovery_summary(),
@@ -324,14 +324,12 @@ class SoakResult:
                 "terminated_sessions": self.terminated_sessions, "passed": self.passed}
 
     def report(self) -> str:
-        def seconds(value):
-            return "-" if value is None else f"{value:.2f}"
+        def spread(summary):
+            return "  ".join(f"{name} {'-' if summary[name] is None else f'{summary[name]:.2f}'}"
+                             for name in ("min", "median", "p95", "max"))
 
         kinds = Counter(k.kind for k in self.kills)
         reasons = Counter(r.reason for r in self.restarts)
-        def spread(summary):
-            return "  ".join(f"{name} {seconds(summary[name])}" for name in ("min", "median", "p95", "max"))
-
         rows = [
             ("database", self.vendor),
             ("soak", f"{self.seconds:.0f} s, kill every {self.kill_every} s, seed {self.seed}, "
@@ -346,8 +344,8 @@ class SoakResult:
             ("  orphaning kills", f"{spread(self.recovery_summary(orphaning_only=True))}  "
                                   f"({sum(bool(k.orphans) for k in self.kills)} kills left "
                                   f"{sum(len(k.orphans) for k in self.kills)} steps behind)"),
-            ("effects", f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; "
-                        f"without an earlier REQUESTED attempt {len(self.unrequested)}; foreign {self.foreign_effects}"),
+            ("effects", f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; without an earlier "
+                        f"REQUESTED attempt {len(self.unrequested)}; without a key {self.keyless_effects}"),
             ("repeated attempts", f"{self.repeated_attempts} (absorbed by idempotency keys or reconciled)"),
             ("double successes", str(len(self.double_successes))),
             ("ticket problems", str(len(self.ticket_problems))),
@@ -385,6 +383,9 @@ def personas() -> tuple[User, list[User]]:
 
 
 class Soak:
+    """One run: workload, faults, supervision and recovery timing in a single
+    polling loop, then the verdict. Use `soak()`."""
+
     def __init__(self, clusters, *, desk_url: str, workflows: int, seconds: float, kill_every: float, seed: int,
                  settle_seconds: float, stale_after: float, desk_faults, kinds, log):
         self.clusters = list(clusters)
@@ -394,8 +395,10 @@ class Soak:
         self.desk_faults = list(desk_faults)
         self.rng = random.Random(seed)
         self.log = log
-        self.postgres = connection.vendor == "postgresql"
-        self.kinds = [kind for kind in kinds if kind != "sessions" or self.postgres]
+        if set(kinds) - set(KINDS):
+            raise ValueError(f"unknown kinds of kill {sorted(set(kinds) - set(KINDS))}; known: {', '.join(KINDS)}")
+        # Only PostgreSQL has sessions to terminate.
+        self.kinds = [kind for kind in kinds if kind != "sessions" or connection.vendor == "postgresql"]
         self.planned = workflows
         self.tag = f"{seed}-{uuid.uuid4().hex[:8]}"
         self.workflow_ids: list = []
@@ -478,8 +481,6 @@ class Soak:
     # -- faults -------------------------------------------------------------
 
     def _kill(self, kind: str) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown kind of kill {kind!r}; known: {', '.join(KINDS)}")
         candidates = [c for c in self.clusters if c.name not in self.restarting and c.process is not None]
         if not candidates:
             return
@@ -502,12 +503,12 @@ class Soak:
                     targets=[], proven=False, completed_before=completed)
         if kind in ("worker", "child"):
             os.kill(victim, signal.SIGKILL)
-            kill.targets, kill.proven = [victim], _gone([victim])
+            kill.targets, kill.proven = [victim], gone([victim])
             held = {victim}
         elif kind == "group":
             held = group_pids(pgid)
             cluster.kill()
-            kill.targets, kill.proven = sorted(held), _gone(held)
+            kill.targets, kill.proven = sorted(held), gone(held)
             self._restart(cluster, "group kill")
         else:
             held = group_pids(pgid)
@@ -619,7 +620,7 @@ class Soak:
         ledger = requests.get(f"{self.desk_url}/_ledger", timeout=30).json()
         ours = [entry for entry in ledger if entry["idempotency_key"] in steps]
         result.effects = len(ours)
-        result.foreign_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
+        result.keyless_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
         per_key = Counter(entry["idempotency_key"] for entry in ours)
         result.duplicates = [f"{key}: {n} effects in the ledger" for key, n in per_key.items() if n > 1]
         first_request = dict(Attempt.objects.filter(operation_key__in=list(per_key))
@@ -655,6 +656,3 @@ def soak(clusters, *, desk_url: str, workflows: int = 12, seconds: float = 20.0,
     return Soak(clusters, desk_url=desk_url, workflows=workflows, seconds=seconds, kill_every=kill_every, seed=seed,
                 settle_seconds=settle_seconds, stale_after=stale_after, desk_faults=desk_faults,
                 kinds=kinds, log=log or (lambda line: None)).run()
-
-
-__all__ = ["Cluster", "DeskProcess", "Kill", "Restart", "SoakResult", "soak", "session_name", "ticket_plan"]

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -92,35 +92,46 @@ def _due_steps(workflow_id=None):
     return steps.order_by("next_attempt_at", "id")
 
 
+CLAIM_BATCH = 8
+
+
 def claim(workflow_id=None) -> Step | None:
     """Take the lease on one due step, or return None when nothing is due."""
+    steps = claim_batch(1, workflow_id)
+    return steps[0] if steps else None
+
+
+def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None) -> list[Step]:
+    """Take leases on up to `limit` due steps in one transaction (one commit
+    for the lot). On PostgreSQL, rows another worker is claiming are skipped,
+    not waited for; each claim is still a conditional, fenced update."""
     lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
+    claimed = []
     with transaction.atomic():
         candidates = _due_steps(workflow_id)
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        step = candidates.select_related("workflow").first()
-        if step is None:
-            return None
         now = timezone.now()
-        claimed = move(
-            step,
-            StepStatus.RUNNING,
-            actor=WORKER,
-            verb="step.claimed",
-            data={"worker": worker_id(), "fence": step.fence + 1},
-            guard={"fence": step.fence},
-            fence=F("fence") + 1,
-            lease_owner=worker_id(),
-            lease_expires_at=now + lease,
-            next_attempt_at=None,
-        )
-        if not claimed:
-            return None
-        workflow = step.workflow
-        if workflow.status == WorkflowStatus.APPROVED:
-            move(workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
-    return step
+        owner = worker_id()
+        for step in candidates.select_related("workflow")[:limit]:
+            won = move(
+                step,
+                StepStatus.RUNNING,
+                actor=WORKER,
+                verb="step.claimed",
+                data={"worker": owner, "fence": step.fence + 1},
+                guard={"fence": step.fence},
+                fence=F("fence") + 1,
+                lease_owner=owner,
+                lease_expires_at=now + lease,
+                next_attempt_at=None,
+            )
+            if not won:
+                continue
+            if step.workflow.status == WorkflowStatus.APPROVED:
+                move(step.workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
+            claimed.append(step)
+    return claimed
 
 
 # --- running ----------------------------------------------------------------
@@ -140,9 +151,10 @@ def drain(budget_seconds: float | None = None) -> int:
     budget = budget_seconds if budget_seconds is not None else settings.Q_CLUSTER["timeout"] / 2
     stop_at = time.monotonic() + budget
     done = finish_verifying()
-    while time.monotonic() < stop_at and (step := claim()) is not None:
-        execute(step)
-        done += 1
+    while time.monotonic() < stop_at and (batch := claim_batch()):
+        for step in batch:
+            execute(step)
+            done += 1
     return done
 
 
@@ -356,6 +368,17 @@ def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
                          next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
                          data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class})
             return True
+        settled_at = _in_flight_until(open_attempts)
+        if found is None and settled_at > timezone.now():
+            # "Not found" only means "did not happen" once the earlier request
+            # can no longer land: a killed worker's request may still be in
+            # flight at the remote. Look again when its time is up.
+            with transaction.atomic():
+                _assert_lease(step, fence, StepStatus.RUNNING)
+                move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
+                     next_attempt_at=settled_at, lease_expires_at=None,
+                     data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"})
+            return True
         with transaction.atomic():
             _assert_lease(step, fence, StepStatus.RUNNING)
             for attempt in open_attempts:
@@ -380,6 +403,14 @@ def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
              data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"})
         _workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
     return True
+
+
+def _in_flight_until(attempts) -> datetime:
+    """When the latest of these requests can no longer take effect remotely:
+    its start, plus the client's timeout, plus a grace for the remote's own
+    processing (RECONCILE_GRACE_SECONDS)."""
+    latest = max(a.started_at for a in attempts)
+    return latest + timedelta(seconds=settings.ACTION_TIMEOUT_SECONDS + settings.RECONCILE_GRACE_SECONDS)
 
 
 def _record_reconciled(step: Step, outcome: Outcome, fence: int) -> None:

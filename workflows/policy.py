@@ -22,6 +22,15 @@ class Check:
     detail: str
 
 
+def policies_for(names) -> dict[str, ActionPolicy]:
+    """Current policies of several actions in one query (created if missing)."""
+    names = set(names)
+    found = {p.action: p for p in ActionPolicy.objects.filter(action__in=names)}
+    for name in names - set(found):
+        found[name] = policy_for(name)
+    return found
+
+
 def policy_for(action: str) -> ActionPolicy:
     """The action's policy row, created with safe defaults on first use."""
     policy = ActionPolicy.objects.filter(action=action).first()
@@ -40,23 +49,18 @@ def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) 
     the strictest high-risk action. One per reviewer."""
     now = now or timezone.now()
     ttls = [p.approval_ttl_seconds for p in policies if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
+    # One query: the approver's current account and role are joined in, so a
+    # deactivated approver or one removed from the reviewers no longer counts.
     approvals = Approval.objects.filter(
-        workflow=workflow, decision=Approval.Decision.APPROVE, plan_hash=workflow.plan_hash
-    ).select_related("reviewer").order_by("-created_at")
+        workflow=workflow, decision=Approval.Decision.APPROVE, plan_hash=workflow.plan_hash,
+        reviewer__is_active=True, reviewer__groups__name=roles.REVIEWERS,
+    ).exclude(reviewer_id=workflow.submitted_by_id).select_related("reviewer").order_by("-created_at")
     if ttls:
         approvals = approvals.filter(created_at__gte=now - timedelta(seconds=min(ttls)))
     by_reviewer = {}
     for approval in approvals:
-        reviewer = approval.reviewer
-        if reviewer.pk == workflow.submitted_by_id or not roles.is_reviewer(reviewer):
-            continue
-        by_reviewer.setdefault(reviewer.pk, approval)
+        by_reviewer.setdefault(approval.reviewer_id, approval)
     return list(by_reviewer.values())
-
-
-def approvals_required(workflow: Workflow) -> int:
-    actions_in_plan = {step["action"] for step in workflow.plan}
-    return max([policy_for(name).approvals_required for name in actions_in_plan] + [1])
 
 
 def evaluate(step: Step) -> list[Check]:
@@ -69,14 +73,16 @@ def evaluate(step: Step) -> list[Check]:
     except KeyError:
         known = False
     checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
-    policy = policy_for(step.action)
+    plan_actions = {s["action"] for s in workflow.plan} if not step.lane else set()
+    current = policies_for(plan_actions | {step.action})
+    policy = current[step.action]
     checks.append(Check("action enabled", policy.enabled,
                         f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
     if step.lane:
         return checks + _compensation_checks(step, now)
     checks.append(Check("deadline not passed", workflow.deadline > now,
                         f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
-    plan_policies = [policy_for(name) for name in {s["action"] for s in workflow.plan}]
+    plan_policies = [current[name] for name in plan_actions]
     required = max([p.approvals_required for p in plan_policies] + [1])
     valid = valid_approvals(workflow, plan_policies, now)
     names = ", ".join(sorted(a.reviewer.get_username() for a in valid)) or "none"

@@ -38,7 +38,9 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
     model = type(obj)
     if model in (Workflow, Step, Compensation):
         fields.setdefault("updated_at", timezone.now())
-    with transaction.atomic():
+    # No savepoint: the update and its audit event succeed or fail together
+    # with the caller's transaction (or form their own when there is none).
+    with transaction.atomic(savepoint=False):
         updated = model.objects.filter(pk=obj.pk, status=current, **(guard or {})).update(status=target, **fields)
         if not updated:
             return False

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from workflows import approvals, resolution, roles
+from workflows import approvals, policy, resolution, roles
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, Workflow
 from workflows.pagination import page_by_created
@@ -62,6 +62,14 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _approval_progress(workflow: Workflow) -> dict:
+    """Distinct approvals that still count, of those the plan needs: a
+    2-of-2 plan stays PLANNED after the first one."""
+    plan_policies = list(policy.policies_for(step["action"] for step in workflow.plan).values())
+    return {"counted": len(policy.valid_approvals(workflow, plan_policies)),
+            "required": max([p.approvals_required for p in plan_policies] + [1])}
+
+
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     steps = list(workflow.steps.prefetch_related("attempts"))
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
@@ -70,6 +78,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "steps": steps,
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
+        "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
         "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
         "can_decide": (
             workflow.status == WorkflowStatus.PLANNED
