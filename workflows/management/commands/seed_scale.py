@@ -22,8 +22,10 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import JSONField
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from workflows import audit, roles
 from workflows.models import (
@@ -106,7 +108,10 @@ class Seeder:
         return self.counts
 
     def _add(self, model, objects: list) -> list:
-        model.objects.bulk_create(objects, batch_size=INSERT_BATCH)
+        if connection.vendor == "postgresql":
+            _copy(model, objects)
+        else:
+            model.objects.bulk_create(objects, batch_size=INSERT_BATCH)
         self.counts[model._meta.model_name] = self.counts.get(model._meta.model_name, 0) + len(objects)
         return objects
 
@@ -246,6 +251,30 @@ class Seeder:
             prev = digest
         return chain
 
+
+def _copy(model, objects: list) -> None:
+    """COPY the rows: several times faster than Django's INSERT on PostgreSQL.
+    Ids of identity columns are first taken from the table's own sequence,
+    so that later rows can refer to them and concurrent writers never clash."""
+    if not objects:
+        return
+    meta, quote = model._meta, connection.ops.quote_name
+    with connection.cursor() as cursor:
+        if objects[0].pk is None:
+            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                           [meta.db_table, meta.pk.column, len(objects)])
+            for obj, (pk,) in zip(objects, cursor.fetchall()):
+                obj.pk = pk
+        fields = meta.concrete_fields
+        columns = ", ".join(quote(field.column) for field in fields)
+        with cursor.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN") as copy:
+            for obj in objects:
+                copy.write_row([_cell(obj, field) for field in fields])
+
+
+def _cell(obj, field):
+    value = getattr(obj, field.attname)
+    return Jsonb(value) if value is not None and isinstance(field, JSONField) else value
 
 class Command(BaseCommand):
     help = "Bulk-seed workflows, steps, attempts, dead letters and hash-chained audit events for benchmarks."

@@ -1,0 +1,185 @@
+"""Property tests: random sequences of operations never reach a state the
+transition table forbids and never repeat an effect; generated secrets never
+survive redaction."""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from workflows import actions, approvals, audit, deadletters, execution, plans, redaction, states
+from workflows.actions import ActionError, Outcome
+from workflows.errors import DomainError
+from workflows.models import Attempt, DeadLetter, Step, Workflow
+
+PERFORMED: dict[str, int] = {}
+FAULTS: list[str] = []
+
+
+@actions.register
+class Counted(actions.Action):
+    """Counts every call per operation key, and never deduplicates: a repeat
+    by the engine would show as a count of two."""
+
+    name = "test.counted"
+    idempotent = False
+    can_lookup = True
+    compensation = None
+
+    def validate(self, args):
+        return {}
+
+    def perform(self, args, operation_key):
+        fault = FAULTS.pop(0) if FAULTS else None
+        if fault == "transient":
+            raise ActionError(states.FailureClass.TRANSIENT, "injected 503")
+        if fault == "invalid":
+            raise ActionError(states.FailureClass.INVALID_ARGUMENTS, "injected 400")
+        PERFORMED[operation_key] = PERFORMED.get(operation_key, 0) + 1
+        if fault == "lost_answer":
+            raise ActionError(states.FailureClass.TIMEOUT, "injected timeout after the effect", outcome_unknown=True)
+        return Outcome(result={"n": PERFORMED[operation_key]}, external_ref=f"count:{operation_key}")
+
+    def lookup(self, operation_key):
+        return Outcome(result={"n": PERFORMED[operation_key]}) if PERFORMED.get(operation_key) else None
+
+
+class Operations(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        PERFORMED.clear()
+        FAULTS.clear()
+        self.savepoint = transaction.savepoint()
+        self.workflows = []
+
+    @initialize()
+    def people(self):
+        from django.contrib.auth.models import Group, User
+
+        self.agent = User.objects.get_or_create(username="prop-agent")[0]
+        self.reviewer = User.objects.get_or_create(username="prop-reviewer")[0]
+        self.operator = User.objects.get_or_create(username="prop-operator")[0]
+        self.reviewer.groups.add(Group.objects.get_or_create(name="reviewers")[0])
+        self.operator.groups.add(Group.objects.get_or_create(name="operators")[0])
+
+    @rule(steps=st.integers(min_value=1, max_value=3))
+    def submit(self, steps):
+        body = {"name": "p", "submission_key": f"p{len(self.workflows)}",
+                "steps": [{"key": f"s{i}", "action": "test.counted", "args": {}} for i in range(steps)]}
+        self.workflows.append(plans.submit(self.agent, body).workflow.pk)
+
+    @rule(steps=st.integers(min_value=1, max_value=3))
+    def submit_approved(self, steps):
+        self.submit(steps)
+        approvals.approve(Workflow.objects.get(pk=self.workflows[-1]), by=self.reviewer)
+
+    @precondition(lambda self: self.workflows)
+    @rule(data=st.data(), decision=st.sampled_from(["approve", "reject"]))
+    def decide(self, data, decision):
+        workflow = Workflow.objects.get(pk=data.draw(st.sampled_from(self.workflows)))
+        try:
+            getattr(approvals, decision)(workflow, by=self.reviewer)
+        except DomainError:
+            pass  # a refused decision is a legal outcome; the invariants check the rest
+
+    @rule(fault=st.sampled_from(["transient", "invalid", "lost_answer"]))
+    def inject(self, fault):
+        FAULTS.append(fault)
+
+    @rule()
+    def run(self):
+        execution.drain(budget_seconds=2)
+
+    @rule()
+    def crash_mid_step(self):
+        """A worker claims a step, commits REQUESTED, then vanishes."""
+        step = execution.claim()
+        if step is not None:
+            try:
+                execution._request_attempt(step, step.fence)
+            except execution.LeaseLost:
+                return
+            execution.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+
+    @precondition(lambda self: DeadLetter.objects.open().exists())
+    @rule()
+    def replay(self):
+        try:
+            deadletters.replay(DeadLetter.objects.open().first(), by=self.operator, reason="property test")
+        except DomainError:
+            pass
+
+    @invariant()
+    def statuses_are_known_and_consistent(self):
+        for status, in Workflow.objects.values_list("status"):
+            assert status in states.WorkflowStatus.values
+        for workflow in Workflow.objects.filter(status="COMPLETE"):
+            assert not workflow.steps.filter(lane=0).exclude(status="COMPLETE").exists()
+        for status, in Step.objects.values_list("status"):
+            assert status in states.StepStatus.values
+        for status, in Attempt.objects.values_list("status"):
+            assert status in states.AttemptStatus.values
+
+    @invariant()
+    def no_effect_twice(self):
+        assert all(count == 1 for count in PERFORMED.values()), PERFORMED
+
+    @invariant()
+    def every_effect_had_a_requested_attempt(self):
+        for key in PERFORMED:
+            assert Attempt.objects.filter(operation_key=key).exists()
+
+    def teardown(self):
+        try:
+            assert audit.verify().ok
+        finally:
+            transaction.savepoint_rollback(self.savepoint)
+
+
+def test_random_operations_never_break_the_rules(db, settings):
+    settings.ACTION_TIMEOUT_SECONDS = 0.01
+    settings.RECONCILE_GRACE_SECONDS = 0.0
+    from workflows import retry
+
+    retry.BASE_SECONDS, retry.CAP_SECONDS = 0.0, 0.0
+    run_state_machine_as_test(Operations, settings=settings_for_machine())
+
+
+def settings_for_machine():
+    return settings(max_examples=60, stateful_step_count=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+SECRET_KEYS = st.sampled_from(["password", "api_key", "Authorization", "client_secret", "token", "x-api-key",
+                               "private_key", "sessionid", "apiKey"])
+SECRETS = st.text(alphabet=st.characters(min_codepoint=48, max_codepoint=122), min_size=12, max_size=40).filter(
+    lambda s: s.strip() and not s.isdigit())
+
+
+@given(key=SECRET_KEYS, secret=SECRETS, nest=st.integers(min_value=0, max_value=4))
+@settings(max_examples=200)
+def test_secrets_under_secret_keys_never_survive(key, secret, nest):
+    value = {key: secret}
+    for _ in range(nest):
+        value = {"outer": [value, {"other": "kept"}]}
+    assert secret not in repr(redaction.redact(value))
+
+
+@given(scheme=st.sampled_from(["Bearer ", "Basic ", "token "]),
+       secret=st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=12,
+                      max_size=60),
+       before=st.text(max_size=30), after=st.text(max_size=30))
+@settings(max_examples=200)
+def test_credentials_inside_free_text_never_survive(scheme, secret, before, after):
+    text = f"{before} Authorization: {scheme}{secret} {after}"
+    assert f"{scheme}{secret}" not in redaction.redact_text(text)
+    assert f"{scheme}{secret}" not in redaction.redact({"note": text})["note"]
+
+
+@given(prompt=st.text(min_size=redaction.PROMPT_LIMIT + 1, max_size=3000))
+@settings(max_examples=50)
+def test_long_prompts_never_survive_in_context(prompt):
+    assert prompt not in repr(redaction.redact({"anything": prompt}, prompts=True))
