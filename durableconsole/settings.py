@@ -171,6 +171,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "durable-console@localhost")
 
 CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
 REVIEW_WEBHOOK_URL = env_str("REVIEW_WEBHOOK_URL", "")
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # Durable execution
 TICKET_DESK_URL = env_str("TICKET_DESK_URL", "http://127.0.0.1:8100").rstrip("/")
@@ -229,5 +230,5 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     # /healthz answers over plain HTTP so load balancers can probe it.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

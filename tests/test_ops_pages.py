@@ -63,3 +63,18 @@ def test_counts_are_capped_not_table_scans(troubled, client, django_assert_max_n
     login(client, "operator")
     with django_assert_max_num_queries(20):
         client.get("/attention/")
+
+
+def test_metrics_are_prometheus_text(troubled, client):
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    text = response.content.decode()
+    assert 'durable_workflows{status="FAILED"} 1' in text
+    assert "durable_dead_letters_open 1" in text
+    assert "# TYPE durable_dead_letter_oldest_age_seconds gauge" in text
+
+
+def test_metrics_can_require_a_token(db, client, settings):
+    settings.METRICS_TOKEN = "scrape-me"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200

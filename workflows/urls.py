@@ -34,4 +34,5 @@ urlpatterns = [
     path("audit/export.csv", views_audit.audit_export_csv, name="audit_export_csv"),
     path("audit/export.jsonl", views_audit.audit_export_jsonl, name="audit_export_jsonl"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views_ops.metrics, name="metrics"),
 ]

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -104,6 +105,8 @@ def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 
 
 def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
     try:
@@ -122,6 +125,8 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> Htt
 @login_required
 @require_POST
 def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    if not roles.is_operator(request.user):
+        raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     step = get_object_or_404(workflow.steps, key=step_key)
     try:

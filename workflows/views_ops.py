@@ -117,3 +117,45 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, roles.OPERATORS, roles.AUDITORS, roles.REVIEWERS)
     template = "workflows/dashboard.html#charts" if request.htmx else "workflows/dashboard.html"
     return render(request, template, dashboard_context())
+
+
+def _metric(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} {kind}")
+    for labels, value in samples:
+        label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text. Open by default (bind it to the ops network); with
+    METRICS_TOKEN set, scrapers must send it as a bearer token."""
+    from django.conf import settings
+
+    token = settings.METRICS_TOKEN
+    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+        return HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
+    from workflows.models import Workflow
+
+    lines: list[str] = []
+    by_status = dict(Workflow.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
+    _metric(lines, "durable_workflows", "gauge", "Workflows by status.",
+            [({"status": s}, by_status.get(s, 0)) for s in sorted(by_status)])
+    active = dict(
+        Step.objects.exclude(status__in=[StepStatus.COMPLETE, StepStatus.COMPENSATED, StepStatus.PENDING])
+        .values("status").annotate(n=Count("id")).values_list("status", "n")
+    )
+    _metric(lines, "durable_steps_unsettled", "gauge", "Steps running, waiting, parked or in doubt, by status.",
+            [({"status": s}, active.get(s, 0)) for s in sorted(active)])
+    oldest = DeadLetter.objects.open().order_by("created_at").values_list("created_at", flat=True).first()
+    _metric(lines, "durable_dead_letters_open", "gauge", "Open dead letters (capped at 1000).",
+            [({}, int(_capped(DeadLetter.objects.open()).rstrip("+")))])
+    _metric(lines, "durable_dead_letter_oldest_age_seconds", "gauge", "Age of the oldest open dead letter.",
+            [({}, round((timezone.now() - oldest).total_seconds(), 3) if oldest else 0)])
+    recent = timezone.now() - timedelta(minutes=5)
+    done = Attempt.objects.filter(finished_at__gte=recent, status__in=[AttemptStatus.SUCCEEDED,
+                                                                       AttemptStatus.RECONCILED]).count()
+    _metric(lines, "durable_steps_completed_5m", "gauge", "Attempts that succeeded in the last five minutes.",
+            [({}, done)])
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")

@@ -19,15 +19,14 @@ import time
 import uuid
 from datetime import timedelta
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from workflows import audit, roles
+from workflows import audit
+from workflows.bench import AGENT, REVIEWER, personas
 from workflows.models import (
     Approval,
     Attempt,
@@ -44,7 +43,7 @@ from workflows.models import (
 from workflows.plans import canonical_plan
 from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
-AGENT, REVIEWER, WORKER = "bench-agent", "bench-reviewer", "worker"
+WORKER = "worker"
 STEPS = 3
 # One slot per workflow, repeating: 10% await review, 10% failed, 5% rejected, 75% complete.
 MIX = [WorkflowStatus.PLANNED] * 2 + [WorkflowStatus.FAILED] * 2 + [WorkflowStatus.REJECTED] + \
@@ -57,16 +56,6 @@ SPAN = timedelta(days=30)
 INSERT_BATCH = 2000
 PLAN = canonical_plan([{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(STEPS)])
 PLAN_HASH = sha256_hex(canonical_json(PLAN))
-
-
-def personas():
-    """The submitter and the reviewer of seeded (and benchmarked) plans."""
-    User = get_user_model()
-    agent, _ = User.objects.get_or_create(username=AGENT)
-    reviewer, _ = User.objects.get_or_create(username=REVIEWER)
-    # get_or_create: a flushed test database has lost the groups the migration made.
-    reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
-    return agent, reviewer
 
 
 class Seeder:

@@ -1,0 +1,136 @@
+"""`bench`: measure durable execution on this machine (see workflows.bench).
+
+    python manage.py bench [--steps 20000] [--clusters 1,2] [--workers-per-cluster N]
+                           [--seed-workflows 10000 --seed-events 100000] [--skip a,b,...] [--json FILE]
+
+Prints a table, with durable steps per second as a ratio of the raw
+two-commit ceiling, writes the full result as JSON, and exits non-zero when
+a part could not be measured. Goals are reported, not asserted. Use its own
+database: it submits, approves and runs plans, and seeds history for (e).
+"""
+
+import json
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows import bench
+
+
+def _numbers(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise CommandError(f"{option} takes comma-separated numbers, e.g. 1,2; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise CommandError(f"{option} needs at least one number, each at least 1; got {text!r}")
+    return values
+
+
+class Command(BaseCommand):
+    help = "Measure raw and durable throughput, latency, recovery, page times and worker memory."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--steps", type=int, default=20_000, help="noop steps per cluster run (b)")
+        parser.add_argument("--steps-per-workflow", type=int, default=10)
+        parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
+        parser.add_argument("--workers-per-cluster", type=int, default=settings.Q_CLUSTER["workers"])
+        parser.add_argument("--raw-seconds", type=float, default=5.0, help="per client count (a)")
+        parser.add_argument("--raw-clients", default="1,4,8")
+        parser.add_argument("--latency-samples", type=int, default=50)
+        parser.add_argument("--recovery-runs", type=int, default=3, help="per recovery mode (d)")
+        parser.add_argument("--seed-workflows", type=int, default=10_000, help="scale of (e); the shortfall is seeded")
+        parser.add_argument("--seed-events", type=int, default=100_000)
+        parser.add_argument("--page-requests", type=int, default=30)
+        parser.add_argument("--lease-seconds", type=float, default=10.0, help="STEP_LEASE_SECONDS of the clusters")
+        parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(bench.SECTIONS)}")
+        parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
+        parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
+
+    def handle(self, *args, **opts):
+        skip = frozenset(part.strip() for part in opts["skip"].split(",") if part.strip())
+        if skip - set(bench.SECTIONS):
+            raise CommandError(f"--skip takes some of {','.join(bench.SECTIONS)}; got {opts['skip']!r}")
+        if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
+               opts["recovery_runs"], opts["page_requests"]) < 1 or opts["raw_seconds"] <= 0:
+            raise CommandError("sizes must be at least 1 and --raw-seconds positive")
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = Path(settings.VAR_DIR) / "bench"
+        options = bench.Options(
+            steps=opts["steps"], steps_per_workflow=opts["steps_per_workflow"],
+            clusters=_numbers(opts["clusters"], "--clusters"), workers_per_cluster=opts["workers_per_cluster"],
+            raw_seconds=opts["raw_seconds"], raw_clients=_numbers(opts["raw_clients"], "--raw-clients"),
+            latency_samples=opts["latency_samples"], recovery_runs=opts["recovery_runs"],
+            seed_workflows=opts["seed_workflows"], seed_events=opts["seed_events"],
+            page_requests=opts["page_requests"], lease_seconds=opts["lease_seconds"], skip=skip,
+            database_url=os.environ.get("DATABASE_URL") or bench.database_url(),
+            workdir=Path(opts["workdir"] or base / stamp),
+        )
+        logging.getLogger("django-q").setLevel(logging.WARNING)  # one "Enqueued" line per approval otherwise
+        result = bench.run(options, log=self.stdout.write)
+        json_path = Path(opts["json_path"] or base / f"bench-{stamp}.json")
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2, default=str))
+        self.stdout.write("")
+        self.stdout.write(report(result))
+        self.stdout.write(f"\nJSON: {json_path}")
+        if result["errors"]:
+            raise CommandError(f"part(s) {', '.join(result['errors'])} could not be measured: see above")
+
+
+def report(result: dict) -> str:
+    meta = result["meta"]
+    lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
+             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
+             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after", ""]
+    rows = []
+    raw = result.get("raw", {}).get("steps_per_s", {})
+    if raw:
+        rows.append(("(a) raw 2-commit steps/s", ", ".join(f"{n} clients {v:,.0f}" for n, v in raw.items())))
+    throughput = result.get("throughput", {})
+    if protocol := throughput.get("protocol"):
+        rows.append(("(b) protocol per step (in-process)",
+                     f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
+                     f"{protocol['serial_steps_per_s']:,.0f} steps/s serial"))
+    for run in throughput.get("runs", []):
+        ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
+        best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
+        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']}",
+                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
+    latency = result.get("latency", {})
+    for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
+                       ("approval_to_complete_ms", "approval -> COMPLETE")):
+        if key in latency:
+            s = latency[key]
+            rows.append((f"(c) {label} ms", f"p50 {s['p50']}, p95 {s['p95']}, max {s['max']} ({s['n']} samples)"))
+    recovery = result.get("recovery", {})
+    for key, label in (("worker_respawned", "worker respawned"), ("cluster_restarted", "fresh cluster")):
+        if key in recovery:
+            r = recovery[key]
+            rows.append((f"(d) SIGKILL -> COMPLETE s, {label}", f"median {r['median_s']}, max {r['max_s']}"))
+    if pages := result.get("pages", {}).get("pages"):
+        scale = result["pages"]["scale"]
+        rows.append(("(e) scale", f"{scale['workflows']:,} workflows, {scale['audit_events']:,} audit events, "
+                                  f"{scale['dead_letters']:,} dead letters"))
+        for name, page in pages.items():
+            counts = f", {len(page['count_queries'])} COUNT" if page["count_queries"] else ""
+            rows.append((f"(e) {page['url'][:28]} ms", f"p50 {page['p50']}, p95 {page['p95']} "
+                                                       f"({page['queries']} queries{counts})"))
+    for run in result.get("memory", {}).get("runs", []):
+        w, m = run["worker_rss_mib"], run["main_rss_mib"]
+        rows.append((f"(f) RSS MiB, {run['clusters']} cluster(s)",
+                     f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
+                     f"main {m['start']}/{m['peak']}/{m['end']}; {run['growth_mib_per_10k_steps']:+} MiB per 10k steps"))
+    width = max((len(name) for name, _ in rows), default=0)
+    lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
+    lines += ["", "goals (reported, not asserted):"]
+    for goal in result["goals"]:
+        met = {True: "met", False: "NOT met", None: "n/a at this scale"}[goal["met"]]
+        lines.append(f"  ({goal['part']}) {goal['goal']}: {goal['value']} -> {met}")
+    for letter, error in result["errors"].items():
+        lines.append(f"  ({letter}) FAILED: {error}")
+    return "\n".join(lines)
