@@ -244,3 +244,20 @@ def test_get_on_approve_is_not_allowed(planned, as_user):
     assert client.get(f"{_page(planned)}approve").status_code == 405
     assert client.get(f"{_page(planned)}reject").status_code == 405
     assert Workflow.objects.get(pk=planned.pk).status == "PLANNED"
+
+
+def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people, client):
+    from workflows import plans, policy
+
+    policy.update("email.send", by="admin", risk="HIGH")
+    plans.submit(people["agent"], {"name": "mixed", "submission_key": "mixed", "steps": [
+        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "api_key": "k-123456789"}},
+        {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}}]})
+    assert client.login(username="reviewer", password=PASSWORD)
+    html = client.get("/").content.decode()
+    assert "compensated by <code>ticket.close</code>" in html
+    assert "irreversible" in html
+    assert "HIGH risk" in html  # the plan's highest risk
+    assert "&lt;b&gt;t&lt;/b&gt;" in html and "<b>t</b>" not in html
+    assert "k-123456789" not in html and "[REDACTED]" in html
+    assert "0 of 1 approval" in html

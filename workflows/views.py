@@ -10,17 +10,19 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from workflows import approvals, policy, resolution, roles
+from workflows import actions, approvals, policy, resolution, roles
 from workflows.errors import DomainError
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Approval, AuditEvent, Workflow
 from workflows.pagination import page_by_created
 from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
 
 PAGE_SIZE = 50
+RISK_ORDER = ["LOW", "MEDIUM", "HIGH"]
 
 
 def roles_context(request: HttpRequest) -> dict:
@@ -41,13 +43,41 @@ def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
 @login_required
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    awaiting = Workflow.objects.none()
+    awaiting = []
     if roles.is_reviewer(request.user):
-        awaiting = (
+        awaiting = list(
             Workflow.objects.reviewable_by(request.user).select_related("submitted_by").order_by("created_at", "id")
-        )[:PAGE_SIZE]
+            [:PAGE_SIZE]
+        )
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
-    return render(request, template, {"awaiting": awaiting})
+    return render(request, template, {"awaiting": _with_review_facts(awaiting)})
+
+
+def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
+    """What a reviewer weighs, per step: the action, its arguments (already
+    redacted), its risk under current policy, and how it would be undone —
+    or that it cannot be. Two queries for the whole page."""
+    current = policy.policies_for({step["action"] for w in workflows for step in w.plan})
+    counts = dict(
+        Approval.objects.filter(workflow__in=workflows, decision=Approval.Decision.APPROVE)
+        .values("workflow").annotate(n=Count("id")).values_list("workflow", "n")
+    )
+    for workflow in workflows:
+        workflow.review_steps = []
+        for step in workflow.plan:
+            rules = current[step["action"]]
+            if step.get("compensation"):
+                undo = step["compensation"]["action"]
+            else:
+                try:
+                    undo = actions.get(step["action"]).compensation
+                except KeyError:
+                    undo = None
+            workflow.review_steps.append({**step, "risk": rules.risk, "undo": undo, "enabled": rules.enabled})
+        workflow.required = max([current[s["action"]].approvals_required for s in workflow.plan] + [1])
+        workflow.approvals_so_far = counts.get(workflow.pk, 0)
+        workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
+    return workflows
 
 
 @login_required

@@ -69,7 +69,9 @@ def work_is_due() -> bool:
 
 
 def tick(broker) -> bool:
-    """Recover expired leases and wake the cluster; True when work is due."""
+    """Expire overdue plans, recover expired leases and wake the cluster;
+    True when work is due."""
+    approvals.expire_overdue()
     recovered = execution.recover_expired_leases()
     if recovered:
         log.info("recovered %d step(s) whose worker lease expired", recovered)
