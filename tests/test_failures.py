@@ -285,3 +285,16 @@ def test_a_retry_wait_survives_a_worker_restart(people, start_worker, desk):
     first, second = Attempt.objects.filter(step=step).order_by("number")
     assert (second.started_at - first.finished_at).total_seconds() >= 3.0
     assert len(desk.tickets()) == 1
+
+
+def test_the_workflow_page_draws_a_timeline_of_attempts(people, desk, client):
+    from tests.conftest import PASSWORD
+
+    desk.fault(mode="error", status=503, count=1)
+    workflow = start(people, one_ticket())
+    run_until(workflow.pk, "COMPLETE")
+    assert client.login(username="auditor", password=PASSWORD)
+    html = client.get(f"/workflows/{workflow.pk}/").content.decode()
+    assert 'class="timeline"' in html
+    assert "open (1 retry)" in html
+    assert "attempt 1: FAILED TRANSIENT" in html and "attempt 2: SUCCEEDED" in html

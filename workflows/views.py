@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from workflows import actions, approvals, policy, resolution, roles
@@ -101,12 +102,46 @@ def _approval_progress(workflow: Workflow) -> dict:
             "required": max([p.approvals_required for p in plan_policies] + [1])}
 
 
+TIMELINE_WIDTH = 800
+ROW_HEIGHT = 22
+
+
+def timeline(steps) -> dict | None:
+    """Geometry of the step/attempt timeline: one row per step, one bar per
+    attempt placed by its start and end, so retries and waits show as gaps."""
+    attempts = [a for step in steps for a in step.attempts.all()]
+    if not attempts:
+        return None
+    now = timezone.now()
+    start = min(a.started_at for a in attempts)
+    end = max(a.finished_at or now for a in attempts)
+    span = max((end - start).total_seconds(), 0.001)
+    label_width = 160
+    scale = (TIMELINE_WIDTH - label_width - 10) / span
+    rows = []
+    for index, step in enumerate(steps):
+        bars = []
+        for attempt in step.attempts.all():
+            begin = (attempt.started_at - start).total_seconds()
+            length = ((attempt.finished_at or now) - attempt.started_at).total_seconds()
+            bars.append({
+                "x": round(label_width + begin * scale, 1), "w": max(round(length * scale, 1), 2),
+                "status": attempt.status.lower(), "number": attempt.number,
+                "ms": int(length * 1000), "failure_class": attempt.failure_class,
+                "offset_ms": int(begin * 1000),
+            })
+        rows.append({"y": index * ROW_HEIGHT, "label": step.key, "bars": bars, "retries": max(len(bars) - 1, 0)})
+    return {"rows": rows, "width": TIMELINE_WIDTH, "height": len(rows) * ROW_HEIGHT + 20,
+            "span_ms": int(span * 1000), "label_width": label_width, "axis_y": len(rows) * ROW_HEIGHT + 14}
+
+
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     steps = list(workflow.steps.prefetch_related("attempts"))
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
     return {
         "workflow": workflow,
         "steps": steps,
+        "timeline": timeline(steps),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
