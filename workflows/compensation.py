@@ -26,6 +26,7 @@ WORKER = "worker"
 COMPENSABLE_WORKFLOW = (
     WorkflowStatus.COMPLETE, WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.COMPENSATION_FAILED,
 )
+OPEN = (CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING)
 IRREVERSIBLE_WHY = "{action} cannot be undone: its effect stays in place and must be handled outside the system."
 LANE_GAP = 1000
 

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from workflows import actions, approvals, policy, resolution, roles
+from workflows import actions, approvals, compensation, policy, resolution, roles
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Workflow
 from workflows.pagination import page_by_created
@@ -138,10 +138,18 @@ def timeline(steps) -> dict | None:
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     steps = list(workflow.steps.prefetch_related("attempts"))
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
+    compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
     return {
         "workflow": workflow,
         "steps": steps,
         "timeline": timeline(steps),
+        "compensations": compensations,
+        "can_request_compensation": (
+            roles.is_operator(request.user)
+            and workflow.status in compensation.COMPENSABLE_WORKFLOW
+            and not any(c.status in compensation.OPEN for c in compensations)
+            and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
+        ),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
