@@ -210,7 +210,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        "django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True},
+        # django-q2 logs under "django-q".
+        "django-q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True},
         "axes": {"level": "WARNING", "propagate": True},
     },
 }

@@ -139,12 +139,13 @@ class Operations(RuleBasedStateMachine):
             transaction.savepoint_rollback(self.savepoint)
 
 
-def test_random_operations_never_break_the_rules(db, settings):
+def test_random_operations_never_break_the_rules(db, settings, monkeypatch):
     settings.ACTION_TIMEOUT_SECONDS = 0.01
     settings.RECONCILE_GRACE_SECONDS = 0.0
     from workflows import retry
 
-    retry.BASE_SECONDS, retry.CAP_SECONDS = 0.0, 0.0
+    monkeypatch.setattr(retry, "BASE_SECONDS", 0.0)
+    monkeypatch.setattr(retry, "CAP_SECONDS", 0.0)
     run_state_machine_as_test(Operations, settings=settings_for_machine())
 
 

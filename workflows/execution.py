@@ -20,7 +20,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
@@ -42,8 +42,22 @@ log = logging.getLogger(__name__)
 WORKER = "worker"
 
 
+def _local_prefix() -> str:
+    """This host and PID namespace: hosts (or containers) that share a
+    hostname must never judge each other's processes by pid."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        boot, namespace = "noboot", 0
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+LOCAL_PREFIX = _local_prefix()
+
+
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{LOCAL_PREFIX}:{os.getpid()}"
 
 
 class LeaseLost(Exception):
@@ -72,9 +86,15 @@ class LeaseKeeper:
         lease = settings.STEP_LEASE_SECONDS
         try:
             while not self.stopped.wait(lease / 3):
-                Step.objects.filter(pk=self.step_id, fence=self.fence, status=StepStatus.RUNNING).update(
-                    lease_expires_at=timezone.now() + timedelta(seconds=lease)
-                )
+                try:
+                    Step.objects.filter(pk=self.step_id, fence=self.fence, status=StepStatus.RUNNING).update(
+                        lease_expires_at=timezone.now() + timedelta(seconds=lease)
+                    )
+                except DatabaseError:
+                    # A dropped session or a busy SQLite must not end the
+                    # heartbeat: reconnect and extend on the next beat.
+                    log.warning("lease heartbeat for step %s failed; retrying", self.step_id)
+                    connection.close()
         finally:
             connection.close()
 
@@ -391,7 +411,15 @@ def _reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
         verify(step, action, fence)
         return True
     if action.idempotent:
-        return False  # the same operation key again is harmless
+        # The same operation key again is harmless; the interrupted attempts'
+        # own outcome stays unknown, and says so.
+        with transaction.atomic():
+            _assert_lease(step, fence, StepStatus.RUNNING)
+            for attempt in open_attempts:
+                if attempt.status == AttemptStatus.REQUESTED:
+                    move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now(),
+                         data={"reason": "interrupted; repeated with the same operation key"})
+        return False
     with transaction.atomic():
         _assert_lease(step, fence, StepStatus.RUNNING)
         for attempt in open_attempts:
@@ -473,8 +501,7 @@ def recover_expired_leases(now=None) -> int:
     now = now or timezone.now()
     in_flight = Step.objects.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
     expired = list(in_flight.filter(lease_expires_at__lt=now)[:500])
-    host = socket.gethostname()
-    local = in_flight.filter(lease_owner__startswith=f"{host}:", lease_expires_at__gte=now)
+    local = in_flight.filter(lease_owner__startswith=f"{LOCAL_PREFIX}:", lease_expires_at__gte=now)
     expired += [step for step in local[:500] if not _process_alive(step.lease_owner)]
     recovered = 0
     for step in expired:
@@ -501,7 +528,11 @@ def _process_alive(owner: str) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie nobody reaped (a container's pid 1 may not) is dead too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _reverify_later(step: Step) -> bool:

@@ -1,0 +1,97 @@
+"""The bench measures every part it reports, and the scale it measures pages
+at is sound: seeded history verifies, and list pages run the same queries at
+ten times the data, none of them counting a large table."""
+
+import json
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests import processes
+from workflows import audit, bench
+from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
+
+LIST_PAGES = ["/", "/workflows/", "/dead-letters/", "/audit/"]
+LARGE_TABLES = re.compile(r'COUNT\(.*FROM "workflows_(workflow|step|attempt|auditevent|deadletter)"', re.S)
+
+
+def seed(workflows, events):
+    call_command("seed_scale", workflows=workflows, events=events, batch=40, stdout=StringIO())
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@pytest.mark.live
+def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tmp_path):
+    options = bench.Options(
+        steps=200, clusters=(1,), raw_seconds=1, raw_clients=(1, 2), latency_samples=5, recovery_runs=1,
+        seed_workflows=200, seed_events=2000, page_requests=3, workdir=tmp_path,
+        database_url=processes.test_database_url(),
+    )
+
+    result = json.loads(json.dumps(bench.run(options, log=print), default=str))
+
+    assert result["errors"] == {}
+    assert set(result["raw"]["steps_per_s"]) == {"1", "2"}
+    assert all(is_number(rate) and rate > 0 for rate in result["raw"]["steps_per_s"].values())
+    protocol = result["throughput"]["protocol"]
+    assert protocol["steps"] == 100 and protocol["queries_per_step"] > 0 and protocol["commits_per_step"] >= 2
+    (run,) = result["throughput"]["runs"]
+    assert run["steps"] == 200 and run["steps_per_s"] > 0 and run["ratio_to_raw_best"] > 0
+    for name in ("approval_to_requested_ms", "approval_to_complete_ms"):
+        assert result["latency"][name]["n"] == 5 and 0 < result["latency"][name]["p50"] <= result["latency"][name]["max"]
+    for mode in ("worker_respawned", "cluster_restarted"):
+        (crash,) = result["recovery"][mode]["runs"]
+        # The failpoint really killed a worker: its attempt stayed behind and a second one completed the step.
+        assert crash["killed_pid"] > 0 and crash["attempts"] >= 2 and crash["seconds"] > 0
+    assert result["pages"]["scale"]["workflows"] >= 200 and result["pages"]["scale"]["audit_events"] >= 2000
+    for name, page in result["pages"]["pages"].items():
+        assert page["queries"] > 0 and 0 < page["p50"] <= page["p95"], name
+    (memory,) = result["memory"]["runs"]
+    assert memory["worker_processes"] >= 1 and is_number(memory["growth_mib_per_10k_steps"])
+    assert all(is_number(memory["worker_rss_mib"][key]) for key in ("start", "peak", "end"))
+    assert {goal["part"] for goal in result["goals"]} == set("bcdef")
+
+
+@pytest.mark.parametrize("events", [300, 3000], ids=["trails-cut", "trails-padded"])
+def test_seeded_history_forms_valid_audit_chains(db, events):
+    seed(60, events)
+
+    assert Workflow.objects.count() == 60 and AuditEvent.objects.count() == events
+    assert {"PLANNED", "COMPLETE", "FAILED"} <= set(Workflow.objects.values_list("status", flat=True))
+    assert DeadLetter.objects.open().count() == Workflow.objects.filter(status="FAILED").count()
+    verdict = audit.verify()
+    assert verdict.ok, verdict.problems[:5]
+    assert verdict.events == events and verdict.streams == AuditHead.objects.count()
+    # The chains are really checked: a head that no longer matches its chain is reported.
+    AuditHead.objects.filter(pk=AuditHead.objects.first().pk).update(hash="f" * 64)
+    assert not audit.verify().ok
+
+
+def page_queries(client) -> dict[str, list[str]]:
+    statements = {}
+    for url in LIST_PAGES:
+        client.get(url)  # first-use rows (sessions, policies) are not what is measured
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url).status_code == 200
+        statements[url] = [query["sql"] for query in queries]
+    return statements
+
+
+def test_list_pages_run_the_same_queries_at_ten_times_the_data(db, client, people):
+    client.force_login(people["admin"])  # reviewer, operator and auditor: every page shows all it can
+    seed(50, 500)
+    small = page_queries(client)
+
+    seed(450, 4500)
+    large = page_queries(client)
+
+    assert Workflow.objects.count() == 500
+    assert {url: len(sql) for url, sql in large.items()} == {url: len(sql) for url, sql in small.items()}
+    assert not [sql for statements in large.values() for sql in statements if LARGE_TABLES.search(sql)]
