@@ -197,7 +197,19 @@ Q_CLUSTER = {
     "catch_up": False,
     "poll": env_float("Q_POLL", 0.1, minimum=0.01),
     "label": "Task queue",
+    # Lets Q_CLUSTER_NAME name a cluster (its own queue) without more settings.
+    "ALT_CLUSTERS": {},
 }
+# The queue only says "look now" (the state lives in the project's tables), so
+# either broker is correct: the ORM broker on the same database (default: a
+# wake-up commits with the approval) or Redis (REDIS_URL; wake-ups are sent
+# after commit, and the worker loop's sweep covers any that are lost).
+Q_BROKER = env_str("Q_BROKER", "orm")
+if Q_BROKER == "redis":
+    del Q_CLUSTER["orm"]
+    Q_CLUSTER["redis"] = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+elif Q_BROKER != "orm":
+    raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

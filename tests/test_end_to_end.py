@@ -67,3 +67,22 @@ def test_duplicated_deliveries_to_real_workers_cause_one_effect(people, start_wo
     keys = [entry["idempotency_key"] for entry in desk.ledger()]
     assert len(keys) == 3 and len(set(keys)) == 3
     assert Attempt.objects.filter(step__workflow=workflow).count() == 3
+
+
+def test_a_worker_on_the_redis_broker_runs_the_plan_too(people, start_worker, desk):
+    """The queue only says "look now": a cluster on Redis never sees the ORM
+    wake-up this test process queued, and still finishes the work it finds
+    in the database."""
+    import uuid
+
+    import redis
+
+    redis.Redis.from_url("redis://127.0.0.1:6379/0").ping()  # the broker is really there
+    from workflows import approvals, plans
+
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    start_worker(Q_BROKER="redis", REDIS_URL="redis://127.0.0.1:6379/0",
+                 Q_CLUSTER_NAME=f"test-{uuid.uuid4().hex[:8]}")
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert len(desk.tickets()) == 1

@@ -22,11 +22,22 @@ def _check_reviewer(workflow: Workflow, user) -> None:
         raise NotAllowed("A plan cannot be reviewed by the user who submitted it.")
 
 
+def enqueue(func: str, *args, name: str) -> None:
+    """Queue a task from inside a transaction. With the ORM broker on the
+    same database it commits or rolls back with the caller's transaction;
+    with another broker it is sent only after the commit. Either way the
+    worker loop's sweep covers a wake-up that never arrives."""
+    from django.conf import settings
+
+    if "orm" in settings.Q_CLUSTER:
+        async_task(func, *args, task_name=name)
+    else:
+        transaction.on_commit(lambda: async_task(func, *args, task_name=name))
+
+
 def wake(workflow: Workflow) -> None:
-    """Ask the workers to look at this workflow. With the ORM broker on the
-    same database this commits or rolls back with the caller's transaction;
-    the worker loop's sweep covers any broker."""
-    async_task("workflows.tasks.run_workflow", str(workflow.pk), task_name=f"run {workflow.pk}")
+    """Ask the workers to look at this workflow now."""
+    enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}")
 
 
 def expire_overdue(limit: int = 200) -> int:

@@ -13,9 +13,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django_q.tasks import async_task
 
-from workflows import actions, audit
+from workflows import actions, approvals, audit
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.redaction import redact
 
@@ -156,7 +155,7 @@ def submit(user, body: dict) -> Submission:
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
             # Queued with the submission (same database): commits or rolls back with it.
-            async_task("workflows.tasks.notify_reviewers", str(workflow.pk), task_name=f"notify {workflow.pk}")
+            approvals.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
     except IntegrityError:
         # A concurrent submission with the same key won the race.
         existing = _existing(user, body["submission_key"], submission_hash)
