@@ -162,7 +162,13 @@ class Attempt(models.Model):
     class Meta:
         ordering = ["step", "number"]
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
-        indexes = [models.Index(fields=["status", "lease_expires_at"], name="attempt_lease")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="attempt_lease"),
+            # The dashboard's time windows, and the audit of an operation key.
+            models.Index(fields=["finished_at"], name="attempt_finished"),
+            models.Index(fields=["started_at"], name="attempt_started"),
+            models.Index(fields=["operation_key"], name="attempt_operation_key"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.step_id} ({self.status})"

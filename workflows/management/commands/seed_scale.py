@@ -2,17 +2,18 @@
 
     python manage.py seed_scale --workflows 100000 --events 1000000 [--batch 5000]
 
-Writes finished-looking history with bulk inserts, one transaction per batch
-of workflows: a fixed mix of statuses (PLANNED for the inbox, COMPLETE,
-FAILED with an open dead letter and its trace, REJECTED), three `noop` steps
-per workflow with their attempts and approvals, and audit events forming a
-valid hash chain per workflow stream (hashed here with `audit.event_hash`,
-heads set to match), so `verify_audit` passes. Each stream gets a share of
-`--events` in proportion to its natural length: shorter trails are cut,
-longer ones padded with reviewer reminders.
+Writes finished-looking history in bulk (COPY on PostgreSQL, bulk_create on
+SQLite), one transaction per batch of workflows: a fixed mix of statuses
+(PLANNED for the inbox, COMPLETE, FAILED with an open dead letter and its
+trace, REJECTED), three `noop` steps per workflow with their attempts and
+approvals, and audit events forming a valid hash chain per workflow stream
+(hashed here with `audit.event_hash`, heads set to match), so `verify_audit`
+passes. Each stream gets a share of `--events` in proportion to its natural
+length: shorter trails are cut, longer ones padded with reviewer reminders.
 
-Nothing seeded is due, so running workers leave it alone. Runs add up: every
-run uses fresh submission keys.
+Nothing seeded is due, so workers never run it (though their claim queries
+still look past the PENDING steps of seeded PLANNED, REJECTED and FAILED
+plans). Runs add up: every run uses fresh submission keys.
 """
 
 import time
@@ -46,8 +47,8 @@ from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowSt
 WORKER = "worker"
 STEPS = 3
 # One slot per workflow, repeating: 10% await review, 10% failed, 5% rejected, 75% complete.
-MIX = [WorkflowStatus.PLANNED] * 2 + [WorkflowStatus.FAILED] * 2 + [WorkflowStatus.REJECTED] + \
-      [WorkflowStatus.COMPLETE] * 15
+MIX = ([WorkflowStatus.PLANNED] * 2 + [WorkflowStatus.FAILED] * 2 + [WorkflowStatus.REJECTED]
+       + [WorkflowStatus.COMPLETE] * 15)
 FAILURES = [FailureClass.INVALID_ARGUMENTS, FailureClass.TRANSIENT, FailureClass.TIMEOUT,
             FailureClass.PERMISSION_DENIED]
 NATURAL = {WorkflowStatus.PLANNED: 2, WorkflowStatus.REJECTED: 3, WorkflowStatus.FAILED: 4 + 5 + 6,
@@ -276,6 +277,8 @@ class Command(BaseCommand):
     def handle(self, *args, workflows, events, batch, **options):
         if workflows < 0 or events < 0 or batch < 1:
             raise CommandError("--workflows and --events must not be negative, --batch at least 1")
+        if events and not workflows:
+            raise CommandError("audit events belong to workflows: --events needs --workflows")
         began = time.monotonic()
         counts = Seeder(workflows, events, batch, log=self.stdout.write).run()
         elapsed = time.monotonic() - began
