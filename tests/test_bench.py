@@ -45,7 +45,8 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     (run,) = result["throughput"]["runs"]
     assert run["steps"] == 200 and run["steps_per_s"] > 0 and run["ratio_to_raw_best"] > 0
     for name in ("approval_to_requested_ms", "approval_to_complete_ms"):
-        assert result["latency"][name]["n"] == 5 and 0 < result["latency"][name]["p50"] <= result["latency"][name]["max"]
+        latency = result["latency"][name]
+        assert latency["n"] == 5 and 0 < latency["p50"] <= latency["p95"] <= latency["max"], name
     for mode in ("worker_respawned", "cluster_restarted"):
         (crash,) = result["recovery"][mode]["runs"]
         # The failpoint really killed a worker: its attempt stayed behind and a second one completed the step.

@@ -86,7 +86,8 @@ def report(result: dict) -> str:
     meta = result["meta"]
     lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
              f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
-             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after", ""]
+             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
+             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else ""), ""]
     rows = []
     raw = result.get("raw", {}).get("steps_per_s", {})
     if raw:
@@ -99,7 +100,7 @@ def report(result: dict) -> str:
     for run in throughput.get("runs", []):
         ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
         best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
-        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']}",
+        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
                      f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
     latency = result.get("latency", {})
     for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
@@ -118,18 +119,19 @@ def report(result: dict) -> str:
                                   f"{scale['dead_letters']:,} dead letters"))
         for name, page in pages.items():
             counts = f", {len(page['count_queries'])} COUNT" if page["count_queries"] else ""
-            rows.append((f"(e) {page['url'][:28]} ms", f"p50 {page['p50']}, p95 {page['p95']} "
-                                                       f"({page['queries']} queries{counts})"))
+            url = "/workflows/<id>/" if name == "workflow" else page["url"]
+            rows.append((f"(e) {url} ms", f"p50 {page['p50']}, p95 {page['p95']} ({page['queries']} queries{counts})"))
     for run in result.get("memory", {}).get("runs", []):
         w, m = run["worker_rss_mib"], run["main_rss_mib"]
         rows.append((f"(f) RSS MiB, {run['clusters']} cluster(s)",
                      f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
-                     f"main {m['start']}/{m['peak']}/{m['end']}; {run['growth_mib_per_10k_steps']:+} MiB per 10k steps"))
+                     f"main {m['start']}/{m['peak']}/{m['end']}; "
+                     f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
     for goal in result["goals"]:
-        met = {True: "met", False: "NOT met", None: "n/a at this scale"}[goal["met"]]
+        met = {True: "met", False: "NOT met", None: "not judged at this size"}[goal["met"]]
         lines.append(f"  ({goal['part']}) {goal['goal']}: {goal['value']} -> {met}")
     for letter, error in result["errors"].items():
         lines.append(f"  ({letter}) FAILED: {error}")

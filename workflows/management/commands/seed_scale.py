@@ -55,6 +55,7 @@ NATURAL = {WorkflowStatus.PLANNED: 2, WorkflowStatus.REJECTED: 3, WorkflowStatus
            WorkflowStatus.COMPLETE: 4 + 5 * STEPS + 1}
 SPAN = timedelta(days=30)
 INSERT_BATCH = 2000
+SEEDED = (Workflow, Step, Attempt, Trace, DeadLetter, Approval, AuditEvent, AuditHead)
 PLAN = canonical_plan([{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(STEPS)])
 PLAN_HASH = sha256_hex(canonical_json(PLAN))
 
@@ -95,6 +96,13 @@ class Seeder:
             elapsed = time.monotonic() - began
             self.log(f"{done:,}/{self.total:,} workflows, {rows:,} rows in {elapsed:.1f} s "
                      f"({rows / elapsed:,.0f} rows/s)")
+        # Fresh statistics, as after any bulk load: planned on stale ones, the console's
+        # queries scan every open dead letter or pending step (autovacuum may be off, or late).
+        analyzing = time.monotonic()
+        with connection.cursor() as cursor:
+            for model in SEEDED:
+                cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+        self.log(f"analyzed in {time.monotonic() - analyzing:.1f} s")
         return self.counts
 
     def _add(self, model, objects: list) -> list:
