@@ -261,3 +261,18 @@ def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people,
     assert "&lt;b&gt;t&lt;/b&gt;" in html and "<b>t</b>" not in html
     assert "k-123456789" not in html and "[REDACTED]" in html
     assert "0 of 1 approval" in html
+
+
+def test_the_inbox_pages_by_keyset_without_counting(people, client, django_assert_max_num_queries):
+    from workflows import plans, views
+
+    for n in range(views.PAGE_SIZE + 3):
+        plans.submit(people["agent"], ticket_plan(f"page-{n}"))
+    assert client.login(username="reviewer", password=PASSWORD)
+    first = client.get("/").content.decode()
+    assert first.count('class="card plan"') == views.PAGE_SIZE
+    cursor = first.split("?cursor=")[1].split('"')[0]
+    with django_assert_max_num_queries(10):
+        second = client.get(f"/?cursor={cursor}").content.decode()
+    assert second.count('class="card plan"') == 3
+    assert "Older plans" not in second

@@ -44,14 +44,14 @@ def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
 @login_required
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    awaiting = []
+    awaiting, next_cursor = [], None
     if roles.is_reviewer(request.user):
-        awaiting = list(
-            Workflow.objects.reviewable_by(request.user).select_related("submitted_by").order_by("created_at", "id")
-            [:PAGE_SIZE]
+        awaiting, next_cursor = page_by_created(
+            Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
+            request.GET.get("cursor") or None, PAGE_SIZE,
         )
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
-    return render(request, template, {"awaiting": _with_review_facts(awaiting)})
+    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
 
 
 def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
