@@ -17,6 +17,17 @@ from django.core.management.base import BaseCommand
 from workflows.management.commands.seed_demo import PASSWORD, USERS
 
 
+def _die_with_parent() -> None:
+    """On Linux, have the kernel SIGTERM a child if this process dies, even by
+    SIGKILL, so nothing is left behind whatever stops the demo."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Command(BaseCommand):
     help = "Migrate, seed the demo, and run web + worker + ticket desk until Ctrl-C."
 
@@ -40,7 +51,8 @@ class Command(BaseCommand):
             signal.signal(signum, lambda *_: stop.append(True))
         try:
             for name, command in commands.items():
-                children[name] = subprocess.Popen(command, env=env, start_new_session=True)
+                children[name] = subprocess.Popen(command, env=env, start_new_session=True,
+                                                  preexec_fn=_die_with_parent)
             self._announce(web, desk_port)
             while not stop:
                 for name, child in children.items():
