@@ -53,6 +53,10 @@ class Action:
     # Name of the action that undoes this one, or None when irreversible.
     compensation: ClassVar[str | None] = None
     required_args: ClassVar[tuple[str, ...]] = ()
+    # perform() completes inside the worker's own process: nothing it starts
+    # can still land after that process dies. With `idempotent`, such steps
+    # share their checkpoint commits (execution.run_batch).
+    in_process: ClassVar[bool] = False
 
     def validate(self, args: dict[str, Any]) -> dict[str, str]:
         """Field errors of the plan's args, before anything is stored."""
@@ -264,6 +268,7 @@ class Noop(Action):
 
     name = "noop"
     idempotent = True
+    in_process = True
     compensation = "noop"
 
     def validate(self, args):

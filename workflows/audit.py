@@ -8,7 +8,7 @@ from typing import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from workflows.models import AuditEvent, AuditHead, canonical_json, sha256_hex
+from workflows.models import AuditEvent, AuditHead, canonical_json, sha256_hex, update_rows
 from workflows.redaction import redact
 
 SYSTEM_STREAM = "system"
@@ -44,30 +44,81 @@ def append(*, actor, verb: str, obj_type: str, obj_id, workflow_id=None, data: d
     """Append one event to its stream. Must run inside a transaction: the head
     row lock orders concurrent appends and the event commits with the change
     it records."""
+    return append_many([Entry(actor, verb, obj_type, obj_id, workflow_id, data)])[0]
+
+
+@dataclass(frozen=True)
+class Entry:
+    actor: object
+    verb: str
+    obj_type: str
+    obj_id: object
+    workflow_id: object = None
+    data: dict | None = None
+
+
+def append_many(entries: list[Entry]) -> list[AuditEvent]:
+    """Append events, in order, to their streams: one lock and one update per
+    stream, one insert for them all. Heads are locked in stream order, so
+    appenders touching several streams cannot deadlock one another."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the change they record")
-    stream = str(workflow_id) if workflow_id else SYSTEM_STREAM
-    head = AuditHead.objects.select_for_update().filter(stream=stream).first()
-    if head is None:  # a new stream: create its head once, whoever gets there first
-        AuditHead.objects.bulk_create([AuditHead(stream=stream)], ignore_conflicts=True)
-        head = AuditHead.objects.select_for_update().get(stream=stream)
-    fields = {
-        "stream": stream,
-        "seq": head.seq + 1,
-        "at": timezone.now(),
-        "actor": actor_name(actor),
-        "verb": verb,
-        "object_type": obj_type,
-        "object_id": str(obj_id),
-        "workflow_id": workflow_id,
-        "data": redact(data or {}),
-    }
-    # Round-trip through JSON so the hash covers exactly what the row stores.
-    fields["data"] = json.loads(canonical_json(fields["data"]))
-    digest = event_hash(head.hash, **fields)
-    event = AuditEvent.objects.create(prev_hash=head.hash, hash=digest, **fields)
-    AuditHead.objects.filter(stream=stream).update(seq=fields["seq"], hash=digest)
-    return event
+    if not entries:
+        return []
+    streams = sorted({_stream(entry.workflow_id) for entry in entries})
+    heads = _lock_heads(streams)
+    missing = [stream for stream in streams if stream not in heads]
+    if missing:  # new streams: create each head once, whoever gets there first
+        AuditHead.objects.bulk_create([AuditHead(stream=stream) for stream in missing], ignore_conflicts=True)
+        heads.update(_lock_heads(missing))
+    at = timezone.now()
+    events, rows = [], []
+    for entry in entries:
+        head = heads[_stream(entry.workflow_id)]
+        fields = {
+            "stream": head.stream,
+            "seq": head.seq + 1,
+            "at": at,
+            "actor": actor_name(entry.actor),
+            "verb": entry.verb,
+            "object_type": entry.obj_type,
+            "object_id": str(entry.obj_id),
+            "workflow_id": entry.workflow_id,
+            # Round-trip through JSON so the hash covers exactly what the row stores.
+            "data": json.loads(canonical_json(redact(entry.data or {}))),
+        }
+        digest = event_hash(head.hash, **fields)
+        events.append(AuditEvent(prev_hash=head.hash, hash=digest, **fields))
+        head.seq, head.hash = fields["seq"], digest
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql" and len(events) > 1:
+        _copy(connection, events)  # several times faster than INSERT; the rows' ids are not read back
+    else:
+        AuditEvent.objects.bulk_create(events)
+    update_rows(AuditHead, ["seq", "hash"], list(heads.values()))
+    return events
+
+
+_COPIED = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
+           "prev_hash", "hash")
+
+
+def _copy(connection, events: list[AuditEvent]) -> None:
+    table = AuditEvent._meta.db_table
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {table} ({', '.join(_COPIED)}) FROM STDIN") as copy:
+            for event in events:
+                copy.write_row([canonical_json(event.data) if name == "data" else getattr(event, name)
+                                for name in _COPIED])
+
+
+def _stream(workflow_id) -> str:
+    return str(workflow_id) if workflow_id else SYSTEM_STREAM
+
+
+def _lock_heads(streams: list[str]) -> dict[str, AuditHead]:
+    locked = AuditHead.objects.select_for_update().filter(stream__in=streams).order_by("stream")
+    return {head.stream: head for head in locked}
 
 
 @dataclass

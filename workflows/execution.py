@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from workflows import actions, audit, compensation, deadletters, failpoints, policy, retry
@@ -35,7 +35,7 @@ from workflows.states import (
     StepStatus,
     WorkflowStatus,
 )
-from workflows.transitions import move
+from workflows.transitions import move, move_many
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,15 @@ class LeaseLost(Exception):
 
 
 class LeaseKeeper:
-    """Extends the claim's lease while a long effect runs (a heartbeat), so
+    """Extends the claims' leases while their worker is busy (a heartbeat), so
     recovery does not take over a step whose worker is alive and waiting.
-    Extends only while the step still carries this claim's fencing number."""
+    Extends a lease only while the step still carries that claim's fencing
+    number."""
 
-    def __init__(self, step_id: int, fence: int):
-        self.step_id, self.fence = step_id, fence
+    def __init__(self, step_id: int | None = None, fence: int | None = None, *, claims=()):
+        self.claims = list(claims) or [(step_id, fence)]
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"lease-{step_id}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{self.claims[0][0]}", daemon=True)
 
     def __enter__(self):
         self.thread.start()
@@ -84,16 +85,20 @@ class LeaseKeeper:
 
     def _beat(self) -> None:
         lease = settings.STEP_LEASE_SECONDS
+        held = Q()
+        for step_id, fence in self.claims:
+            held |= Q(pk=step_id, fence=fence)
         try:
             while not self.stopped.wait(lease / 3):
                 try:
-                    Step.objects.filter(pk=self.step_id, fence=self.fence, status=StepStatus.RUNNING).update(
+                    Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).update(
                         lease_expires_at=timezone.now() + timedelta(seconds=lease)
                     )
                 except DatabaseError:
                     # A dropped session or a busy SQLite must not end the
                     # heartbeat: reconnect and extend on the next beat.
-                    log.warning("lease heartbeat for step %s failed; retrying", self.step_id)
+                    log.warning("lease heartbeat for step(s) %s failed; retrying",
+                                [step_id for step_id, _ in self.claims])
                     connection.close()
         finally:
             connection.close()
@@ -112,46 +117,97 @@ def _due_steps(workflow_id=None):
     return steps.order_by("next_attempt_at", "id")
 
 
-CLAIM_BATCH = 8
+CLAIM_BATCH = 32
 
 
 def claim(workflow_id=None) -> Step | None:
-    """Take the lease on one due step, or return None when nothing is due."""
-    steps = claim_batch(1, workflow_id)
+    """Take the lease on one due step, for `execute`; None when nothing is due."""
+    steps = claim_batch(1, workflow_id, share=False)
     return steps[0] if steps else None
 
 
-def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None) -> list[Step]:
+def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) -> list[Step]:
     """Take leases on up to `limit` due steps in one transaction (one commit
     for the lot). On PostgreSQL, rows another worker is claiming are skipped,
-    not waited for; each claim is still a conditional, fenced update."""
+    not waited for; each claim is still fenced.
+
+    With `share`, a step that can share its checkpoints (`_shares_checkpoints`) has its
+    policy rechecked and its REQUESTED attempt written in this same
+    transaction, under the claim's row lock: it comes back with `attempt`
+    set. Every other step comes back with `attempt` None and goes through
+    `execute`, which rechecks and requests on its own."""
     lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
-    claimed = []
+    unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
+    latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
     with transaction.atomic():
-        candidates = _due_steps(workflow_id)
+        candidates = _due_steps(workflow_id).annotate(open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        now = timezone.now()
+        claimed = list(candidates.select_related("workflow")[:limit])
+        if not claimed:
+            return []
+        # The rows are locked (or, on SQLite, the database is) since they
+        # were read as due: nothing can have changed them in between.
         owner = worker_id()
-        for step in candidates.select_related("workflow")[:limit]:
-            won = move(
-                step,
+        expires = timezone.now() + lease
+        log: list[audit.Entry] = []
+        for status in (StepStatus.PENDING, StepStatus.WAITING_RETRY):
+            move_many(
+                [step for step in claimed if step.status == status],
                 StepStatus.RUNNING,
                 actor=WORKER,
                 verb="step.claimed",
-                data={"worker": owner, "fence": step.fence + 1},
-                guard={"fence": step.fence},
-                fence=F("fence") + 1,
+                locked=True,
+                log=log,
+                each=lambda step: {"fence": step.fence + 1},
+                data=lambda step: {"worker": owner, "fence": step.fence},
                 lease_owner=owner,
-                lease_expires_at=now + lease,
+                lease_expires_at=expires,
                 next_attempt_at=None,
             )
-            if not won:
-                continue
-            if step.workflow.status == WorkflowStatus.APPROVED:
-                move(step.workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
-            claimed.append(step)
+        starting = {step.workflow_id: step.workflow for step in claimed
+                    if step.workflow.status == WorkflowStatus.APPROVED}
+        started = {workflow.pk for workflow in move_many(
+            list(starting.values()), WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started", log=log)}
+        for step in claimed:
+            step.attempt = None
+            if step.workflow_id in started:
+                step.workflow.status = WorkflowStatus.RUNNING
+        if share:
+            _request_shared([step for step in claimed if _shares_checkpoints(step)], log)
+        audit.append_many(log)
     return claimed
+
+
+def _shares_checkpoints(step: Step) -> bool:
+    """Steps of an idempotent in-process action with nothing to reconcile
+    share their checkpoint commits with the rest of their batch."""
+    action = _action_or_none(step)
+    return (action is not None and action.in_process and action.idempotent and not step.lane
+            and not step.open_attempts)
+
+
+def _request_shared(steps: list[Step], log: list) -> None:
+    """Inside the claim's transaction: recheck policy, then write the
+    REQUESTED attempt (the checkpoint before the effect) of each step that
+    passes. A step that fails the recheck keeps no attempt; `execute` blocks it."""
+    if not steps:
+        return
+    checks = policy.evaluate_many(steps)
+    ready = [step for step in steps if not policy.problems(checks[step.pk])]
+    versions = {name: p.version for name, p in policy.policies_for({step.action for step in ready}).items()}
+    attempts = [
+        Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
+                fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
+                policy_version=versions[step.action])
+        for step in ready
+    ]
+    Attempt.objects.bulk_create(attempts)
+    for attempt in attempts:
+        attempt.step.attempt = attempt
+        log.append(audit.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
+                               {"step": attempt.step.key, "number": attempt.number,
+                                "operation_key": attempt.operation_key, "fence": attempt.fence}))
 
 
 # --- running ----------------------------------------------------------------
@@ -160,9 +216,9 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None) -> list[Step]:
 def run_workflow(workflow_id) -> int:
     """Run every due step of one workflow, in order. Returns steps executed."""
     done = 0
-    while (step := claim(workflow_id)) is not None:
-        execute(step)
-        done += 1
+    while batch := claim_batch(workflow_id=workflow_id):
+        run_batch(batch)
+        done += len(batch)
     return done
 
 
@@ -172,16 +228,133 @@ def drain(budget_seconds: float | None = None) -> int:
     stop_at = time.monotonic() + budget
     done = finish_verifying()
     while time.monotonic() < stop_at and (batch := claim_batch()):
-        for step in batch:
-            execute(step)
-            done += 1
+        run_batch(batch)
+        done += len(batch)
     return done
+
+
+def run_batch(steps: list[Step]) -> None:
+    """Carry claimed steps through the checkpoint protocol: those that came
+    with a REQUESTED attempt together (`_run_shared`), every other step on
+    its own (`execute`). One heartbeat keeps every lease of the batch alive."""
+    shared = [step for step in steps if step.attempt is not None]
+    with LeaseKeeper(claims=[(step.pk, step.fence) for step in steps]):
+        if shared:
+            _run_shared(shared)
+        for step in steps:
+            if step.attempt is None:
+                execute(step)
+
+
+def _scope(step: Step) -> str:
+    return "compensation" if step.lane else ("replay" if step.retry_base else "")
+
+
+def _hit_each(point: str, steps) -> None:
+    if failpoints.enabled():
+        for step in steps:
+            failpoints.hit(point, scope=_scope(step))
+
+
+def _run_shared(steps: list[Step]) -> None:
+    """The checkpoint protocol for several steps at once, each with its own
+    attempt, operation key, fence and audit events. Their claims and
+    REQUESTED attempts committed together (so `after_claim` and
+    `after_requested` are one point here); then every perform(), then the
+    outcomes in one commit, then verification, then COMPLETE in one commit.
+    A crash anywhere leaves each step where a crash of `execute` at that
+    checkpoint would, and recovery treats it the same way."""
+    _hit_each(failpoints.AFTER_CLAIM, steps)
+    _hit_each(failpoints.AFTER_REQUESTED, steps)
+    outcomes, failures = {}, {}
+    for step in steps:
+        try:
+            outcomes[step.pk] = actions.get(step.action).perform(resolve_args(step), step.operation_key)
+        except ActionError as err:
+            failures[step.pk] = err
+        except Exception as exc:  # a bug in an action must not kill the worker loop
+            log.exception("action %s raised an unclassified error", step.action)
+            failures[step.pk] = ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
+                                            outcome_unknown=True)
+    performed = [step for step in steps if step.pk in outcomes]
+    _hit_each(failpoints.AFTER_PERFORM, performed)
+    recorded = _record_outcomes(performed, outcomes)
+    for step in steps:
+        if step.pk in failures:
+            try:
+                _record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
+                                policy.policy_for(step.action).max_attempts)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    _hit_each(failpoints.AFTER_RECORD, recorded)
+    verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
+                                                                 external_ref=step.external_ref))
+                for step in recorded}
+    _hit_each(failpoints.AFTER_VERIFY, recorded)
+    _complete([step for step in recorded if verdicts[step.pk]])
+    for step in recorded:
+        if not verdicts[step.pk]:
+            try:
+                _settle(step, False, step.fence)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def _held(steps: list[Step], status: str) -> list[Step]:
+    """Inside a transaction: lock the steps and keep those this worker's
+    claims still own (the bulk form of `_assert_lease`)."""
+    by_pk = {step.pk: step for step in steps}
+    current = Step.objects.select_for_update().filter(pk__in=by_pk).order_by("pk").values_list("pk", "status", "fence")
+    owned = {pk for pk, row_status, fence in current if (row_status, fence) == (status, by_pk[pk].fence)}
+    for step in steps:
+        if step.pk not in owned:
+            log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    return [step for step in steps if step.pk in owned]
+
+
+def _record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Step]:
+    """The outcomes of several performed steps, in one commit: each attempt
+    SUCCEEDED and its step VERIFYING, while the claim still holds."""
+    if not steps:
+        return []
+    with transaction.atomic():
+        held = _held(steps, StepStatus.RUNNING)
+        log: list[audit.Entry] = []
+        move_many([step.attempt for step in held], AttemptStatus.SUCCEEDED, actor=WORKER, locked=True, log=log,
+                  finished_at=timezone.now(), data=lambda a: {"external_ref": outcomes[a.step_id].external_ref})
+        moved = move_many(
+            held, StepStatus.VERIFYING, actor=WORKER, locked=True, log=log, failure_class="",
+            each=lambda step: {"result": redact(outcomes[step.pk].result),
+                               "external_ref": outcomes[step.pk].external_ref},
+            data=lambda step: {"external_ref": outcomes[step.pk].external_ref, "attempt": step.attempt.number},
+        )
+        audit.append_many(log)
+    return moved
+
+
+def _complete(steps: list[Step]) -> None:
+    """VERIFYING to COMPLETE for several verified forward steps in one
+    commit, and each workflow whose steps are now all COMPLETE with them."""
+    if not steps:
+        return
+    with transaction.atomic():
+        log: list[audit.Entry] = []
+        done = move_many(_held(steps, StepStatus.VERIFYING), StepStatus.COMPLETE, actor=WORKER, locked=True,
+                         log=log, lease_expires_at=None)
+        touched = {step.workflow_id for step in done}
+        unfinished = set(
+            Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
+            .order_by().values_list("workflow_id", flat=True).distinct()
+        )
+        finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
+        move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
+        audit.append_many(log)
 
 
 def execute(step: Step) -> None:
     """Carry one claimed step through the checkpoint protocol."""
     fence = step.fence
-    scope = "compensation" if step.lane else ("replay" if step.retry_base else "")
+    scope = _scope(step)
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = _action_or_none(step)
     problems = policy.recheck(step)
@@ -286,6 +459,12 @@ def verify(step: Step, action, fence: int, scope: str = "") -> None:
     outcome = Outcome(result=step.result or {}, external_ref=step.external_ref)
     ok = action.verify(outcome)
     failpoints.hit(failpoints.AFTER_VERIFY, scope=scope)
+    _settle(step, ok, fence)
+
+
+def _settle(step: Step, ok: bool, fence: int) -> None:
+    """A verified step is COMPLETE (and its workflow with its last step); a
+    step whose outcome failed verification is IN_DOUBT."""
     with transaction.atomic():
         _assert_lease(step, fence, StepStatus.VERIFYING)
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)

@@ -9,7 +9,7 @@ import json
 import uuid
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,6 +22,29 @@ def canonical_json(value) -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def update_rows(model, names: list[str], objs: list) -> None:
+    """Write each object's values of `names` to its row, in one statement
+    (UPDATE ... FROM VALUES), where Django's bulk_update builds a CASE
+    expression per row and field."""
+    if not objs:
+        return
+    fields = [model._meta.get_field(name) for name in names]
+    quote = connection.ops.quote_name
+    table, pk = quote(model._meta.db_table), quote(model._meta.pk.column)
+    typed = connection.vendor == "postgresql"  # a column of NULLs would be text there
+    columns = [model._meta.pk, *fields]
+    first = "(" + ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" if typed else "%s" for f in columns) + ")"
+    other = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    sets = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=2))
+    sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([first] + [other] * (len(objs) - 1))}) AS v "
+           f"WHERE {table}.{pk} = v.column1")
+    params = []
+    for obj in objs:
+        params += [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in columns]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 class WorkflowQuerySet(models.QuerySet):

@@ -47,52 +47,81 @@ def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) 
     """Approvals that still count: for this exact plan, by a reviewer who is
     still active and still a reviewer, not the submitter, within the TTL of
     the strictest high-risk action. One per reviewer."""
+    return valid_approvals_many([workflow], {workflow.pk: policies}, now)[workflow.pk]
+
+
+def valid_approvals_many(workflows: list[Workflow], policies: dict, now=None) -> dict:
+    """`valid_approvals` of several workflows (`policies`: each workflow's
+    plan policies) in one query."""
     now = now or timezone.now()
-    ttls = [p.approval_ttl_seconds for p in policies if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
-    # One query: the approver's current account and role are joined in, so a
+    oldest = {}
+    for workflow in workflows:
+        ttls = [p.approval_ttl_seconds for p in policies[workflow.pk]
+                if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
+        oldest[workflow.pk] = now - timedelta(seconds=min(ttls)) if ttls else None
+    # The approver's current account and role are joined in, so a
     # deactivated approver or one removed from the reviewers no longer counts.
     approvals = Approval.objects.filter(
-        workflow=workflow, decision=Approval.Decision.APPROVE, plan_hash=workflow.plan_hash,
+        workflow__in=[w.pk for w in workflows], decision=Approval.Decision.APPROVE,
         reviewer__is_active=True, reviewer__groups__name=roles.REVIEWERS,
-    ).exclude(reviewer_id=workflow.submitted_by_id).select_related("reviewer").order_by("-created_at")
-    if ttls:
-        approvals = approvals.filter(created_at__gte=now - timedelta(seconds=min(ttls)))
-    by_reviewer = {}
+    ).select_related("reviewer").order_by("-created_at")
+    by_pk = {workflow.pk: workflow for workflow in workflows}
+    valid = {pk: {} for pk in by_pk}
     for approval in approvals:
-        by_reviewer.setdefault(approval.reviewer_id, approval)
-    return list(by_reviewer.values())
+        workflow = by_pk[approval.workflow_id]
+        if (approval.plan_hash != workflow.plan_hash or approval.reviewer_id == workflow.submitted_by_id
+                or (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
+            continue
+        valid[workflow.pk].setdefault(approval.reviewer_id, approval)
+    return {pk: list(by_reviewer.values()) for pk, by_reviewer in valid.items()}
 
 
 def evaluate(step: Step) -> list[Check]:
-    workflow = step.workflow
+    return evaluate_many([step])[step.pk]
+
+
+def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
+    """The checks of several steps, with a fixed number of queries."""
     now = timezone.now()
-    checks = []
+    plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
+    current = policies_for(set().union({step.action for step in steps}, *plan_actions.values()))
+    forward = {step.workflow_id: step.workflow for step in steps if not step.lane}
+    plan_policies = {step.workflow_id: [current[name] for name in plan_actions[step.pk]]
+                     for step in steps if not step.lane}
+    approvals = valid_approvals_many(list(forward.values()), plan_policies, now) if forward else {}
+    results = {}
+    for step in steps:
+        checks = []
+        known = _installed(step.action)
+        checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
+        policy = current[step.action]
+        checks.append(Check("action enabled", policy.enabled,
+                            f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
+        if step.lane:
+            results[step.pk] = checks + _compensation_checks(step, now)
+            continue
+        workflow = step.workflow
+        checks.append(Check("deadline not passed", workflow.deadline > now,
+                            f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
+        required = max([p.approvals_required for p in plan_policies[workflow.pk]] + [1])
+        valid = approvals[workflow.pk]
+        names = ", ".join(sorted(a.reviewer.get_username() for a in valid)) or "none"
+        checks.append(Check(
+            "approvals still valid",
+            len(valid) >= required,
+            f"{len(valid)} of {required} required (valid: {names}; approver active, still a reviewer, "
+            f"plan hash unchanged, within lifetime)",
+        ))
+        results[step.pk] = checks
+    return results
+
+
+def _installed(action: str) -> bool:
     try:
-        actions.get(step.action)
-        known = True
+        actions.get(action)
     except KeyError:
-        known = False
-    checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
-    plan_actions = {s["action"] for s in workflow.plan} if not step.lane else set()
-    current = policies_for(plan_actions | {step.action})
-    policy = current[step.action]
-    checks.append(Check("action enabled", policy.enabled,
-                        f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
-    if step.lane:
-        return checks + _compensation_checks(step, now)
-    checks.append(Check("deadline not passed", workflow.deadline > now,
-                        f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
-    plan_policies = [current[name] for name in plan_actions]
-    required = max([p.approvals_required for p in plan_policies] + [1])
-    valid = valid_approvals(workflow, plan_policies, now)
-    names = ", ".join(sorted(a.reviewer.get_username() for a in valid)) or "none"
-    checks.append(Check(
-        "approvals still valid",
-        len(valid) >= required,
-        f"{len(valid)} of {required} required (valid: {names}; approver active, still a reviewer, "
-        f"plan hash unchanged, within lifetime)",
-    ))
-    return checks
+        return False
+    return True
 
 
 def _compensation_checks(step: Step, now) -> list[Check]:
