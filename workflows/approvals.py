@@ -6,6 +6,7 @@ recheck needs a fresh approval of the same plan to go on.
 """
 
 from django.db import transaction
+from django.utils import timezone
 from django_q.tasks import async_task
 
 from workflows import audit, policy, roles
@@ -79,6 +80,7 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
             return locked
         if locked.status == WorkflowStatus.PLANNED:
             move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
+            locked.steps.filter(lane=0, status=StepStatus.PENDING).update(next_attempt_at=timezone.now())
         else:
             _unblock(locked, blocked, by, data)
         wake(locked)
@@ -99,7 +101,7 @@ def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
     for step in blocked:
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
         move(step, StepStatus.PENDING, actor=by, verb="step.unblocked", failure_class="", retry_base=last,
-             next_attempt_at=None, data={"reason": "fresh approval"})
+             next_attempt_at=timezone.now(), data={"reason": "fresh approval"})
     move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.reapproved", data=data)
 
 

@@ -155,7 +155,7 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
             undo = Step.objects.create(
                 workflow=workflow, lane=comp.lane, compensation_run=comp, compensates=original,
                 position=comp.lane * LANE_GAP + index, key=item["key"], action=item["action"], args=item["args"],
-                operation_key=operation_key_for(workflow.pk, item["key"]),
+                operation_key=operation_key_for(workflow.pk, item["key"]), next_attempt_at=now,
             )
             # The link between the undo and the effect it addresses, in the trail.
             move(original, StepStatus.COMPENSATING, actor=by, verb="step.compensating",

@@ -124,7 +124,7 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
             raise WrongState("Current policy does not allow this replay: " + "; ".join(failed))
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
         move(step, StepStatus.PENDING, actor=by, verb="step.replayed", failure_class="", retry_base=last,
-             next_attempt_at=None,
+             next_attempt_at=timezone.now(),
              data={"dead_letter": str(dead_letter.pk), "reason": reason, "operation_key": step.operation_key})
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         context = {"dead_letter": str(dead_letter.pk), "reason": reason}

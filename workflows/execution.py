@@ -114,7 +114,7 @@ def _due_steps(workflow_id=None):
     steps = Step.objects.due().filter(~Exists(earlier_unfinished))
     if workflow_id is not None:
         steps = steps.filter(workflow_id=workflow_id)
-    return steps.order_by("next_attempt_at", "id")
+    return steps.order_by("next_attempt_at", "position", "id")
 
 
 CLAIM_BATCH = 32

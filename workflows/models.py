@@ -115,8 +115,11 @@ class StepQuerySet(models.QuerySet):
         return self.filter(
             Q(lane=0, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
             | Q(lane__gt=0, workflow__status=WorkflowStatus.COMPENSATING),
+            # A step is ready once its lane may run (set at approval, replay,
+            # resolution or authorization) and its retry wait is over.
             status__in=[StepStatus.PENDING, StepStatus.WAITING_RETRY],
-        ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+            next_attempt_at__lte=now,
+        )
 
 
 class Step(models.Model):
@@ -161,6 +164,10 @@ class Step(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "next_attempt_at"], name="step_due"),
+            # The claim walks this in order and stops at its batch: steps of
+            # plans awaiting review (no next_attempt_at) are never visited.
+            models.Index(fields=["next_attempt_at", "position", "id"], name="step_ready",
+                         condition=Q(status__in=["PENDING", "WAITING_RETRY"])),
             models.Index(fields=["status", "lease_expires_at"], name="step_lease"),
         ]
 

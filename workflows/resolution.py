@@ -57,7 +57,7 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
         else:
             last = locked.attempts.order_by("-number").values_list("number", flat=True).first() or 0
             move(locked, StepStatus.PENDING, actor=by, verb="step.resolved", failure_class="", retry_base=last,
-                 next_attempt_at=None, data=evidence)
+                 next_attempt_at=timezone.now(), data=evidence)
         if locked.lane:
             _resume_compensation(workflow, locked, by, decision, evidence)
         elif decision == COMPENSATE:
