@@ -3,6 +3,7 @@ verify by recomputing every link."""
 
 import json
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _string
 from typing import Iterable
 
 from django.db import transaction
@@ -16,19 +17,22 @@ GENESIS = "0" * 64
 
 
 def event_hash(prev_hash: str, *, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data) -> str:
-    body = canonical_json(
-        {
-            "stream": stream,
-            "seq": seq,
-            "at": at.isoformat(),
-            "actor": actor,
-            "verb": verb,
-            "object_type": object_type,
-            "object_id": str(object_id),
-            "workflow_id": str(workflow_id) if workflow_id else None,
-            "data": data,
-        }
-    )
+    """SHA-256 over the previous hash and the event's canonical JSON (sorted
+    keys, no spaces): {"actor", "at", "data", "object_id", "object_type",
+    "seq", "stream", "verb", "workflow_id"}."""
+    return _digest(prev_hash, stream, seq, at.isoformat(), actor, verb, object_type, str(object_id),
+                   str(workflow_id) if workflow_id else None, canonical_json(data))
+
+
+def _digest(prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json) -> str:
+    # The canonical JSON of the event, assembled in key order around the
+    # data's own canonical JSON (exactly canonical_json of the whole object).
+    body = "".join((
+        '{"actor":', _string(actor), ',"at":', _string(at), ',"data":', data_json,
+        ',"object_id":', _string(object_id), ',"object_type":', _string(object_type), ',"seq":', str(int(seq)),
+        ',"stream":', _string(stream), ',"verb":', _string(verb),
+        ',"workflow_id":', "null" if workflow_id is None else _string(workflow_id), "}",
+    ))
     return sha256_hex(prev_hash + body)
 
 
@@ -57,10 +61,11 @@ class Entry:
     data: dict | None = None
 
 
-def append_many(entries: list[Entry]) -> list[AuditEvent]:
+def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
     """Append events, in order, to their streams: one lock and one update per
     stream, one insert for them all. Heads are locked in stream order, so
-    appenders touching several streams cannot deadlock one another."""
+    appenders touching several streams cannot deadlock one another. Returns
+    the events, or None where they were copied in without reading ids back."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the change they record")
     if not entries:
@@ -72,44 +77,40 @@ def append_many(entries: list[Entry]) -> list[AuditEvent]:
         AuditHead.objects.bulk_create([AuditHead(stream=stream) for stream in missing], ignore_conflicts=True)
         heads.update(_lock_heads(missing))
     at = timezone.now()
-    events, rows = [], []
+    at_text = at.isoformat()
+    rows = []
     for entry in entries:
         head = heads[_stream(entry.workflow_id)]
-        fields = {
-            "stream": head.stream,
-            "seq": head.seq + 1,
-            "at": at,
-            "actor": actor_name(entry.actor),
-            "verb": entry.verb,
-            "object_type": entry.obj_type,
-            "object_id": str(entry.obj_id),
-            "workflow_id": entry.workflow_id,
-            # Round-trip through JSON so the hash covers exactly what the row stores.
-            "data": json.loads(canonical_json(redact(entry.data or {}))),
-        }
-        digest = event_hash(head.hash, **fields)
-        events.append(AuditEvent(prev_hash=head.hash, hash=digest, **fields))
-        head.seq, head.hash = fields["seq"], digest
+        workflow_id = str(entry.workflow_id) if entry.workflow_id else None
+        row = (head.stream, head.seq + 1, at, actor_name(entry.actor), entry.verb, entry.obj_type,
+               str(entry.obj_id), workflow_id, canonical_json(redact(entry.data or {})), head.hash)
+        digest = _digest(head.hash, row[0], row[1], at_text, *row[3:9])
+        rows.append((*row, digest))
+        head.seq, head.hash = row[1], digest
     connection = transaction.get_connection()
-    if connection.vendor == "postgresql" and len(events) > 1:
-        _copy(connection, events)  # several times faster than INSERT; the rows' ids are not read back
+    if connection.vendor == "postgresql" and len(rows) > 1:
+        _copy(connection, rows)  # several times faster than INSERT; the rows' ids are not read back
+        events = None
     else:
+        # The data is stored as it was hashed: parsed back from its canonical JSON.
+        events = [AuditEvent(**dict(zip(_COLUMNS, row)), ) for row in rows]
+        for event in events:
+            event.data = json.loads(event.data)
         AuditEvent.objects.bulk_create(events)
     update_rows(AuditHead, ["seq", "hash"], list(heads.values()))
     return events
 
 
-_COPIED = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-           "prev_hash", "hash")
+_COLUMNS = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
+            "prev_hash", "hash")
 
 
-def _copy(connection, events: list[AuditEvent]) -> None:
+def _copy(connection, rows: list[tuple]) -> None:
     table = AuditEvent._meta.db_table
     with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {table} ({', '.join(_COPIED)}) FROM STDIN") as copy:
-            for event in events:
-                copy.write_row([canonical_json(event.data) if name == "data" else getattr(event, name)
-                                for name in _COPIED])
+        with cursor.cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 def _stream(workflow_id) -> str:
