@@ -80,7 +80,9 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
             return locked
         if locked.status == WorkflowStatus.PLANNED:
             move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
-            locked.steps.filter(lane=0, status=StepStatus.PENDING).update(next_attempt_at=timezone.now())
+            first = locked.steps.filter(lane=0, status=StepStatus.PENDING).order_by("position").first()
+            if first is not None:  # the first step is ready; each next one when the one before completes
+                Step.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
         else:
             _unblock(locked, blocked, by, data)
         wake(locked)

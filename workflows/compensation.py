@@ -155,7 +155,8 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
             undo = Step.objects.create(
                 workflow=workflow, lane=comp.lane, compensation_run=comp, compensates=original,
                 position=comp.lane * LANE_GAP + index, key=item["key"], action=item["action"], args=item["args"],
-                operation_key=operation_key_for(workflow.pk, item["key"]), next_attempt_at=now,
+                operation_key=operation_key_for(workflow.pk, item["key"]),
+                next_attempt_at=now if index == 0 else None,  # the next is ready when this one completes
             )
             # The link between the undo and the effect it addresses, in the trail.
             move(original, StepStatus.COMPENSATING, actor=by, verb="step.compensating",

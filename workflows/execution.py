@@ -341,6 +341,7 @@ def _complete(steps: list[Step]) -> None:
         log: list[audit.Entry] = []
         done = move_many(_held(steps, StepStatus.VERIFYING), StepStatus.COMPLETE, actor=WORKER, locked=True,
                          log=log, lease_expires_at=None)
+        Step.objects.ready_after(done)
         touched = {step.workflow_id for step in done}
         unfinished = set(
             Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
@@ -470,6 +471,7 @@ def _settle(step: Step, ok: bool, fence: int) -> None:
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if ok:
             move(step, StepStatus.COMPLETE, actor=WORKER, guard={"fence": fence}, lease_expires_at=None)
+            Step.objects.ready_after([step])
             if step.lane:
                 compensation.step_complete(workflow, step)
             elif not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():

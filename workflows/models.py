@@ -115,11 +115,36 @@ class StepQuerySet(models.QuerySet):
         return self.filter(
             Q(lane=0, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
             | Q(lane__gt=0, workflow__status=WorkflowStatus.COMPENSATING),
-            # A step is ready once its lane may run (set at approval, replay,
-            # resolution or authorization) and its retry wait is over.
+            # Ready: next_attempt_at is set on the first step of a lane when
+            # the lane may run (approval, authorization), on the next step
+            # when one completes (`ready_after`), on a step put back in line
+            # (replay, resolution, fresh approval) and on a retry's due time.
             status__in=[StepStatus.PENDING, StepStatus.WAITING_RETRY],
             next_attempt_at__lte=now,
         )
+
+    def ready_after(self, steps, now=None) -> int:
+        """Make the step that follows each of these (just COMPLETE) in its
+        lane ready to run: one statement for them all."""
+        if not steps:
+            return 0
+        now = now or timezone.now()
+        quote = connection.ops.quote_name
+        table = quote(self.model._meta.db_table)
+        workflow_field = self.model._meta.get_field("workflow")
+        values = ", ".join(["(%s, %s, %s)"] * len(steps))
+        params = [now]
+        for step in steps:
+            params += [workflow_field.get_db_prep_value(step.workflow_id, connection), step.lane, step.position]
+        sql = (
+            f"UPDATE {table} SET next_attempt_at = %s WHERE status = %s AND next_attempt_at IS NULL AND id IN ("
+            f"SELECT (SELECT n.id FROM {table} n WHERE n.workflow_id = v.column1 AND n.lane = v.column2"
+            f" AND n.position > v.column3 ORDER BY n.position LIMIT 1) FROM (VALUES {values}) AS v)"
+        )
+        params.insert(1, StepStatus.PENDING)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
 
 
 class Step(models.Model):

@@ -54,6 +54,7 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
                  failure_class="", data=evidence)
             move(locked, StepStatus.COMPLETE, actor=by, verb="step.complete", lease_expires_at=None,
                  data={"verified_by": "operator evidence"})
+            Step.objects.ready_after([locked])
         else:
             last = locked.attempts.order_by("-number").values_list("number", flat=True).first() or 0
             move(locked, StepStatus.PENDING, actor=by, verb="step.resolved", failure_class="", retry_base=last,
