@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import ticket_plan, wait_for_status
 from workflows import approvals, audit, failpoints, plans, policy
-from workflows.models import Attempt, DeadLetter, Step
+from workflows.models import Attempt, AuditEvent, DeadLetter, Step
 
 pytestmark = pytest.mark.live
 
@@ -151,3 +151,34 @@ def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_work
         resolution.resolve(step, by=people["operator"], decision="not_happened", reason="not in the outbox")
         wait_for_status(workflow.pk, "COMPLETE")
         assert len(list(mail_dir.iterdir())) == 1
+
+
+def noop_plan(n: int, steps: int = 3) -> dict:
+    return {"name": f"batch {n}", "submission_key": f"batch-{n}",
+            "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)]}
+
+
+@pytest.mark.parametrize("point", failpoints.ALL)
+def test_a_crash_inside_a_shared_batch_recovers_every_step(people, start_worker, tmp_path, point):
+    """Steps that share their checkpoint commits (in-process idempotent
+    actions): a worker killed at any point of a batch leaves each step where
+    recovery finishes it, with one SUCCEEDED attempt and a REQUESTED one
+    committed before every perform."""
+    workflows = [submit_and_approve(people, noop_plan(n)) for n in range(4)]
+    crash_at(start_worker, tmp_path, point)
+    for workflow in workflows:
+        wait_for_status(workflow.pk, "COMPLETE")
+    doomed_pid = (tmp_path / "failpoints.log").read_text().split()[0]
+    doomed = Attempt.objects.filter(worker__endswith=f":{doomed_pid}")
+    # The failpoint fired inside a shared batch: the doomed worker requested
+    # attempts for several steps, all in the claim's one commit.
+    requested = AuditEvent.objects.filter(verb="attempt.requested",
+                                                object_id__in=[str(pk) for pk in doomed.values_list("pk", flat=True)])
+    assert requested.count() >= 2, "the batch held one step only"
+    assert requested.values("at").distinct().count() == 1
+    for step in Step.objects.filter(workflow__in=workflows):
+        statuses = list(step.attempts.order_by("number").values_list("status", flat=True))
+        assert step.status == "COMPLETE"
+        assert statuses.count("SUCCEEDED") == 1 and statuses[-1] == "SUCCEEDED", (step.key, statuses)
+        assert set(statuses) <= {"SUCCEEDED", "UNKNOWN"}, (step.key, statuses)
+    assert audit.verify().ok
