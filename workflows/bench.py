@@ -237,6 +237,18 @@ class RssSampler(threading.Thread):
                 "growth_mib_per_10k_steps": round(grown / max(steps, 1) * 10_000, 3), "processes": processes}
 
 
+def _vacuum() -> None:
+    """What autovacuum would have done by now: clear the dead rows earlier
+    runs left in the hot tables and refresh the planner's statistics (a
+    server may run with autovacuum off; `meta.autovacuum` says)."""
+    if connection.vendor != "postgresql":
+        return
+    tables = [model._meta.db_table for model in (Workflow, Step, Attempt)] + ["workflows_audithead", "django_q_ormq"]
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+        cursor.execute(f"ANALYZE {AuditEvent._meta.db_table}")
+
+
 # --- the raw ceiling ------------------------------------------------------------
 
 
@@ -378,7 +390,7 @@ class Bench:
             "vendor": connection.vendor, "database": str(connection.settings_dict["NAME"]),
             "started": timezone.now().isoformat(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
             "workers_per_cluster": self.workers, "lease_seconds": self.o.lease_seconds,
-            "autovacuum": _setting("autovacuum"),
+            "autovacuum": _setting("autovacuum"), "broker": settings.Q_BROKER,
             "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
                         if k not in ("database_url", "workdir")},
         }
@@ -486,13 +498,22 @@ class Bench:
 
     def protocol_cost(self) -> dict:
         """Queries and commits per step of the checkpoint protocol, in this
-        process, with no queue and no concurrency (run_workflow of 10-step plans)."""
-        ids = self.submit(10, 10, "protocol")
-        self.approve_all(ids)
+        process, with no queue and no concurrency: 100 steps one at a time
+        (one 10-step plan after another: every batch holds one step), then
+        100 steps in shared batches (a drain of 50 two-step plans)."""
+        alone = self.submit(10, 10, "protocol-alone")
+        self.approve_all(alone)
+        shared = self.submit(50, 2, "protocol-shared")
+        result = {"alone": self._count(lambda: sum(execution.run_workflow(pk) for pk in alone))}
+        self.approve_all(shared)
+        result["shared"] = self._count(execution.drain)
+        return result
+
+    def _count(self, run) -> dict:
         # DEBUG off, as in a worker: no query log.
         with override_settings(DEBUG=False), counting_commits() as counter, recording_queries() as queries:
             began = time.perf_counter()
-            done = sum(execution.run_workflow(pk) for pk in ids)
+            done = run()
             elapsed = time.perf_counter() - began
         if done != 100:
             raise BenchError(f"in-process run completed {done} of 100 steps")
@@ -508,17 +529,18 @@ class Bench:
         backlog = Step.objects.filter(status=StepStatus.PENDING).exclude(workflow_id__in=ids).count()
         self.log(f"    {count} cluster(s): {len(ids)} plans of {per} steps submitted; "
                  f"{backlog:,} other steps PENDING in the database")
+        _vacuum()
         sampler = None
         with Fleet(self.workdir, self.cluster_env) as fleet:
             clusters = [fleet.start(f"b{count}-{n + 1}") for n in range(count)]
             self.wait_queue_idle()
-            if "f" not in self.o.skip:
-                sampler = RssSampler(clusters)
-                sampler.start()
             try:
                 began = time.time()
                 self.approve_all(ids)
                 approved = time.time()
+                if "f" not in self.o.skip:  # from the moment the work is due: idle time is not warm-up
+                    sampler = RssSampler(clusters)
+                    sampler.start()
                 self.wait_steps(ids, total, clusters, timeout=max(120.0, total / 20))
             finally:
                 if sampler:

@@ -87,14 +87,15 @@ def report(result: dict) -> str:
     lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
              f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
              f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
-             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else ""), ""]
+             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
+             + f", task broker {meta.get('broker', 'orm')}", ""]
     rows = []
     raw = result.get("raw", {}).get("steps_per_s", {})
     if raw:
         rows.append(("(a) raw 2-commit steps/s", ", ".join(f"{n} clients {v:,.0f}" for n, v in raw.items())))
     throughput = result.get("throughput", {})
-    if protocol := throughput.get("protocol"):
-        rows.append(("(b) protocol per step (in-process)",
+    for mode, protocol in throughput.get("protocol", {}).items():
+        rows.append((f"(b) protocol per step, {mode} (in-process)",
                      f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
                      f"{protocol['serial_steps_per_s']:,.0f} steps/s serial"))
     for run in throughput.get("runs", []):
