@@ -107,14 +107,28 @@ class LeaseKeeper:
 # --- claiming ---------------------------------------------------------------
 
 
-def _due_steps(workflow_id=None):
+READY_ORDER = ("next_attempt_at", "position", "id")
+
+
+def _due_steps(workflow_id=None, window: int | None = None):
+    """Due steps, first due first. With `window`, only among the first
+    `window` ready steps, read off the ready index in order: a claim's cost
+    does not grow with the number of ready steps. The step's own conditions
+    are applied again outside the window, so a row claimed meanwhile (and
+    re-read under its lock) no longer matches."""
+    ready = Step.objects.due()
+    if workflow_id is not None:
+        ready = ready.filter(workflow_id=workflow_id)
+    steps = ready
+    if window is not None:
+        steps = ready.filter(pk__in=Subquery(ready.order_by(*READY_ORDER).values("pk")[:window]))
     earlier_unfinished = Step.objects.filter(
         workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
     ).exclude(status=StepStatus.COMPLETE)
-    steps = Step.objects.due().filter(~Exists(earlier_unfinished))
-    if workflow_id is not None:
-        steps = steps.filter(workflow_id=workflow_id)
-    return steps.order_by("next_attempt_at", "position", "id")
+    steps = steps.filter(~Exists(earlier_unfinished))
+    # Within a window, any order will do (it holds the first due steps), and
+    # none lets the query stop at its limit instead of checking all of them.
+    return steps.order_by() if window is not None else steps.order_by(*READY_ORDER)
 
 
 CLAIM_BATCH = 32
@@ -140,7 +154,14 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) 
     unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
     latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
     with transaction.atomic():
-        candidates = _due_steps(workflow_id).annotate(open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
+        if connection.vendor == "postgresql":
+            # Walk the ready index in order and stop at the window: a bitmap
+            # scan would read every ready row first, and the planner picks
+            # one when its statistics lag behind (autovacuum behind or off).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL enable_bitmapscan = off")
+        candidates = _due_steps(workflow_id, window=limit * 4).annotate(
+            open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
         claimed = list(candidates.select_related("workflow")[:limit])

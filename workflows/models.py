@@ -188,7 +188,6 @@ class Step(models.Model):
             models.UniqueConstraint(fields=["workflow", "position"], name="step_position_unique"),
         ]
         indexes = [
-            models.Index(fields=["status", "next_attempt_at"], name="step_due"),
             # The claim walks this in order and stops at its batch: steps of
             # plans awaiting review (no next_attempt_at) are never visited.
             models.Index(fields=["next_attempt_at", "position", "id"], name="step_ready",
