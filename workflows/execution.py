@@ -111,13 +111,16 @@ READY_ORDER = ("next_attempt_at", "position", "id")
 
 
 def _due_steps(workflow_id=None, window: int | None = None):
-    """Due steps, first due first. With `window`, only among the first
-    `window` ready steps, read off the ready index in order: a claim's cost
+    """Due steps (of one workflow, or a list of them), first due first. With
+    `window`, only among the first `window` ready steps, read off the ready
+    index in order: a claim's cost
     does not grow with the number of ready steps. The step's own conditions
     are applied again outside the window, so a row claimed meanwhile (and
     re-read under its lock) no longer matches."""
     ready = Step.objects.due()
-    if workflow_id is not None:
+    if isinstance(workflow_id, (list, tuple, set)):
+        ready = ready.filter(workflow_id__in=list(workflow_id))
+    elif workflow_id is not None:
         ready = ready.filter(workflow_id=workflow_id)
     steps = ready
     if window is not None:
@@ -235,7 +238,8 @@ def _request_shared(steps: list[Step], log: list) -> None:
 
 
 def run_workflow(workflow_id) -> int:
-    """Run every due step of one workflow, in order. Returns steps executed."""
+    """Run every due step of one workflow (or a list of them), in order, in
+    shared batches where steps allow. Returns steps executed."""
     done = 0
     while batch := claim_batch(workflow_id=workflow_id):
         run_batch(batch)
