@@ -127,3 +127,26 @@ def test_removed_approver_blocks_execution_with_no_effect(approved, people, desk
     assert approved.status == "FAILED"
     assert desk.ledger() == []
     assert not Attempt.objects.exists()
+
+
+def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
+    """In-process idempotent steps are claimed together (with their REQUESTED
+    attempts in the claim's commit); steps that call out are taken a few at
+    a time, so that a short burst of them is spread over the workers."""
+    for n in range(12):
+        remote = plans.submit(people["agent"], ticket_plan(key=f"remote-{n}")).workflow
+        approvals.approve(remote, by=people["reviewer"])
+        local = plans.submit(people["agent"], {"name": "n", "submission_key": f"local-{n}",
+                                               "steps": [{"key": "s", "action": "noop", "args": {}}]}).workflow
+        approvals.approve(local, by=people["reviewer"])
+
+    batch = execution.claim_batch()
+
+    shared = [step for step in batch if step.attempt is not None]
+    alone = [step for step in batch if step.attempt is None]
+    assert len(shared) == 12 and {step.action for step in shared} == {"noop"}
+    assert all(Attempt.objects.get(step=step).status == "REQUESTED" for step in shared)
+    assert len(alone) == execution.ALONE_BATCH < 12 and {step.action for step in alone} == {"ticket.create"}
+    assert not Attempt.objects.filter(step__in=alone).exists()
+    left = Step.objects.filter(action="ticket.create", status=StepStatus.PENDING, next_attempt_at__isnull=False)
+    assert left.count() == 12 - execution.ALONE_BATCH  # still due, for the next claim

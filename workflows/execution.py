@@ -134,7 +134,10 @@ def _due_steps(workflow_id=None, window: int | None = None):
     return steps.order_by() if window is not None else steps.order_by(*READY_ORDER)
 
 
-CLAIM_BATCH = 32
+CLAIM_BATCH = 64
+# Steps that run alone (anything that calls out) are taken a few at a time,
+# so that a short burst of them is spread over the workers.
+ALONE_BATCH = 8
 
 
 def claim(workflow_id=None) -> Step | None:
@@ -145,7 +148,7 @@ def claim(workflow_id=None) -> Step | None:
 
 def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) -> list[Step]:
     """Take leases on up to `limit` due steps in one transaction (one commit
-    for the lot). On PostgreSQL, rows another worker is claiming are skipped,
+    for the lot), of which at most ALONE_BATCH run alone. On PostgreSQL, rows another worker is claiming are skipped,
     not waited for; each claim is still fenced.
 
     With `share`, a step that can share its checkpoints (`_shares_checkpoints`) has its
@@ -167,7 +170,11 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) 
             open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        claimed = list(candidates.select_related("workflow")[:limit])
+        found = list(candidates.select_related("workflow")[:limit])
+        # Keep every step that shares its commits and a few that run alone;
+        # the rest stay due (their row locks go with this commit).
+        alone = [step for step in found if not (share and _shares_checkpoints(step))][:ALONE_BATCH]
+        claimed = [step for step in found if (share and _shares_checkpoints(step)) or step in alone]
         if not claimed:
             return []
         # The rows are locked (or, on SQLite, the database is) since they
