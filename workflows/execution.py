@@ -301,13 +301,9 @@ def _run_shared(steps: list[Step]) -> None:
     outcomes, failures = {}, {}
     for step in steps:
         try:
-            outcomes[step.pk] = actions.get(step.action).perform(resolve_args(step), step.operation_key)
+            outcomes[step.pk] = _perform(step, actions.get(step.action))
         except ActionError as err:
             failures[step.pk] = err
-        except Exception as exc:  # a bug in an action must not kill the worker loop
-            log.exception("action %s raised an unclassified error", step.action)
-            failures[step.pk] = ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
-                                            outcome_unknown=True)
     performed = [step for step in steps if step.pk in outcomes]
     _hit_each(failpoints.AFTER_PERFORM, performed)
     recorded = _record_outcomes(performed, outcomes)
@@ -401,16 +397,9 @@ def execute(step: Step) -> None:
         attempt = _request_attempt(step, fence, rules.version)
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
-            args = resolve_args(step)
             with LeaseKeeper(step.pk, fence):
-                outcome = action.perform(args, step.operation_key)
+                outcome = _perform(step, action)
         except ActionError as err:
-            _record_failure(step, attempt, action, err, fence, rules.max_attempts)
-            return
-        except Exception as exc:  # a bug in an action must not kill the worker loop
-            log.exception("action %s raised an unclassified error", step.action)
-            err = ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
-                              outcome_unknown=True)
             _record_failure(step, attempt, action, err, fence, rules.max_attempts)
             return
         failpoints.hit(failpoints.AFTER_PERFORM, scope=scope)
@@ -419,6 +408,21 @@ def execute(step: Step) -> None:
         verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def _perform(step: Step, action) -> Outcome:
+    """The effect, with the step's arguments resolved. A bug in an action
+    (any other exception) must not kill the worker loop: it is an error of
+    unknown outcome, handled like any other."""
+    args = resolve_args(step)
+    try:
+        return action.perform(args, step.operation_key)
+    except ActionError:
+        raise
+    except Exception as exc:
+        log.exception("action %s raised an unclassified error", step.action)
+        raise ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
+                          outcome_unknown=True) from exc
 
 
 def deadline_of(step: Step):
