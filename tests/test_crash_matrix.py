@@ -22,11 +22,11 @@ def submit_and_approve(people, body):
     return workflow
 
 
-def crash_at(start_worker, tmp_path, point):
+def crash_at(start_worker, tmp_path, point, **env):
     """Run a worker with `point` enabled, prove it died exactly there, then
     kill what is left of its cluster and start a clean one."""
     marker = tmp_path / "failpoints.log"
-    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV)
+    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV, **env)
     deadline = time.monotonic() + 30
     while not (marker.exists() and marker.read_text().strip()):
         assert time.monotonic() < deadline, f"failpoint {point} never fired:\n{worker.log()}"
@@ -165,7 +165,9 @@ def test_a_crash_inside_a_shared_batch_recovers_every_step(people, start_worker,
     recovery finishes it, with one SUCCEEDED attempt and a REQUESTED one
     committed before every perform."""
     workflows = [submit_and_approve(people, noop_plan(n)) for n in range(4)]
-    crash_at(start_worker, tmp_path, point)
+    # One worker, so that its first claim holds all four first steps (two
+    # would share them, and the one that dies might hold a single step).
+    crash_at(start_worker, tmp_path, point, Q_WORKERS="1")
     for workflow in workflows:
         wait_for_status(workflow.pk, "COMPLETE")
     doomed_pid = (tmp_path / "failpoints.log").read_text().split()[0]

@@ -26,15 +26,27 @@ def sha256_hex(text: str) -> str:
 
 def update_rows(model, names: list[str], objs: list) -> None:
     """Write each object's values of `names` to its row, in one statement
-    (UPDATE ... FROM VALUES), where Django's bulk_update builds a CASE
-    expression per row and field."""
+    (UPDATE ... FROM unnest(arrays) on PostgreSQL, FROM VALUES on SQLite),
+    where Django's bulk_update builds a CASE expression per row and field."""
     if not objs:
         return
     fields = [model._meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
     table, pk = quote(model._meta.db_table), quote(model._meta.pk.column)
-    typed = connection.vendor == "postgresql"  # a column of NULLs would be text there
     columns = [model._meta.pk, *fields]
+    if connection.vendor == "postgresql":
+        # One typed array per column: the statement's text stays the same
+        # whatever the number of rows (short to send, cached by the driver).
+        arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in columns)
+        sets = ", ".join(f"{quote(field.column)} = v.c{n}" for n, field in enumerate(fields, start=1))
+        names_ = ", ".join(f"c{n}" for n in range(len(columns)))
+        params = [[field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs]
+                  for field in columns]
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names_}) "
+                           f"WHERE {table}.{pk} = v.c0", params)
+        return
+    typed = False
     first = "(" + ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" if typed else "%s" for f in columns) + ")"
     other = "(" + ", ".join(["%s"] * len(columns)) + ")"
     sets = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=2))
