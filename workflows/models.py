@@ -39,18 +39,16 @@ def update_rows(model, names: list[str], objs: list) -> None:
         # whatever the number of rows (short to send, cached by the driver).
         arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in columns)
         sets = ", ".join(f"{quote(field.column)} = v.c{n}" for n, field in enumerate(fields, start=1))
-        names_ = ", ".join(f"c{n}" for n in range(len(columns)))
+        aliases = ", ".join(f"c{n}" for n in range(len(columns)))
         params = [[field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs]
                   for field in columns]
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names_}) "
+            cursor.execute(f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({aliases}) "
                            f"WHERE {table}.{pk} = v.c0", params)
         return
-    typed = False
-    first = "(" + ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" if typed else "%s" for f in columns) + ")"
-    other = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
     sets = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=2))
-    sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([first] + [other] * (len(objs) - 1))}) AS v "
+    sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(objs))}) AS v "
            f"WHERE {table}.{pk} = v.column1")
     params = []
     for obj in objs:
