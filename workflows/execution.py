@@ -113,10 +113,12 @@ READY_ORDER = ("next_attempt_at", "position", "id")
 def _due_steps(workflow_id=None, window: int | None = None):
     """Due steps (of one workflow, or a list of them), first due first. With
     `window`, only among the first `window` ready steps, read off the ready
-    index in order: a claim's cost
-    does not grow with the number of ready steps. The step's own conditions
-    are applied again outside the window, so a row claimed meanwhile (and
-    re-read under its lock) no longer matches."""
+    index in order by a statement of its own: a claim's cost does not grow
+    with the number of ready steps. (As a subquery, the planner may rescan
+    the window once per candidate row when its statistics lag, which made a
+    claim cost O(ready²).) The step's own conditions are applied again to
+    the window, so a row claimed meanwhile (and re-read under its lock) no
+    longer matches."""
     ready = Step.objects.due()
     if isinstance(workflow_id, (list, tuple, set)):
         ready = ready.filter(workflow_id__in=list(workflow_id))
@@ -124,7 +126,7 @@ def _due_steps(workflow_id=None, window: int | None = None):
         ready = ready.filter(workflow_id=workflow_id)
     steps = ready
     if window is not None:
-        steps = ready.filter(pk__in=Subquery(ready.order_by(*READY_ORDER).values("pk")[:window]))
+        steps = ready.filter(pk__in=list(ready.order_by(*READY_ORDER).values_list("pk", flat=True)[:window]))
     earlier_unfinished = Step.objects.filter(
         workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
     ).exclude(status=StepStatus.COMPLETE)

@@ -8,6 +8,7 @@ fresh approval lets it go on.
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -59,17 +60,22 @@ def valid_approvals_many(workflows: list[Workflow], policies: dict, now=None) ->
         ttls = [p.approval_ttl_seconds for p in policies[workflow.pk]
                 if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
         oldest[workflow.pk] = now - timedelta(seconds=min(ttls)) if ttls else None
-    # The approver's current account and role are joined in, so a
-    # deactivated approver or one removed from the reviewers no longer counts.
-    approvals = Approval.objects.filter(
-        workflow__in=[w.pk for w in workflows], decision=Approval.Decision.APPROVE,
-        reviewer__is_active=True, reviewer__groups__name=roles.REVIEWERS,
-    ).select_related("reviewer").order_by("-created_at")
+    approvals = list(Approval.objects.filter(workflow__in=[w.pk for w in workflows],
+                                             decision=Approval.Decision.APPROVE)
+                     .select_related("reviewer").order_by("-created_at"))
+    # The approvers' current accounts and roles, so that a deactivated
+    # approver or one removed from the reviewers no longer counts. Asked
+    # apart: joined into the query above, the planner may walk a busy
+    # reviewer's every approval instead of these workflows' few.
+    reviewers = set(get_user_model().objects.filter(
+        pk__in={approval.reviewer_id for approval in approvals}, is_active=True, groups__name=roles.REVIEWERS,
+    ).values_list("pk", flat=True)) if approvals else set()
     by_pk = {workflow.pk: workflow for workflow in workflows}
     valid = {pk: {} for pk in by_pk}
     for approval in approvals:
         workflow = by_pk[approval.workflow_id]
-        if (approval.plan_hash != workflow.plan_hash or approval.reviewer_id == workflow.submitted_by_id
+        if (approval.reviewer_id not in reviewers or approval.plan_hash != workflow.plan_hash
+                or approval.reviewer_id == workflow.submitted_by_id
                 or (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
             continue
         valid[workflow.pk].setdefault(approval.reviewer_id, approval)

@@ -1,6 +1,6 @@
 """`bench`: measure durable execution on this machine (see workflows.bench).
 
-    python manage.py bench [--steps 20000] [--clusters 1,2] [--workers-per-cluster N]
+    python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -35,7 +35,8 @@ class Command(BaseCommand):
     help = "Measure raw and durable throughput, latency, recovery, page times and worker memory."
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=20_000, help="noop steps per cluster run (b)")
+        parser.add_argument("--steps", type=int, default=bench.MEMORY_STEPS,
+                            help="noop steps per cluster run (b); memory (f) is judged from 100000 up")
         parser.add_argument("--steps-per-workflow", type=int, default=10)
         parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
         parser.add_argument("--workers-per-cluster", type=int, default=settings.Q_CLUSTER["workers"])
@@ -128,6 +129,9 @@ def report(result: dict) -> str:
                      f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
                      f"main {m['start']}/{m['peak']}/{m['end']}; "
                      f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up"))
+        if timeline := run.get("worker_rss_mib_by_tenth"):
+            rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
+                         " ".join("-" if value is None else f"{value}" for value in timeline)))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
