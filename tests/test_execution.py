@@ -4,6 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.utils import timezone
 
@@ -127,6 +128,43 @@ def test_removed_approver_blocks_execution_with_no_effect(approved, people, desk
     assert approved.status == "FAILED"
     assert desk.ledger() == []
     assert not Attempt.objects.exists()
+
+
+def test_deactivated_approver_blocks_execution_with_no_effect(approved, people, desk):
+    people["reviewer"].is_active = False
+    people["reviewer"].save(update_fields=["is_active"])
+    tasks.run_workflow(str(approved.pk))
+    step = approved.steps.first()
+    assert (step.status, step.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
+    assert desk.ledger() == []
+    assert not Attempt.objects.exists()
+
+
+@pytest.mark.parametrize("change", ["deactivated", "removed from reviewers"])
+def test_a_shared_batch_blocks_only_the_plans_whose_approver_lost_the_grant(people, change):
+    """The batch's policy recheck reads approvals and approvers apart: each
+    plan is judged by its own approver's current account and role."""
+    second = User.objects.create_user("reviewer-b")
+    second.groups.add(Group.objects.get(name="reviewers"))
+    noop = [{"key": "s", "action": "noop", "args": {}}]
+    kept = plans.submit(people["agent"], {"name": "kept", "submission_key": "kept", "steps": noop}).workflow
+    lost = plans.submit(people["agent"], {"name": "lost", "submission_key": "lost", "steps": noop}).workflow
+    approvals.approve(kept, by=people["reviewer"])
+    approvals.approve(lost, by=second)
+    if change == "deactivated":
+        second.is_active = False
+        second.save(update_fields=["is_active"])
+    else:
+        second.groups.clear()
+
+    batch = execution.claim_batch()
+    execution.run_batch(batch)
+
+    assert len(batch) == 2
+    assert kept.steps.get().status == StepStatus.COMPLETE
+    blocked = lost.steps.get()
+    assert (blocked.status, blocked.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
+    assert not Attempt.objects.filter(step=blocked).exists()
 
 
 def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
