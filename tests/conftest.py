@@ -122,13 +122,13 @@ def wait_for_status(workflow_id, statuses, timeout=30.0):
 def run_until(workflow_id, statuses, timeout=30.0):
     """Drive the engine in-process (as a worker's loop and tasks would) until
     the workflow reaches one of `statuses`."""
-    from workflows import execution
+    from workflows import execution, recovery
 
     if isinstance(statuses, str):
         statuses = {statuses}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        execution.recover_expired_leases()
+        recovery.recover_expired_leases()
         execution.drain(budget_seconds=1)
         status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True).first()
         if status in statuses:

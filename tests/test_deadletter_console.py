@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from workflows import actions, approvals, deadletters, execution, plans, policy, views_deadletters
+from workflows import actions, approvals, deadletters, execution, outcomes, plans, policy, views_deadletters
 from workflows.actions import ActionError
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
 
@@ -44,7 +44,7 @@ def park(people):
         approvals.approve(workflow, by=people["reviewer"])
         step = execution.claim(workflow.pk)
         attempt = execution._request_attempt(step, step.fence)
-        execution._record_failure(step, attempt, actions.get(step.action), ActionError(failure_class, error),
+        outcomes.record_failure(step, attempt, actions.get(step.action), ActionError(failure_class, error),
                                   step.fence)
         dead_letter = DeadLetter.objects.get(step=step)
         assert Step.objects.get(pk=step.pk).status == "DEAD_LETTERED"

@@ -9,7 +9,8 @@ from django.db import connections
 from django.utils import timezone
 
 from tests.conftest import ticket_plan
-from workflows import approvals, execution, plans, tasks
+from workflows import approvals, execution, leases, outcomes, plans, recovery, tasks
+from workflows.actions import Outcome
 from workflows.models import Attempt, AuditEvent, Step
 from workflows.states import StepStatus
 
@@ -95,11 +96,11 @@ def test_a_worker_whose_lease_was_taken_over_cannot_record_its_result(approved, 
     attempt = execution._request_attempt(first, first.fence)
     # The first worker stalls past its lease; recovery hands the step to another.
     later = timezone.now() + timedelta(hours=1)
-    assert execution.recover_expired_leases(now=later) == 1
+    assert recovery.recover_expired_leases(now=later) == 1
     second = execution.claim(approved.pk)
     assert second.pk == first.pk and second.fence == first.fence + 1
-    with pytest.raises(execution.LeaseLost):
-        execution._record_outcome(first, attempt, execution.Outcome({"id": 999, "status": "open"}), first.fence,
+    with pytest.raises(leases.LeaseLost):
+        outcomes.record_outcome(first, attempt, Outcome({"id": 999, "status": "open"}), first.fence,
                                   "SUCCEEDED")
     step = Step.objects.get(pk=first.pk)
     assert (step.status, step.fence, step.result) == ("RUNNING", second.fence, None)
@@ -110,7 +111,7 @@ def test_recovered_step_reconciles_before_it_performs_again(approved, desk):
     execution._request_attempt(step, step.fence)
     # The effect happened, then the worker died before recording it.
     desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
-    execution.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
     tasks.run_workflow(str(approved.pk))
     approved.refresh_from_db()
     assert approved.status == "COMPLETE"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from workflows import actions, approvals, audit, deadletters, execution, plans, redaction, states
+from workflows import actions, approvals, audit, deadletters, execution, leases, plans, recovery, redaction, states
 from workflows.actions import ActionError, Outcome
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
@@ -100,9 +100,9 @@ class Operations(RuleBasedStateMachine):
         if step is not None:
             try:
                 execution._request_attempt(step, step.fence)
-            except execution.LeaseLost:
+            except leases.LeaseLost:
                 return
-            execution.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+            recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
 
     @rule()
     def replay(self):

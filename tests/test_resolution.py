@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
-from workflows import approvals, execution, plans, resolution
+from workflows import approvals, execution, plans, recovery, resolution
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
 
@@ -24,7 +24,7 @@ def in_doubt(people, settings, tmp_path):
     approvals.approve(workflow, by=people["reviewer"])
     step = execution.claim(workflow.pk)
     execution._request_attempt(step, step.fence)
-    execution.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
     execution.run_workflow(workflow.pk)
     step.refresh_from_db()
     workflow.refresh_from_db()

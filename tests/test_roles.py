@@ -6,7 +6,7 @@ from django.db import transaction
 from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import actions, approvals, compensation, execution, plans, tokens
+from workflows import actions, approvals, compensation, execution, outcomes, plans, tokens
 from workflows.actions import ActionError
 from workflows.models import DeadLetter
 
@@ -28,7 +28,7 @@ def world(people):
     execution.execute(execution.claim(failed.pk))  # the noop completes
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
-    execution._record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
+    outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
                               step.fence)
     failed.refresh_from_db()
     return {

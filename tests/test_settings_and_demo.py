@@ -33,7 +33,7 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     """With a 1 s lease and a 2.5 s effect, only the heartbeat stops recovery
     from handing the step to another worker mid-effect."""
     from tests.conftest import ticket_plan
-    from workflows import approvals, execution, plans
+    from workflows import approvals, execution, plans, recovery
     from workflows.models import Attempt, AuditEvent
 
     settings.STEP_LEASE_SECONDS = 1.0
@@ -46,7 +46,7 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     worker.start()
     recovered = 0
     while worker.is_alive():  # another worker's sweep, running all along
-        recovered += execution.recover_expired_leases()
+        recovered += recovery.recover_expired_leases()
         time.sleep(0.1)
     worker.join()
     desk.clear_faults()

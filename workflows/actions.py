@@ -105,6 +105,12 @@ def get(name: str) -> Action:
         raise KeyError(f"unknown action {name!r}") from None
 
 
+def find(name: str) -> Action | None:
+    """The action, or None when none of that name is installed (a plan
+    recorded before an action was removed)."""
+    return _registry.get(name)
+
+
 def names() -> list[str]:
     return sorted(_registry)
 

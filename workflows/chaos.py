@@ -50,7 +50,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.models import Count, Min
 
-from workflows import approvals, audit, execution, plans, roles
+from workflows import approvals, audit, leases, plans, roles
 from workflows.models import Attempt, Step, Workflow
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
@@ -232,7 +232,7 @@ def gone(pids, timeout: float = 2.0) -> bool:
 
 def owner_pid(lease_owner: str) -> int | None:
     host, _, pid = lease_owner.rpartition(":")
-    return int(pid) if host == execution.LOCAL_PREFIX and pid.isdigit() else None
+    return int(pid) if host == leases.LOCAL_PREFIX and pid.isdigit() else None
 
 
 def terminate_sessions(cluster_name: str) -> list[int]:

@@ -98,7 +98,7 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     results = {}
     for step in steps:
         checks = []
-        known = _installed(step.action)
+        known = actions.find(step.action) is not None
         checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
         policy = current[step.action]
         checks.append(Check("action enabled", policy.enabled,
@@ -120,14 +120,6 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         ))
         results[step.pk] = checks
     return results
-
-
-def _installed(action: str) -> bool:
-    try:
-        actions.get(action)
-    except KeyError:
-        return False
-    return True
 
 
 def _compensation_checks(step: Step, now) -> list[Check]:

@@ -20,7 +20,7 @@ from django_q.brokers import get_broker
 from django_q.signals import pre_execute
 from django_q.tasks import async_task
 
-from workflows import approvals, execution
+from workflows import approvals, execution, recovery
 from workflows.models import Step
 from workflows.states import StepStatus
 
@@ -63,7 +63,7 @@ class StallWatch:
 
 def work_is_due() -> bool:
     return (
-        execution._due_steps().exists()
+        execution.due_steps().exists()
         or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
     )
 
@@ -72,7 +72,7 @@ def tick(broker) -> bool:
     """Expire overdue plans, recover expired leases and wake the cluster;
     True when work is due."""
     approvals.expire_overdue()
-    recovered = execution.recover_expired_leases()
+    recovered = recovery.recover_expired_leases()
     if recovered:
         log.info("recovered %d step(s) whose worker lease expired", recovered)
     due = work_is_due()

@@ -1,0 +1,129 @@
+"""Who holds a step, and for how long (DESIGN §6).
+
+A claim gives its worker a lease on the step and a fencing number. The
+lease is extended by a heartbeat while the worker is busy, and every write
+after the claim first checks, under the step's row lock, that the step still
+carries the claim's fencing number: a worker whose lease was taken over can
+never record its late result over the new owner's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.models import Q
+from django.utils import timezone
+
+from workflows.models import Step
+from workflows.states import StepStatus
+
+log = logging.getLogger(__name__)
+
+# The actor of every change a worker makes, in the audit trail.
+WORKER = "worker"
+
+
+def _local_prefix() -> str:
+    """This host and PID namespace: hosts (or containers) that share a
+    hostname must never judge each other's processes by pid."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        boot, namespace = "noboot", 0
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+LOCAL_PREFIX = _local_prefix()
+
+
+def worker_id() -> str:
+    return f"{LOCAL_PREFIX}:{os.getpid()}"
+
+
+class LeaseLost(Exception):
+    """Another worker took the step over; this one must not record anything."""
+
+
+class LeaseKeeper:
+    """Extends the claims' leases while their worker is busy (a heartbeat), so
+    recovery does not take over a step whose worker is alive and waiting.
+    Extends a lease only while the step still carries that claim's fencing
+    number."""
+
+    def __init__(self, step_id: int | None = None, fence: int | None = None, *, claims=()):
+        self.claims = list(claims) or [(step_id, fence)]
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{self.claims[0][0]}", daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        lease = settings.STEP_LEASE_SECONDS
+        held = Q()
+        for step_id, fence in self.claims:
+            held |= Q(pk=step_id, fence=fence)
+        try:
+            while not self.stopped.wait(lease / 3):
+                try:
+                    Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).update(
+                        lease_expires_at=timezone.now() + timedelta(seconds=lease)
+                    )
+                except DatabaseError:
+                    # A dropped session or a busy SQLite must not end the
+                    # heartbeat: reconnect and extend on the next beat.
+                    log.warning("lease heartbeat for step(s) %s failed; retrying",
+                                [step_id for step_id, _ in self.claims])
+                    connection.close()
+        finally:
+            connection.close()
+
+
+def assert_lease(step: Step, fence: int, status: str) -> None:
+    """Inside a transaction: lock the step and make sure this claim still owns it."""
+    current = Step.objects.select_for_update().filter(pk=step.pk).values_list("status", "fence").first()
+    if current != (status, fence):
+        raise LeaseLost()
+
+
+def still_held(steps: list[Step], status: str) -> list[Step]:
+    """Inside a transaction: lock the steps and keep those this worker's
+    claims still own (the bulk form of `assert_lease`)."""
+    by_pk = {step.pk: step for step in steps}
+    current = Step.objects.select_for_update().filter(pk__in=by_pk).order_by("pk").values_list("pk", "status", "fence")
+    owned = {pk for pk, row_status, fence in current if (row_status, fence) == (status, by_pk[pk].fence)}
+    for step in steps:
+        if step.pk not in owned:
+            log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    return [step for step in steps if step.pk in owned]
+
+
+def process_alive(owner: str) -> bool:
+    """Whether the process a lease owner of this host names still runs."""
+    try:
+        pid = int(owner.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie nobody reaped (a container's pid 1 may not) is dead too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
