@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from workflows import approvals, chaos, plans
+from workflows import approvals, chaos, plans, processes
 from workflows.models import Attempt, Step, Workflow
 from workflows.states import AttemptStatus, StepStatus
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.live
 def start_clusters(start_worker, *names, **env):
     """Clusters as the soak wants them: short leases and task timeouts, and
     PostgreSQL sessions named so that only theirs are terminated."""
-    return [start_worker(name, **{**chaos.CLUSTER_ENV, "PGAPPNAME": chaos.session_name(name), **env})
+    return [start_worker(name, **{**chaos.CLUSTER_ENV, "PGAPPNAME": processes.session_name(name), **env})
             for name in names]
 
 
@@ -68,7 +68,7 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
 
     first.kill()  # SIGKILL the whole (frozen) group, mid-step
 
-    assert chaos.gone(first_pids), "the killed cluster is gone"
+    assert processes.gone(first_pids), "the killed cluster is gone"
     deadline = time.monotonic() + 40
     while Workflow.objects.filter(pk__in=[w.pk for w in workflows]).exclude(status="COMPLETE").exists():
         assert time.monotonic() < deadline, list(steps.exclude(status="COMPLETE").values_list("key", "status"))
@@ -81,14 +81,14 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         assert [t["idempotency_key"] for t in tickets].count(key) == 1
     ledger_keys = [entry["idempotency_key"] for entry in desk.ledger()]
     assert len(ledger_keys) == len(set(ledger_keys)) == steps.count(), "one effect per operation"
-    pids = {chaos.owner_pid(worker) for worker in attempts.values_list("worker", flat=True)}
-    second_pids = chaos.group_pids(second.process.pid)
+    pids = {processes.owner_pid(worker) for worker in attempts.values_list("worker", flat=True)}
+    second_pids = processes.group_pids(second.process.pid)
     assert pids & first_pids, "the killed cluster did work before it died"
     assert pids & second_pids, "the surviving cluster did work"
     # The steps the killed cluster held were finished by the survivor.
     for step in Step.objects.filter(pk__in=held):
         assert step.status == StepStatus.COMPLETE
-        assert chaos.owner_pid(step.lease_owner) in second_pids, (step.lease_owner, first_pids, second_pids)
+        assert processes.owner_pid(step.lease_owner) in second_pids, (step.lease_owner, first_pids, second_pids)
 
 
 def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_desk_without_idempotency(
@@ -112,10 +112,10 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
         assert time.monotonic() < deadline, "the step was never attempted"
         time.sleep(0.02)
     time.sleep(0.5)  # the POST is at the desk now, inside its latency
-    victim = chaos.owner_pid(attempt.worker)
+    victim = processes.owner_pid(attempt.worker)
     os.kill(victim, signal.SIGKILL)
 
-    assert chaos.gone([victim]), "the worker died with its request in flight"
+    assert processes.gone([victim]), "the worker died with its request in flight"
     deadline = time.monotonic() + 30
     while Workflow.objects.get(pk=workflow.pk).status != "COMPLETE":
         assert time.monotonic() < deadline, list(Attempt.objects.filter(step=step).values_list("status", flat=True))
@@ -135,9 +135,9 @@ def _freeze_holding_a_step(steps, group, timeout=20.0):
         if steps.filter(status=StepStatus.COMPLETE).exists():
             os.killpg(group, signal.SIGSTOP)
             time.sleep(0.3)  # a commit sent just before the freeze lands: that step is not held
-            pids = chaos.group_pids(group)
+            pids = processes.group_pids(group)
             held = [pk for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
-                    .values_list("pk", "lease_owner") if chaos.owner_pid(owner) in pids]
+                    .values_list("pk", "lease_owner") if processes.owner_pid(owner) in pids]
             if held:
                 return pids, held
             os.killpg(group, signal.SIGCONT)

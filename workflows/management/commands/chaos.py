@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import chaos
+from workflows import chaos, processes
 
 
 class Command(BaseCommand):
@@ -53,11 +53,11 @@ class Command(BaseCommand):
         try:
             desk_url = opts["desk_url"]
             if not desk_url:
-                desk = chaos.DeskProcess(workdir / "desk.sqlite3").start()
+                desk = processes.DeskProcess(workdir / "desk.sqlite3").start()
                 desk_url = desk.url
             env = {**chaos.CLUSTER_ENV, "TICKET_DESK_URL": desk_url, "STEP_LEASE_SECONDS": str(opts["lease_seconds"])}
             for number in range(opts["clusters"]):
-                clusters.append(chaos.Cluster(f"cluster-{number + 1}", workdir, env).start())
+                clusters.append(processes.Cluster(f"cluster-{number + 1}", workdir, env).start())
             self.stdout.write(f"desk {desk_url}, {len(clusters)} clusters, logs in {workdir}")
             result = chaos.soak(
                 clusters, desk_url=desk_url, workflows=opts["workflows"], seconds=opts["seconds"],

@@ -1,45 +1,20 @@
-"""What durable execution costs on this machine, measured in one run
-(`python manage.py bench`).
-
-    a  raw ceiling: the database alone, looping two commits per step (insert
-       the attempt, then update its outcome) from 1, 4 and 8 client threads
-    b  durable steps per second: `noop` plans approved in one transaction and
-       run by real `qcluster` processes (one cluster, then two) through the
-       whole checkpoint protocol; first the protocol's queries and commits
-       per step, counted in this process
-    c  approval-to-first-effect latency: one-step plans approved one at a time
-       while a cluster idles
-    d  recovery: a worker SIGKILLed mid-step (failpoint `after_requested`)
-       until the step is COMPLETE, once with the cluster respawning the
-       worker, once with the whole cluster killed and a fresh one started
-    e  server time and query count of the console's pages at a seeded scale
-    f  RSS of every cluster process, sampled four times a second during b
-
-Goals are reported, never asserted. Every process started here is stopped
-in a `finally`; a part that fails is recorded under `errors` and the rest
-still runs.
-"""
+"""The Bench: one run of the parts (a) to (e) in turn, (f) sampled during
+(b), each part's figures recorded under its section of the result, each
+part's failure under `errors` (see workflows.bench)."""
 
 from __future__ import annotations
 
 import math
 import os
 import random
-import sqlite3
 import statistics
-import threading
 import time
 import uuid
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
-from urllib.parse import quote
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import Count, Max, Min
@@ -48,67 +23,18 @@ from django.test.utils import override_settings
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from workflows import approvals, chaos, execution, failpoints, plans, roles
+from workflows import approvals, execution, failpoints, plans
+from workflows.bench import SECTIONS, BenchError, Options, console_user, database_url, goals, personas
+from workflows.bench.counting import counting_commits, recording_queries
+from workflows.bench.memory import RssSampler
+from workflows.bench.raw import raw_clients, raw_rate
 from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
+from workflows.processes import Cluster, gone
 from workflows.states import StepStatus, WorkflowStatus
 
-AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
-SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory"}
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
 # A plan with a parked step stops in one of these.
 STOPPED = (WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION)
-MIB = 1024
-# (f) is judged only over runs of at least this many steps.
-MEMORY_STEPS = 100_000
-
-
-class BenchError(Exception):
-    """A part could not measure what it set out to."""
-
-
-@dataclass
-class Options:
-    steps: int = 100_000
-    steps_per_workflow: int = 10
-    clusters: tuple[int, ...] = (1, 2)
-    workers_per_cluster: int = 0  # 0: Q_WORKERS
-    raw_seconds: float = 5.0
-    raw_clients: tuple[int, ...] = (1, 4, 8)
-    latency_samples: int = 50
-    recovery_runs: int = 3
-    seed_workflows: int = 10_000
-    seed_events: int = 100_000
-    page_requests: int = 30
-    lease_seconds: float = 10.0
-    skip: frozenset[str] = frozenset()
-    database_url: str = ""
-    workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
-
-
-def database_url() -> str:
-    """A URL for child processes that points at the database this process uses."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def personas():
-    """The submitter and the reviewer of benchmarked (and seeded) plans."""
-    User = get_user_model()
-    agent, _ = User.objects.get_or_create(username=AGENT)
-    reviewer, _ = User.objects.get_or_create(username=REVIEWER)
-    # get_or_create: a flushed test database has lost the groups the migration made.
-    reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
-    return agent, reviewer
-
-
-def console_user():
-    """One user in every role, so that every page shows all it can."""
-    user, _ = get_user_model().objects.get_or_create(username=CONSOLE)
-    user.groups.add(*(Group.objects.get_or_create(name=role)[0] for role in roles.ALL))
-    return user
 
 
 def _setting(name: str) -> str | None:
@@ -138,10 +64,10 @@ class Fleet:
 
     def __init__(self, workdir: Path, env: dict[str, str]):
         self.workdir, self.env = workdir, env
-        self.started: list[chaos.Cluster] = []
+        self.started: list[Cluster] = []
 
-    def start(self, name: str, **env) -> chaos.Cluster:
-        cluster = chaos.Cluster(name, self.workdir, {**self.env, "PGAPPNAME": f"bench:{name}", **env})
+    def start(self, name: str, **env) -> Cluster:
+        cluster = Cluster(name, self.workdir, {**self.env, "PGAPPNAME": f"bench:{name}", **env})
         self.started.append(cluster)
         return cluster.start()
 
@@ -151,106 +77,6 @@ class Fleet:
     def __exit__(self, *exc_info) -> None:
         for cluster in self.started:
             cluster.stop(timeout=10)
-
-
-def _proc(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, RSS in KiB) from /proc; None once the process is gone."""
-    try:
-        lines = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    except (OSError, ValueError):
-        return None
-    rss = lines.get("VmRSS", "0 kB").split()[0]
-    return lines["State"].split()[0], int(lines["PPid"]), int(rss)
-
-
-def _dead(pid: int, timeout: float = 2.0) -> bool:
-    """Gone, or a zombie waiting to be reaped."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = _proc(pid)
-        if info is None or info[0] in ("Z", "X"):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-class RssSampler(threading.Thread):
-    """The RSS of each process of the given clusters, from /proc, a few times a second."""
-
-    def __init__(self, clusters, interval: float = 0.25):
-        super().__init__(name="bench-rss", daemon=True)
-        self.groups = {cluster.process.pid: cluster.name for cluster in clusters}
-        self.interval = interval
-        self.samples: list[dict[int, int]] = []  # {pid: KiB}
-        self.parents: dict[int, tuple[int, int]] = {}  # pid -> (process group, parent pid)
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while True:
-            sample = {}
-            for pgid in self.groups:
-                for pid in chaos.group_pids(pgid):
-                    info = _proc(pid)
-                    if info and info[2]:
-                        sample[pid] = info[2]
-                        self.parents[pid] = (pgid, info[1])
-            self.samples.append(sample)
-            if self.stopped.wait(self.interval):
-                return
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join()
-
-    def summary(self, steps_by_pid: dict[int, int]) -> dict:
-        """First, peak and last RSS per process; workers are the processes that
-        recorded attempts. Growth is a worker's last RSS against its RSS a fifth
-        into its life (start-up and first-use caches behind it), per step it ran
-        meanwhile, over the workers that ran 1,000 steps or more when there are
-        any: django-q replaces a worker after Q_RECYCLE tasks, and a fresh one
-        is still warming up."""
-        roles = {pid: "main" if pid == pgid else "sentinel" if ppid == pgid
-                 else "worker" if pid in steps_by_pid else "pusher/monitor"
-                 for pid, (pgid, ppid) in self.parents.items()}
-        series: dict[int, list[int]] = {}
-        for sample in self.samples:
-            for pid, rss in sample.items():
-                series.setdefault(pid, []).append(rss)
-        processes = []
-        for pid, rss in series.items():
-            process = {"pid": pid, "cluster": self.groups[self.parents[pid][0]], "role": roles[pid],
-                       "steps": steps_by_pid.get(pid, 0), "samples": len(rss), "first_mib": round(rss[0] / MIB, 1),
-                       "peak_mib": round(max(rss) / MIB, 1), "last_mib": round(rss[-1] / MIB, 1)}
-            if roles[pid] == "worker" and len(rss) >= 5:
-                process["growth_after_warmup_mib"] = round((rss[-1] - rss[len(rss) // 5]) / MIB, 2)
-            processes.append(process)
-        workers = [p for p in processes if p["role"] == "worker"]
-        if not workers:
-            raise BenchError("no worker process was sampled")
-        measured = [p for p in workers if "growth_after_warmup_mib" in p]
-        measured = [p for p in measured if p["steps"] >= 1000] or measured
-        grown = sum(p["growth_after_warmup_mib"] for p in measured)
-        steps = sum(p["steps"] for p in measured) * 0.8  # a worker's steps spread over its life
-
-        def stats(group):
-            return {"start": max(p["first_mib"] for p in group), "peak": max(p["peak_mib"] for p in group),
-                    "end": max(p["last_mib"] for p in group)}
-
-        return {"samples": len(self.samples), "interval_s": self.interval, "worker_processes": len(workers),
-                "worker_rss_mib": stats(workers), "main_rss_mib": stats([p for p in processes if p["role"] == "main"]),
-                "worker_rss_mib_by_tenth": self._by_tenth({p["pid"] for p in workers}),
-                "growth_mib_per_10k_steps": round(grown / max(steps, 1) * 10_000, 3), "processes": processes}
-
-    def _by_tenth(self, pids: set[int]) -> list[float | None]:
-        """The largest worker RSS at the start, at each tenth of the run and
-        at its end: flat after the first tenth is what no growth looks like."""
-        last = len(self.samples) - 1
-        timeline = []
-        for tenth in range(11):
-            sample = self.samples[round(tenth * last / 10)]
-            values = [rss for pid, rss in sample.items() if pid in pids]
-            timeline.append(round(max(values) / MIB, 1) if values else None)
-        return timeline
 
 
 def _vacuum() -> None:
@@ -266,127 +92,7 @@ def _vacuum() -> None:
         cursor.execute(f"ANALYZE {AuditEvent._meta.db_table}")
 
 
-# --- the raw ceiling ------------------------------------------------------------
-
-
-@contextmanager
-def _raw_clients():
-    """A factory of clients, each on its own connection, each running one raw
-    step: insert an attempt row and commit, then update its outcome and commit.
-    PostgreSQL: Django's own connection parameters and a real table (a
-    temporary one is not WAL-logged, so its commits skip the flush a checkpoint
-    pays). SQLite: a scratch file beside the database, WAL, synchronous=FULL."""
-    name, scratch = f"bench_raw_{uuid.uuid4().hex[:8]}", None
-    if connection.vendor == "postgresql":
-        mark, id_type = "%s", "bigserial"
-
-        def connect():
-            return connection.get_new_connection(connection.get_connection_params())
-    else:
-        mark, id_type = "?", "integer"
-        scratch = Path(connection.settings_dict["NAME"]).with_name(f"{name}.sqlite3")
-
-        def connect():
-            raw = sqlite3.connect(scratch, timeout=20, isolation_level="IMMEDIATE", check_same_thread=False)
-            raw.execute("PRAGMA journal_mode=WAL")
-            raw.execute("PRAGMA synchronous=FULL")
-            return raw
-
-    insert = f"INSERT INTO {name} (operation_key, status) VALUES ({mark}, 'REQUESTED') RETURNING id"
-    update = f"UPDATE {name} SET status = 'SUCCEEDED', finished_at = CURRENT_TIMESTAMP WHERE id = {mark}"
-
-    def client():
-        raw = connect()
-        cursor = raw.cursor()
-
-        def step(key):
-            cursor.execute(insert, [key])
-            ((pk,),) = cursor.fetchall()
-            raw.commit()
-            cursor.execute(update, [pk])
-            raw.commit()
-
-        return step, raw.close
-
-    setup = connect()
-    setup.cursor().execute(f"CREATE TABLE {name} (id {id_type} PRIMARY KEY, operation_key text NOT NULL, status text"
-                           " NOT NULL, started_at timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, finished_at timestamp)")
-    setup.commit()
-    try:
-        yield client
-    finally:
-        setup.cursor().execute(f"DROP TABLE {name}")
-        setup.commit()
-        setup.close()
-        if scratch:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{scratch}{suffix}").unlink(missing_ok=True)
-
-
-def _raw_rate(client, threads: int, seconds: float) -> float:
-    clients = [client() for _ in range(threads)]
-    counts, errors = [0] * threads, []
-    go, stop = threading.Barrier(threads + 1), threading.Event()
-
-    def loop(number, step):
-        go.wait()
-        try:
-            while not stop.is_set():
-                step(f"{number}:{counts[number]}")
-                counts[number] += 1
-        except Exception as exc:  # reported below, in the measuring thread
-            errors.append(exc)
-
-    pool = [threading.Thread(target=loop, args=(n, step)) for n, (step, _) in enumerate(clients)]
-    for thread in pool:
-        thread.start()
-    go.wait()
-    began = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for thread in pool:
-        thread.join()
-    elapsed = time.perf_counter() - began
-    for _, close in clients:
-        close()
-    if errors:
-        raise BenchError(f"raw loop failed: {errors[0]!r}")
-    return sum(counts) / elapsed
-
-
 # --- the bench ------------------------------------------------------------------
-
-
-@contextmanager
-def recording_queries():
-    """The statements this thread's connection runs (Django's debug log keeps
-    at most 9,000 and costs time on every query)."""
-    statements: list[str] = []
-
-    def record(execute, sql, params, many, context):
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        yield statements
-
-
-@contextmanager
-def counting_commits():
-    """Count the commits of this thread's connection (an outermost
-    transaction.atomic ends in connection.commit())."""
-    counter = {"commits": 0}
-    commit = connection.commit
-
-    def counted():
-        counter["commits"] += 1
-        commit()
-
-    connection.commit = counted
-    try:
-        yield counter
-    finally:
-        del connection.commit
 
 
 class Bench:
@@ -498,9 +204,9 @@ class Bench:
 
     def raw(self) -> dict:
         rates = {}
-        with _raw_clients() as client:
+        with raw_clients() as client:
             for threads in self.o.raw_clients:
-                rates[str(threads)] = round(_raw_rate(client, threads, self.o.raw_seconds), 1)
+                rates[str(threads)] = round(raw_rate(client, threads, self.o.raw_seconds), 1)
                 self.log(f"    {threads} client(s): {rates[str(threads)]:,.0f} steps/s")
         return {"seconds_per_run": self.o.raw_seconds, "steps_per_s": rates}
 
@@ -649,7 +355,7 @@ class Bench:
                 raise BenchError("the failpoint did not fire within 30 s")
             time.sleep(0.01)
         pid = int(marker.read_text().split()[0])
-        if not _dead(pid):
+        if not gone([pid]):
             raise BenchError(f"worker {pid} hit the failpoint but is still alive")
         return workflow_id, marker.stat().st_mtime, pid
 
@@ -713,41 +419,3 @@ class Bench:
             times.append((time.perf_counter() - began) * 1000)
         counting = [sql for sql in queries if "COUNT(" in sql.upper()]
         return {"url": url, "queries": len(queries), "count_queries": counting, **spread(times)}
-
-
-# --- goals ------------------------------------------------------------------------
-
-
-def goals(result: dict) -> list[dict]:
-    rows = []
-
-    def add(part, goal, value, met):
-        rows.append({"part": part, "goal": goal, "value": value, "met": met})
-
-    if runs := result.get("throughput", {}).get("runs"):
-        best = max(run["steps_per_s"] for run in runs)
-        add("b", ">= 600 durable steps/s", best, best >= 600)
-    if "approval_to_requested_ms" in result.get("latency", {}):
-        p50 = result["latency"]["approval_to_requested_ms"]["p50"]
-        add("c", "approval -> first effect p50 <= 150 ms", p50, p50 <= 150)
-    if "worker_respawned" in result.get("recovery", {}):
-        worst = result["recovery"]["worker_respawned"]["max_s"]
-        add("d", "recovery after SIGKILL mid-step <= 5 s", worst, worst <= 5)
-    if pages := result.get("pages", {}).get("pages"):
-        worst = max(page["p95"] for page in pages.values())
-        scale = result["pages"]["scale"]
-        at_scale = scale["workflows"] >= 100_000 and scale["audit_events"] >= 1_000_000
-        add("e", "page p95 <= 100 ms at 100k workflows / 1M events", worst,
-            worst <= 100 if at_scale else None)
-    if runs := result.get("memory", {}).get("runs"):
-        growth = max(run["growth_mib_per_10k_steps"] for run in runs)
-        # The goal speaks of 100k steps; over a short run the first-use
-        # caches still dominate the slope.
-        long_enough = min(run["steps"] for run in runs) >= MEMORY_STEPS
-        add("f", f"no worker memory growth (<= 1 MiB per 10k steps, over >= {MEMORY_STEPS:,} steps)", growth,
-            growth <= 1 if long_enough else None)
-    return rows
-
-
-def run(options: Options, log=print) -> dict:
-    return Bench(options, log).run()
