@@ -191,6 +191,36 @@ def test_the_time_range_is_from_inclusive_to_exclusive(auditor, api, people):
     assert [json.loads(line)["id"] for line in jsonl.splitlines()] == [eleven.pk]
 
 
+def utc(*args):
+    return datetime(*args, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("since, until, low, high", [
+    ("2020-01-01T11:30:00+00:30", "2020-01-01T12:30:00+00:30", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
+    # Beyond PostgreSQL's ±15:59.
+    ("2020-01-02T03:00:00+16:00", "2020-01-02T04:00:00+16:00", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
+    ("2020-01-01T00:00:00-23:59", None, utc(2020, 1, 1, 23, 59), None),
+    # Before the calendar's first instant in UTC, and after its last.
+    ("0001-01-01T00:00:00+23:00", "2020-01-01T11:00:00Z", None, utc(2020, 1, 1, 11)),
+    ("2020-01-01T12:00:00Z", "9999-12-31T23:00:00-05:00", utc(2020, 1, 1, 12), None),
+], ids=["half-hour", "plus-16", "minus-23:59", "before-year-1", "after-9999"])
+def test_any_iso_offset_filters_by_the_instant_it_names(api, since, until, low, high):
+    for hour in (10, 11, 12):
+        with mock.patch("django.utils.timezone.now", return_value=utc(2020, 1, 1, hour)):
+            add_events(1, verb="test.timed")
+    expected = AuditEvent.objects.order_by("-id")
+    if low:
+        expected = expected.filter(at__gte=low)
+    if high:
+        expected = expected.filter(at__lt=high)
+
+    response = api["auditor"].get("/audit", since=since, **({"until": until} if until else {}))
+
+    assert response.status_code == 200, response.content
+    assert [e["id"] for e in response.json()["items"]] == list(expected.values_list("id", flat=True))
+    assert AuditEvent.objects.filter(verb="test.timed").count() == 3
+
+
 def test_an_invalid_filter_is_a_form_error_not_a_500(auditor, api, trail):
     response = auditor.get(LIST, {"workflow": "not-a-uuid"})
     assert response.status_code == 200

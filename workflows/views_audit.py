@@ -56,7 +56,17 @@ def select_events(*, actor: str = "", verb: str = "", workflow: UUID | None = No
 
 
 def _utc(moment: datetime) -> datetime:
-    return timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment
+    """The moment in UTC. ISO 8601 allows offsets up to ±23:59 and
+    PostgreSQL only ±15:59, so an aware moment is converted, not passed on;
+    one whose UTC form falls outside the calendar lies before or after every
+    event, like the calendar's first or last instant."""
+    if timezone.is_naive(moment):
+        return timezone.make_aware(moment, UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.max if moment.year == datetime.max.year else datetime.min
+        return edge.replace(tzinfo=UTC)
 
 
 class AuditFilter(forms.Form):
