@@ -10,6 +10,8 @@ from tests.processes import Worker
 from workflows import roles, tokens
 from workflows.models import Workflow
 
+pytest_plugins = ["tests.chromium"]
+
 PERSONAS = {
     "reviewer": [roles.REVIEWERS],
     "reviewer2": [roles.REVIEWERS],

@@ -1,50 +1,16 @@
 """A reviewer's journey in the system Chromium, with and without JavaScript."""
 
-import os
 import re
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
 from workflows import plans
 from workflows.models import Approval, Workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One system Chromium for the module; never a downloaded browser."""
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} is missing: the browser tests drive the system Chromium only"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        # Playwright's sync API keeps an event loop running in this thread, which
-        # makes Django refuse ORM calls here; the tests and fixtures are synchronous.
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-
 
 def _new_page(browser, **context_options):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_options)

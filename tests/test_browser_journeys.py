@@ -14,8 +14,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
-from tests.test_browser import SCREENSHOTS, browser  # noqa: F401  (the module-scoped system Chromium)
 from tests.test_compensation import failed_workflow
 from workflows import approvals, plans, policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, Step, Workflow
