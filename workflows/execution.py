@@ -46,9 +46,9 @@ def due_steps(workflow_id=None, window: int | None = None):
     index in order by a statement of its own: a claim's cost does not grow
     with the number of ready steps. (As a subquery, the planner may rescan
     the window once per candidate row when its statistics lag, which made a
-    claim cost O(ready²).) The step's own conditions are applied again to
-    the window, so a row claimed meanwhile (and re-read under its lock) no
-    longer matches."""
+    claim cost O(ready × window).) The step's own conditions are applied
+    again to the window, so a row claimed meanwhile (and re-read under its
+    lock) no longer matches."""
     ready = Step.objects.due()
     if isinstance(workflow_id, (list, tuple, set)):
         ready = ready.filter(workflow_id__in=list(workflow_id))
