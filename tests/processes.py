@@ -10,21 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from django.db import connection
+from workflows.processes import database_url
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-def test_database_url() -> str:
-    """The URL of the database the test run created, for child processes."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] or ""
-    if db.get("PASSWORD"):
-        auth += f":{db['PASSWORD']}"
-    host = db["HOST"] or "127.0.0.1"
-    return f"postgres://{auth}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 class Worker:
@@ -44,7 +32,7 @@ class Worker:
         self.log_path = self.workdir / f"{self.name}-{self.starts}.log"
         env = {
             **os.environ,
-            "DATABASE_URL": test_database_url(),
+            "DATABASE_URL": database_url(),
             "WORKER_HEARTBEAT_FILE": str(self.heartbeat_file),
             "PYTHONUNBUFFERED": "1",
             **self.env,

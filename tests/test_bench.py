@@ -5,15 +5,17 @@ ten times the data, none of them counting a large table."""
 import json
 import re
 from io import StringIO
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests import processes
 from workflows import audit, bench
+from workflows.bench.memory import MIB, RssSampler
 from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
+from workflows.processes import database_url
 
 LIST_PAGES = ["/", "/workflows/", "/dead-letters/", "/audit/"]
 LARGE_TABLES = re.compile(r'COUNT\(.*FROM "workflows_(workflow|step|attempt|auditevent|deadletter)"', re.S)
@@ -28,15 +30,18 @@ def is_number(value) -> bool:
 
 
 @pytest.mark.live
-def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tmp_path):
-    options = bench.Options(
-        steps=200, clusters=(1,), raw_seconds=1, raw_clients=(1, 2), latency_samples=5, recovery_runs=1,
-        seed_workflows=200, seed_events=2000, page_requests=3, workdir=tmp_path,
-        database_url=processes.test_database_url(),
-    )
+def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the clusters it starts work on the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
 
-    result = json.loads(json.dumps(bench.run(options, log=print), default=str))
+    call_command("bench", "--steps", "200", "--clusters", "1", "--raw-seconds", "1", "--raw-clients", "1,2",
+                 "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200", "--seed-events", "2000",
+                 "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    # The table puts the durable rate beside the raw ceiling of the same run.
+    assert re.search(r"\(b\) durable steps/s, 1 cluster\(s\) x 2 workers +[\d,]+, [\d.]+ x best raw", report), report
+    assert "(f) worker RSS MiB by tenth, 1 cluster(s)" in report and "not judged at this size" in report
     assert result["errors"] == {}
     assert set(result["raw"]["steps_per_s"]) == {"1", "2"}
     assert all(is_number(rate) and rate > 0 for rate in result["raw"]["steps_per_s"].values())
@@ -63,6 +68,40 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     assert memory["worker_processes"] >= 1 and is_number(memory["growth_mib_per_10k_steps"])
     assert all(is_number(memory["worker_rss_mib"][key]) for key in ("start", "peak", "end"))
     assert {goal["part"] for goal in result["goals"]} == set("bcdef")
+
+
+def sampled(workers: dict[int, list[float]]) -> RssSampler:
+    """A sampler of one cluster (main pid 1, its sentinel pid 2) whose
+    workers (the sentinel's children) had these RSS readings in MiB."""
+    sampler = RssSampler([SimpleNamespace(process=SimpleNamespace(pid=1), name="c1")])
+    length = max(len(readings) for readings in workers.values())
+    series = {1: [76.0] * length, 2: [70.0] * length, **workers}
+    sampler.samples = [{pid: int(readings[n] * MIB) for pid, readings in series.items()} for n in range(length)]
+    sampler.parents = {1: (1, 0), 2: (1, 1), **{pid: (1, 2) for pid in workers}}
+    return sampler
+
+
+def test_memory_growth_is_told_from_warm_up():
+    warm_then_flat = [64.0] * 5 + [74.0] * 95
+    leaking = [64.0] * 5 + [74.0 + n / 10 for n in range(95)]  # +9.4 MiB over the run
+
+    flat = sampled({10: warm_then_flat, 11: warm_then_flat}).summary({10: 50_000, 11: 50_000})
+    grown = sampled({10: leaking, 11: warm_then_flat}).summary({10: 50_000, 11: 50_000})
+
+    assert flat["growth_mib_per_10k_steps"] == 0
+    assert flat["worker_rss_mib_by_tenth"] == [64.0] + [74.0] * 10
+    # 7.9 MiB over the last four fifths of one worker's 50,000 steps: the
+    # steady worker beside it does not dilute the leak.
+    assert grown["growth_mib_per_10k_steps"] == pytest.approx(7.9 / 40_000 * 10_000, abs=0.01)
+    assert bench.goals({"memory": {"runs": [{"steps": 100_000, **grown}]}})[0]["met"] is False
+    assert grown["worker_rss_mib_by_tenth"][-1] == 83.4
+
+
+@pytest.mark.parametrize("steps, growth, met", [(99_999, 0.0, None), (100_000, 0.9, True), (100_000, 1.5, False)])
+def test_memory_is_judged_only_over_100k_steps(steps, growth, met):
+    result = {"memory": {"runs": [{"clusters": 1, "steps": steps, "growth_mib_per_10k_steps": growth}]}}
+
+    assert [goal["met"] for goal in bench.goals(result) if goal["part"] == "f"] == [met]
 
 
 @pytest.mark.parametrize("events", [300, 3000], ids=["trails-cut", "trails-padded"])

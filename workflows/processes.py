@@ -15,11 +15,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import requests
 from django.conf import settings
+from django.db import connection
 
 from workflows import leases
+
+
+def database_url() -> str:
+    """A URL for child processes that points at the database this process uses."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    auth = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def session_name(cluster_name: str) -> str:

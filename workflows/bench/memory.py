@@ -53,11 +53,13 @@ class RssSampler(threading.Thread):
 
     def summary(self, steps_by_pid: dict[int, int]) -> dict:
         """First, peak and last RSS per process; workers are the processes that
-        recorded attempts. Growth is a worker's last RSS against its RSS a fifth
-        into its life (start-up and first-use caches behind it), per step it ran
-        meanwhile, over the workers that ran 1,000 steps or more when there are
-        any: django-q replaces a worker after Q_RECYCLE tasks, and a fresh one
-        is still warming up."""
+        recorded attempts. A worker's growth is its last RSS against its RSS a
+        fifth into its life (start-up and first-use caches behind it), per
+        step it ran meanwhile; the run's is that of the worker that grew the
+        most, among those that ran 1,000 steps or more when there are any:
+        django-q replaces a worker after Q_RECYCLE tasks, and a fresh one is
+        still warming up. The worst worker, not the average: one leaking
+        worker among steady ones is still a leak."""
         roles = {pid: "main" if pid == pgid else "sentinel" if ppid == pgid
                  else "worker" if pid in steps_by_pid else "pusher/monitor"
                  for pid, (pgid, ppid) in self.parents.items()}
@@ -71,15 +73,16 @@ class RssSampler(threading.Thread):
                        "steps": steps_by_pid.get(pid, 0), "samples": len(rss), "first_mib": round(rss[0] / MIB, 1),
                        "peak_mib": round(max(rss) / MIB, 1), "last_mib": round(rss[-1] / MIB, 1)}
             if roles[pid] == "worker" and len(rss) >= 5:
-                process["growth_after_warmup_mib"] = round((rss[-1] - rss[len(rss) // 5]) / MIB, 2)
+                grown = (rss[-1] - rss[len(rss) // 5]) / MIB
+                steps = process["steps"] * 0.8  # a worker's steps spread over its life
+                process["growth_after_warmup_mib"] = round(grown, 2)
+                process["growth_mib_per_10k_steps"] = round(grown / max(steps, 1) * 10_000, 3)
             processes.append(process)
         workers = [p for p in processes if p["role"] == "worker"]
         if not workers:
             raise BenchError("no worker process was sampled")
         measured = [p for p in workers if "growth_after_warmup_mib" in p]
         measured = [p for p in measured if p["steps"] >= 1000] or measured
-        grown = sum(p["growth_after_warmup_mib"] for p in measured)
-        steps = sum(p["steps"] for p in measured) * 0.8  # a worker's steps spread over its life
 
         def stats(group):
             return {"start": max(p["first_mib"] for p in group), "peak": max(p["peak_mib"] for p in group),
@@ -88,7 +91,8 @@ class RssSampler(threading.Thread):
         return {"samples": len(self.samples), "interval_s": self.interval, "worker_processes": len(workers),
                 "worker_rss_mib": stats(workers), "main_rss_mib": stats([p for p in processes if p["role"] == "main"]),
                 "worker_rss_mib_by_tenth": self._by_tenth({p["pid"] for p in workers}),
-                "growth_mib_per_10k_steps": round(grown / max(steps, 1) * 10_000, 3), "processes": processes}
+                "growth_mib_per_10k_steps": max((p["growth_mib_per_10k_steps"] for p in measured), default=0.0),
+                "processes": processes}
 
     def _by_tenth(self, pids: set[int]) -> list[float | None]:
         """The largest worker RSS at the start, at each tenth of the run and

@@ -24,12 +24,12 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 
 from workflows import approvals, execution, failpoints, plans
-from workflows.bench import SECTIONS, BenchError, Options, console_user, database_url, goals, personas
+from workflows.bench import SECTIONS, BenchError, Options, console_user, goals, personas
 from workflows.bench.counting import counting_commits, recording_queries
 from workflows.bench.memory import RssSampler
 from workflows.bench.raw import raw_clients, raw_rate
 from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
-from workflows.processes import Cluster, gone
+from workflows.processes import Cluster, database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)

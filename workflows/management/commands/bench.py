@@ -18,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import bench
+from workflows import bench, processes
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:
@@ -68,7 +68,7 @@ class Command(BaseCommand):
             latency_samples=opts["latency_samples"], recovery_runs=opts["recovery_runs"],
             seed_workflows=opts["seed_workflows"], seed_events=opts["seed_events"],
             page_requests=opts["page_requests"], lease_seconds=opts["lease_seconds"], skip=skip,
-            database_url=os.environ.get("DATABASE_URL") or bench.database_url(),
+            database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one "Enqueued" line per approval otherwise
