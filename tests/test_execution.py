@@ -5,7 +5,8 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.db import connections
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import ticket_plan
@@ -100,8 +101,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_record_its_result(approved, 
     second = execution.claim(approved.pk)
     assert second.pk == first.pk and second.fence == first.fence + 1
     with pytest.raises(leases.LeaseLost):
-        outcomes.record_outcome(first, attempt, Outcome({"id": 999, "status": "open"}), first.fence,
-                                  "SUCCEEDED")
+        outcomes.record_outcome(first, attempt, Outcome({"id": 999, "status": "open"}), first.fence, "SUCCEEDED")
     step = Step.objects.get(pk=first.pk)
     assert (step.status, step.fence, step.result) == ("RUNNING", second.fence, None)
 
@@ -118,6 +118,37 @@ def test_recovered_step_reconciles_before_it_performs_again(approved, desk):
     assert _effects_by_key(desk)[step.operation_key] == 1
     statuses = list(Attempt.objects.filter(step=step).values_list("status", flat=True))
     assert statuses == ["RECONCILED"]
+
+
+def test_a_crash_while_reconciling_leaves_the_effect_known(approved, desk, monkeypatch):
+    """A worker that finds the lost effect by lookup settles the open attempt
+    and records the outcome in one commit. Were they two, a crash in between
+    would leave no open attempt and no outcome, and the next worker would do
+    the effect again (the desk ignores keys here: only reconciliation stands
+    between a crash and a duplicate)."""
+    desk.fault(mode="ignore_idempotency")
+    step = execution.claim(approved.pk)
+    execution._request_attempt(step, step.fence)
+    desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    move = recovery.move
+
+    def crash_before_the_outcome(obj, target, **kwargs):
+        if kwargs.get("verb") == "step.reconciled":
+            raise SystemExit("worker died while reconciling")
+        return move(obj, target, **kwargs)
+
+    monkeypatch.setattr(recovery, "move", crash_before_the_outcome)
+    with pytest.raises(SystemExit):
+        tasks.run_workflow(str(approved.pk))
+    monkeypatch.setattr(recovery, "move", move)
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=2))
+    tasks.run_workflow(str(approved.pk))
+
+    approved.refresh_from_db()
+    assert approved.status == "COMPLETE"
+    assert len(desk.tickets(step.operation_key)) == 1
+    assert list(Attempt.objects.filter(step=step).values_list("status", flat=True)) == ["RECONCILED"]
 
 
 def test_removed_approver_blocks_execution_with_no_effect(approved, people, desk):
@@ -189,3 +220,24 @@ def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
     assert not Attempt.objects.filter(step__in=alone).exists()
     left = Step.objects.filter(action="ticket.create", status=StepStatus.PENDING, next_attempt_at__isnull=False)
     assert left.count() == 12 - execution.ALONE_BATCH  # still due, for the next claim
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner; PostgreSQL's reads the index by itself")
+def test_the_claim_window_is_read_off_the_ready_index_in_order(people):
+    """Without statistics SQLite would start from the running workflows or
+    the status index and sort every step they hold: a claim's cost would grow
+    with the plans awaiting review and those running."""
+    noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(3)]
+    approvals.approve(plans.submit(people["agent"], {"name": "n", "submission_key": "n", "steps": noop}).workflow,
+                      by=people["reviewer"])
+    plans.submit(people["agent"], {"name": "inbox", "submission_key": "inbox", "steps": noop})
+
+    with CaptureQueriesContext(connection) as queries:
+        (step,) = execution.due_steps(window=execution.CLAIM_BATCH)
+    (window, _) = [query["sql"] for query in queries]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {window}")
+        plan = " | ".join(row[-1] for row in cursor.fetchall())
+
+    assert step.key == "s0"
+    assert "USING INDEX step_ready" in plan and "TEMP B-TREE" not in plan, plan

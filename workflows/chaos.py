@@ -492,9 +492,8 @@ class Soak:
 def soak(clusters, *, desk_url: str, workflows: int = 12, seconds: float = 20.0, kill_every: float = 1.5,
          seed: int = 1, settle_seconds: float = 60.0, stale_after: float = 6.0, desk_faults=(), kinds=KINDS,
          log=None) -> SoakResult:
-    """Run the soak against started clusters (processes.Cluster or tests.processes.Worker:
-    `name`, `process`, `heartbeat_file`, `start()`, `kill()`); the caller stops
-    them. `desk_faults` are injected into the desk for the soak (POST /_faults
+    """Run the soak against started clusters (`processes.Cluster`); the
+    caller stops them. `desk_faults` are injected into the desk for the soak (POST /_faults
     specs), e.g. latency, so that more kills land while an effect is in flight."""
     return Soak(clusters, desk_url=desk_url, workflows=workflows, seconds=seconds, kill_every=kill_every, seed=seed,
                 settle_seconds=settle_seconds, stale_after=stale_after, desk_faults=desk_faults,

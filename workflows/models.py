@@ -200,8 +200,12 @@ class Step(models.Model):
         indexes = [
             # The claim walks this in order and stops at its batch: steps of
             # plans awaiting review (no next_attempt_at) are never visited.
+            # The condition is one that the claim's `next_attempt_at <= now`
+            # implies on both databases: SQLite cannot match a status list
+            # bound as parameters against one in an index's condition, and
+            # would scan every PENDING step instead.
             models.Index(fields=["next_attempt_at", "position", "id"], name="step_ready",
-                         condition=Q(status__in=["PENDING", "WAITING_RETRY"])),
+                         condition=Q(next_attempt_at__isnull=False)),
             models.Index(fields=["status", "lease_expires_at"], name="step_lease"),
         ]
 

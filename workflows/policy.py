@@ -53,7 +53,7 @@ def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) 
 
 def valid_approvals_many(workflows: list[Workflow], policies: dict, now=None) -> dict:
     """`valid_approvals` of several workflows (`policies`: each workflow's
-    plan policies) in one query."""
+    plan policies) in two queries, whatever their number."""
     now = now or timezone.now()
     oldest = {}
     for workflow in workflows:

@@ -90,7 +90,8 @@ class DeskProcess:
 
 class Cluster:
     """`manage.py qcluster` in its own process group, as one host runs it.
-    Same shape as tests.processes.Worker, which the soak also accepts."""
+    Each start writes its own log; the cluster's liveness signal
+    (WORKER_HEARTBEAT_FILE) says it is up."""
 
     def __init__(self, name: str, workdir: Path, env: dict[str, str]):
         self.name = name
@@ -99,6 +100,7 @@ class Cluster:
         self.env = {"PGAPPNAME": session_name(name), **env}
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.log_path: Path | None = None
 
     @property
     def alive(self) -> bool:
@@ -108,17 +110,28 @@ class Cluster:
         self.starts += 1
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.heartbeat_file.unlink(missing_ok=True)
+        self.log_path = self.workdir / f"{self.name}-{self.starts}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORKER_HEARTBEAT_FILE": str(self.heartbeat_file), **self.env}
-        with open(self.workdir / f"{self.name}-{self.starts}.log", "wb") as log:
+        with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(_manage("qcluster"), cwd=settings.BASE_DIR, env=env, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self.heartbeat_file.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            exited = self.process.poll() is not None
+            if exited or time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"cluster {self.name} did not start; see {log.name} in {self.workdir}")
+                why = "exited while starting" if exited else f"did not start within {timeout} s"
+                raise RuntimeError(f"cluster {self.name} {why}; {self.log_path}:\n{self.log()[-4000:]}")
             time.sleep(0.05)
         return self
+
+    def log(self) -> str:
+        """What the latest start has written so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def wait_dead(self, timeout: float = 30.0) -> int:
+        """Wait for the cluster's main process to die (e.g. at a failpoint)."""
+        return self.process.wait(timeout)
 
     def kill(self) -> None:
         """SIGKILL the whole process group: main loop, sentinel and workers."""

@@ -70,9 +70,13 @@ def reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
                 move(attempt, AttemptStatus.RECONCILED, actor=WORKER, verb="attempt.reconciled",
                      finished_at=attempt.finished_at or timezone.now(),
                      data={"found": found is not None, "external_ref": found.external_ref if found else ""})
+            if found is not None:
+                # In the commit that settles the attempts: were these two
+                # commits, a crash between them would leave no open attempt
+                # and no outcome, and the next worker would do the effect again.
+                _record_reconciled(step, found, fence)
         if found is None:
             return False
-        _record_reconciled(step, found, fence)
         verify(step, action, fence)
         return True
     if action.idempotent:
@@ -107,13 +111,13 @@ def _in_flight_until(attempts) -> datetime:
 
 
 def _record_reconciled(step: Step, outcome: Outcome, fence: int) -> None:
-    with transaction.atomic():
-        assert_lease(step, fence, StepStatus.RUNNING)
-        moved = move(step, StepStatus.VERIFYING, actor=WORKER, verb="step.reconciled", guard={"fence": fence},
-                     result=redact(outcome.result), external_ref=outcome.external_ref, failure_class="",
-                     data={"external_ref": outcome.external_ref})
-        if not moved:
-            raise LeaseLost()
+    """Inside the caller's transaction, under its lease check: the outcome
+    found by lookup, recorded as if the call had answered (VERIFYING)."""
+    moved = move(step, StepStatus.VERIFYING, actor=WORKER, verb="step.reconciled", guard={"fence": fence},
+                 result=redact(outcome.result), external_ref=outcome.external_ref, failure_class="",
+                 data={"external_ref": outcome.external_ref})
+    if not moved:
+        raise LeaseLost()
 
 
 def recover_expired_leases(now=None) -> int:
@@ -145,7 +149,7 @@ def _reverify_later(step: Step) -> bool:
     a fresh lease lets a worker finish verification."""
     updated = Step.objects.filter(
         pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_owner=step.lease_owner
-    ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None, next_attempt_at=timezone.now())
+    ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None)
     if updated:
         audit.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
                      workflow_id=step.workflow_id, data={"status": step.status, "previous_owner": step.lease_owner})

@@ -63,7 +63,7 @@ class StallWatch:
 
 def work_is_due() -> bool:
     return (
-        execution.due_steps().exists()
+        execution.due_steps(window=execution.CLAIM_BATCH).exists()
         or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
     )
 
