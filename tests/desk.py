@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,14 +32,10 @@ from pathlib import Path
 
 import requests
 
+from workflows.processes import free_port
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 MANAGE_PY = PROJECT_DIR / "manage.py"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class TicketDeskError(AssertionError):

@@ -48,7 +48,7 @@ class BenchError(Exception):
 
 @dataclass
 class Options:
-    steps: int = 100_000
+    steps: int = MEMORY_STEPS
     steps_per_workflow: int = 10
     clusters: tuple[int, ...] = (1, 2)
     workers_per_cluster: int = 0  # 0: Q_WORKERS

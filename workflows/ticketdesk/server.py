@@ -31,6 +31,13 @@ class DropConnection(Exception):
     """Close the connection without answering (commit_then_drop)."""
 
 
+def _required_text(data: dict, field: str) -> str:
+    value = data.get(field)
+    if not isinstance(value, str) or not value.strip():
+        raise DeskError(400, "invalid_request", f"{field} is required and must be a non-empty string")
+    return value
+
+
 def _ticket_id(raw: str) -> int:
     if not raw.isdigit() or len(raw) > 18:
         raise DeskError(404, "not_found", f"no ticket {raw}")
@@ -122,6 +129,13 @@ class DeskHandler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DeskError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
 
+    @classmethod
+    def parse_object(cls, raw: bytes) -> dict:
+        data = cls.parse_json(raw)
+        if not isinstance(data, dict):
+            raise DeskError(400, "invalid_request", "body must be a JSON object")
+        return data
+
     def idempotency_key(self) -> str | None:
         key = self.headers.get("Idempotency-Key")
         if key is None or key.strip() == "":
@@ -206,12 +220,8 @@ class DeskHandler(BaseHTTPRequestHandler):
                 if "idempotency_key" in query:
                     return 200, desk.list_tickets(query["idempotency_key"][0]), {}
                 return 200, desk.list_tickets(), {}
-            data = self.parse_json(body)
-            if not isinstance(data, dict):
-                raise DeskError(400, "invalid_request", "body must be a JSON object")
-            title = data.get("title")
-            if not isinstance(title, str) or not title.strip():
-                raise DeskError(400, "invalid_request", "title is required and must be a non-empty string")
+            data = self.parse_object(body)
+            title = _required_text(data, "title")
             text = data.get("body", "")
             if text is None:
                 text = ""
@@ -228,12 +238,7 @@ class DeskHandler(BaseHTTPRequestHandler):
         if len(parts) == 3 and parts[0] == "tickets" and parts[2] == "comments":
             allow("POST")
             ticket_id = _ticket_id(parts[1])
-            data = self.parse_json(body)
-            if not isinstance(data, dict):
-                raise DeskError(400, "invalid_request", "body must be a JSON object")
-            text = data.get("body")
-            if not isinstance(text, str) or not text.strip():
-                raise DeskError(400, "invalid_request", "body is required and must be a non-empty string")
+            text = _required_text(self.parse_object(body), "body")
             status, comment = desk.add_comment(ticket_id, text, self.idempotency_key())
             return status, comment, {}
 
