@@ -18,6 +18,10 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local development)")
     SECRET_KEY = "insecure-development-key-do-not-use-in-production"
 
+# Audit chain and approval seals (workflows.keys): required without DEBUG,
+# checked when first used so that a management command such as `check` runs.
+AUDIT_KEYS = env_str("AUDIT_KEYS", "")
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
