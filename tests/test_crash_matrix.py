@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.conftest import ticket_plan, wait_for_status
-from workflows import approvals, audit, failpoints, plans, policy
+from workflows import approvals, audit, failpoints, plans, policy, resolution
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
 
 pytestmark = pytest.mark.live
@@ -23,8 +23,10 @@ def submit_and_approve(people, body):
 
 
 def crash_at(start_worker, tmp_path, point, **env):
-    """Run a worker with `point` enabled, prove it died exactly there, then
-    kill what is left of its cluster and start a clean one."""
+    """Run a worker with `point` enabled, prove it died exactly there (the
+    failpoint's marker names the point, and the pid it names is gone), then
+    kill what is left of its cluster and start a clean one with the same
+    environment, failpoints aside."""
     marker = tmp_path / "failpoints.log"
     worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV, **env)
     deadline = time.monotonic() + 30
@@ -37,7 +39,7 @@ def crash_at(start_worker, tmp_path, point, **env):
         assert time.monotonic() < deadline, f"process {pid} survived its failpoint"
         time.sleep(0.05)
     worker.kill()
-    return start_worker(name="restarted", **CRASH_ENV)
+    return start_worker(name="restarted", **CRASH_ENV, **env)
 
 
 def _alive(pid: int) -> bool:
@@ -53,8 +55,10 @@ def _alive(pid: int) -> bool:
 
 
 def assert_exactly_once(workflow, desk):
-    """One ticket per ticket.create key; every change on the desk was preceded
-    by a committed REQUESTED attempt carrying its operation key; chain intact."""
+    """One ticket per ticket.create key; every change on the desk has an
+    attempt carrying its operation key that started before it; chain intact.
+    (That the attempt was committed before perform() ran, the timestamps
+    cannot show: tests/test_execution.py shows it from a second connection.)"""
     steps = list(Step.objects.filter(workflow=workflow))
     for step in steps:
         if step.action == "ticket.create":
@@ -119,38 +123,76 @@ def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
 
 
 @pytest.mark.parametrize("point", [failpoints.AFTER_REQUESTED, failpoints.AFTER_PERFORM])
-def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_worker, desk, tmp_path, point,
-                                                             settings):
+def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_worker, desk, tmp_path, point):
     mail_dir = tmp_path / "mail"
     body = {"name": "notify", "submission_key": "mail", "steps": [
         {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}]}
     workflow = submit_and_approve(people, body)
-    CRASH_ENV_MAIL = {**CRASH_ENV, "EMAIL_FILE_PATH": str(mail_dir)}
-    marker = tmp_path / "failpoints.log"
-    doomed = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV_MAIL)
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert time.monotonic() < deadline, doomed.log()
-        time.sleep(0.05)
-    doomed.kill()
-    start_worker(name="restarted", **CRASH_ENV_MAIL)
+    crash_at(start_worker, tmp_path, point, EMAIL_FILE_PATH=str(mail_dir))
     wait_for_status(workflow.pk, "NEEDS_ATTENTION")
     step = workflow.steps.get()
     assert step.status == "IN_DOUBT"
     sent = list(mail_dir.iterdir()) if mail_dir.exists() else []
     assert len(sent) == (1 if point == failpoints.AFTER_PERFORM else 0)  # never sent a second time
 
-    from workflows import resolution
-
     if sent:
         resolution.resolve(step, by=people["operator"], decision="happened", reason="found it in the outbox",
                            external_ref=f"mail:{sent[0].name}")
-        wait_for_status(workflow.pk, "COMPLETE")
-        assert len(list(mail_dir.iterdir())) == 1
     else:
         resolution.resolve(step, by=people["operator"], decision="not_happened", reason="not in the outbox")
-        wait_for_status(workflow.pk, "COMPLETE")
-        assert len(list(mail_dir.iterdir())) == 1
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert len(list(mail_dir.iterdir())) == 1
+    assert audit.verify().ok
+
+
+def webhook_plan(desk, **declared) -> dict:
+    """An http.post to the desk's `POST /tickets`, which honours Idempotency-Key."""
+    args = {"url": f"{desk.url}/tickets", "json": {"title": "Deploy finished", "body": "v2.3 is live"}, **declared}
+    return {"name": "webhook", "submission_key": "hook", "steps": [{"key": "hook", "action": "http.post", "args": args}]}
+
+
+@pytest.mark.parametrize("receiver", ["honours keys", "ignores keys"])
+def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(people, start_worker, desk, tmp_path,
+                                                                             receiver):
+    """Without `receiver_honours_idempotency_key: true` the engine may not
+    assume the receiver drops a repeat, and it cannot look the call up: an
+    effect that happened before the crash goes IN_DOUBT, whatever the
+    receiver would have done with a second call."""
+    if receiver == "ignores keys":
+        desk.fault(mode="ignore_idempotency")
+    workflow = submit_and_approve(people, webhook_plan(desk))
+    crash_at(start_worker, tmp_path, failpoints.AFTER_PERFORM)
+    wait_for_status(workflow.pk, "NEEDS_ATTENTION")
+    step = workflow.steps.get()
+    assert step.status == "IN_DOUBT"
+    assert list(step.attempts.values_list("status", flat=True)) == ["UNKNOWN"]
+    [ticket] = desk.tickets()  # the effect happened before the crash, once
+    assert ticket["idempotency_key"] == step.operation_key
+
+    resolution.resolve(step, by=people["operator"], decision="happened", reason="the desk has the ticket",
+                       external_ref=f"ticket:{ticket['id']}")
+    wait_for_status(workflow.pk, "COMPLETE")
+    assert [entry["idempotency_key"] for entry in desk.ledger()] == [step.operation_key]
+    assert len(desk.tickets()) == 1
+    if receiver == "ignores keys":
+        assert [fault["mode"] for fault in desk.faults()] == ["ignore_idempotency"]  # on throughout
+    assert audit.verify().ok
+
+
+def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_ticket(people, start_worker, desk,
+                                                                                    tmp_path):
+    workflow = submit_and_approve(people, webhook_plan(desk, receiver_honours_idempotency_key=True))
+    crash_at(start_worker, tmp_path, failpoints.AFTER_PERFORM)
+    wait_for_status(workflow.pk, "COMPLETE")
+    step = workflow.steps.get()
+    attempts = list(step.attempts.order_by("number").values_list("status", "operation_key"))
+    assert attempts == [("UNKNOWN", step.operation_key), ("SUCCEEDED", step.operation_key)]
+    # The repeat reached the desk, which answered 200 with the same ticket
+    # (201 is a new one) and recorded no second change.
+    assert step.result["status"] == 200
+    assert [entry["idempotency_key"] for entry in desk.ledger()] == [step.operation_key]
+    assert [ticket["idempotency_key"] for ticket in desk.tickets()] == [step.operation_key]
+    assert audit.verify().ok
 
 
 def noop_plan(n: int, steps: int = 3) -> dict:

@@ -145,14 +145,41 @@ def test_a_read_timeout_is_reconciled_before_any_retry(people, desk, settings):
     assert len(desk.tickets(step.operation_key)) == 1
 
 
-def test_http_post_carries_the_operation_key_and_retries_safely(people, desk):
+def webhook(desk, **declared):
+    return {"name": "webhook", "submission_key": "hook", "steps": [
+        {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"},
+                                                        **declared}}]}
+
+
+def test_http_post_to_a_receiver_that_honours_the_key_retries_safely(people, desk):
     desk.fault(mode="error", status=502, count=1)
-    body = {"name": "webhook", "submission_key": "hook", "steps": [
-        {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"}}}]}
-    workflow = start(people, body)
+    workflow = start(people, webhook(desk, receiver_honours_idempotency_key=True))
     run_until(workflow.pk, "COMPLETE")
     step = workflow.steps.get()
     assert attempts_of(workflow) == [("FAILED", "TRANSIENT"), ("SUCCEEDED", "")]
+    assert [t["idempotency_key"] for t in desk.tickets()] == [step.operation_key]
+
+
+def test_http_post_whose_answer_was_lost_is_in_doubt_unless_the_receiver_honours_the_key(people, desk):
+    """The desk acts, then drops the connection: the outcome is unknown. An
+    undeclared webhook can be neither looked up nor safely repeated."""
+    desk.fault(mode="commit_then_drop", count=1)
+    workflow = start(people, webhook(desk))
+    run_until(workflow.pk, "NEEDS_ATTENTION")
+    assert desk.faults() == []
+    assert workflow.steps.get().status == "IN_DOUBT"
+    assert attempts_of(workflow) == [("UNKNOWN", "TRANSIENT")]
+    assert len(desk.tickets()) == 1
+
+
+def test_http_post_whose_answer_was_lost_is_repeated_when_the_receiver_honours_the_key(people, desk):
+    desk.fault(mode="commit_then_drop", count=1)
+    workflow = start(people, webhook(desk, receiver_honours_idempotency_key=True))
+    run_until(workflow.pk, "COMPLETE")
+    assert desk.faults() == []
+    step = workflow.steps.get()
+    assert attempts_of(workflow) == [("UNKNOWN", "TRANSIENT"), ("SUCCEEDED", "")]
+    assert step.result["status"] == 200  # the desk knew the key: the same ticket, no second one
     assert [t["idempotency_key"] for t in desk.tickets()] == [step.operation_key]
 
 

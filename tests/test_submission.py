@@ -69,6 +69,10 @@ BAD_PLANS = {
     "deadline out of range": ({**ticket_plan(), "deadline_seconds": 0}, "deadline_seconds"),
     "unknown compensation action": (_step(0, compensation={"action": "undo.everything"}),
                                     "steps.0.compensation.action"),
+    "idempotency declared as text": (
+        _step(0, action="http.post", args={"url": "https://hooks.example.com/x",
+                                           "receiver_honours_idempotency_key": "yes"}),
+        "steps.0.args.receiver_honours_idempotency_key"),
 }
 
 

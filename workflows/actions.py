@@ -44,7 +44,8 @@ class ActionError(Exception):
 
 class Action:
     name: ClassVar[str]
-    # Repeating perform() with the same operation key has no second effect.
+    # Repeating perform() with the same operation key has no second effect
+    # (the default answer of `is_idempotent(args)`, which the engine asks).
     idempotent: ClassVar[bool] = False
     # The effect destroys something that cannot be recreated.
     destructive: ClassVar[bool] = False
@@ -81,9 +82,14 @@ class Action:
     def compensation_args(self, args: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    @property
-    def safe_to_repeat(self) -> bool:
-        return self.idempotent or self.can_lookup
+    def is_idempotent(self, args: dict[str, Any]) -> bool:
+        """Whether repeating perform() with these args and the same operation
+        key has no second effect. Asked per step, never assumed: an action
+        whose receiver is named in its args (http.post) knows only from them."""
+        return self.idempotent
+
+    def is_safe_to_repeat(self, args: dict[str, Any]) -> bool:
+        return self.is_idempotent(args) or self.can_lookup
 
     @property
     def irreversible(self) -> bool:
@@ -289,11 +295,15 @@ class Noop(Action):
 
 @register
 class HttpPost(Action):
-    """A webhook. It carries the operation key as Idempotency-Key, so the
-    receiver can drop repeats; there is no way to ask it what it received."""
+    """A webhook. It carries the operation key as Idempotency-Key, but only
+    the plan can say whether the receiver drops repeats
+    (`receiver_honours_idempotency_key: true`); without that promise a
+    repeat could act twice, and there is no way to ask the receiver what it
+    received, so an unknown outcome goes IN_DOUBT."""
 
     name = "http.post"
-    idempotent = True
+    idempotent = False
+    HONOURS_KEY = "receiver_honours_idempotency_key"
     compensation = None
     required_args = ("url",)
 
@@ -304,7 +314,12 @@ class HttpPost(Action):
             errors["url"] = "Must be an http:// or https:// URL."
         if "json" in args and not isinstance(args["json"], (dict, list)):
             errors["json"] = "Must be a JSON object or array."
+        if self.HONOURS_KEY in args and not isinstance(args[self.HONOURS_KEY], bool):
+            errors[self.HONOURS_KEY] = "Must be true or false."
         return errors
+
+    def is_idempotent(self, args):
+        return args.get(self.HONOURS_KEY) is True
 
     def perform(self, args, operation_key):
         response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}))

@@ -167,7 +167,7 @@ def _shares_checkpoints(step: Step) -> bool:
     """Steps of an idempotent in-process action with nothing to reconcile
     share their checkpoint commits with the rest of their batch."""
     action = actions.find(step.action)
-    return (action is not None and action.in_process and action.idempotent and not step.lane
+    return (action is not None and action.in_process and action.is_idempotent(step.args) and not step.lane
             and not step.open_attempts)
 
 

@@ -148,16 +148,16 @@ def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence
         move(attempt, attempt_status, actor=WORKER, finished_at=now, failure_class=err.failure_class,
              error=redact_text(err.message)[:2000], data={"failure_class": err.failure_class})
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        if err.outcome_unknown and not action.safe_to_repeat:
+        if err.outcome_unknown and not action.is_safe_to_repeat(step.args):
             move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
                  lease_expires_at=None, data={"failure_class": err.failure_class, "attempt": attempt.number})
             workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             return
         retryable = err.failure_class in RETRYABLE_CLASSES or (
-            err.failure_class == FailureClass.TIMEOUT and action.safe_to_repeat
+            err.failure_class == FailureClass.TIMEOUT and action.is_safe_to_repeat(step.args)
         )
         due = None
-        if retryable and action.safe_to_repeat:
+        if retryable and action.is_safe_to_repeat(step.args):
             due = retry.next_attempt_at(now, attempt.number - step.retry_base, deadline_of(step), err.retry_after,
                                         max_attempts=max_attempts)
         if due is not None:

@@ -79,7 +79,7 @@ def reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
             return False
         verify(step, action, fence)
         return True
-    if action.idempotent:
+    if action.is_idempotent(step.args):
         # The same operation key again is harmless; the interrupted attempts'
         # own outcome stays unknown, and says so.
         with transaction.atomic():
