@@ -1,19 +1,23 @@
 """The checkpoint protocol, run in-process against the real ticket desk."""
 
+import sqlite3
 import threading
+from contextlib import closing
 from datetime import timedelta
+
+import psycopg
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tests.conftest import ticket_plan
-from workflows import approvals, execution, leases, outcomes, plans, recovery, tasks
+from tests.conftest import run_until, ticket_plan
+from workflows import actions, approvals, execution, leases, outcomes, plans, processes, recovery, tasks
 from workflows.actions import Outcome
 from workflows.models import Attempt, AuditEvent, Step
-from workflows.states import StepStatus
+from workflows.states import AttemptStatus, StepStatus
 
 
 @pytest.fixture
@@ -43,16 +47,119 @@ def test_plan_runs_through_every_checkpoint_to_complete(approved, desk):
     assert [c["body"] for c in ticket["comments"]] == ["Extinguisher on its way"]  # $from resolved
 
 
-def test_requested_attempt_is_committed_before_the_effect(approved, desk):
+def test_the_audit_trail_records_each_request_before_its_outcome(approved, desk):
     tasks.run_workflow(str(approved.pk))
     for entry in desk.ledger():
         attempt = Attempt.objects.get(operation_key=entry["idempotency_key"])
-        assert attempt.started_at.isoformat() < entry["at"].replace("Z", "+00:00")
         verbs = list(
             AuditEvent.objects.filter(workflow_id=approved.pk, object_id__in=[str(attempt.step_id), str(attempt.pk)])
             .order_by("seq").values_list("verb", flat=True)
         )
         assert verbs.index("attempt.requested") < verbs.index("step.verifying") < verbs.index("step.complete")
+
+
+# (operation key, whether its REQUESTED attempt was visible from another
+# database connection when perform() began)
+OBSERVED: list[tuple[str, bool]] = []
+
+
+def requested_seen_from_another_connection(operation_key: str) -> bool:
+    """Whether a new database connection (not Django's, not in its
+    transaction) sees a REQUESTED attempt with this key: only a committed
+    row is visible there."""
+    sql = f"SELECT count(*) FROM {Attempt._meta.db_table} WHERE operation_key = %s AND status = %s"
+    params = (operation_key, AttemptStatus.REQUESTED)
+    if connection.vendor == "sqlite":
+        with closing(sqlite3.connect(connection.settings_dict["NAME"])) as other:
+            (found,) = other.execute(sql.replace("%s", "?"), params).fetchone()
+    else:
+        with psycopg.connect(processes.database_url()) as other:
+            (found,) = other.execute(sql, params).fetchone()
+    return found == 1
+
+
+@actions.register
+class ChecksItsCheckpoint(actions.Action):
+    """Before acting, looks for its own REQUESTED attempt from a connection of
+    its own, as a remote system with access to the database would."""
+
+    name = "test.checks_its_checkpoint"
+    idempotent = True
+
+    def validate(self, args):
+        return {}
+
+    def perform(self, args, operation_key):
+        OBSERVED.append((operation_key, requested_seen_from_another_connection(operation_key)))
+        return Outcome(result={})
+
+
+@actions.register
+class ChecksItsCheckpointInProcess(ChecksItsCheckpoint):
+    """The same, as a step that shares its checkpoint commits with its batch."""
+
+    name = "test.checks_its_checkpoint_in_process"
+    in_process = True
+
+
+def checking_plans(people, action: str, count: int) -> list:
+    started = []
+    for n in range(count):
+        body = {"name": f"check {n}", "submission_key": f"check-{n}",
+                "steps": [{"key": "s", "action": action, "args": {}}]}
+        started.append(approvals.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
+    return started
+
+
+def spy(monkeypatch, name: str) -> list:
+    """Record the steps each call of `execution.<name>` ran."""
+    calls, real = [], getattr(execution, name)
+
+    def recording(steps):
+        calls.append([step.pk for step in (steps if isinstance(steps, list) else [steps])])
+        return real(steps)
+
+    monkeypatch.setattr(execution, name, recording)
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["execute", "_run_shared"])
+def test_the_requested_attempt_is_committed_before_perform_runs(people, monkeypatch, path):
+    """Not a timestamp: the action itself, inside perform(), finds its
+    REQUESTED attempt from another connection, so the checkpoint was
+    committed before the effect began, on the path a step runs alone
+    (`execute`) and on the one where a batch shares its commits
+    (`_run_shared`). The control below shows the same check fails when the
+    checkpoint is written but not committed."""
+    OBSERVED.clear()
+    action = {"execute": ChecksItsCheckpoint, "_run_shared": ChecksItsCheckpointInProcess}[path].name
+    ran = spy(monkeypatch, path)
+    workflows = checking_plans(people, action, 3)
+    for workflow in workflows:
+        run_until(workflow.pk, "COMPLETE")
+    keys = sorted(Step.objects.filter(workflow__in=workflows).values_list("operation_key", flat=True))
+    assert sorted(OBSERVED) == [(key, True) for key in keys]
+    steps = {step for call in ran for step in call}
+    assert steps == set(Step.objects.filter(workflow__in=workflows).values_list("pk", flat=True))
+    if path == "_run_shared":
+        assert max(len(call) for call in ran) > 1, "the steps shared a batch"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_check_sees_no_checkpoint_that_is_not_committed(people):
+    """The control: the engine's own path run inside a transaction that has
+    not committed when perform() begins (its commits become savepoints).
+    The action's connection does not see the REQUESTED attempt, so the test
+    above would fail if the engine performed before its commit."""
+    OBSERVED.clear()
+    (workflow,) = checking_plans(people, ChecksItsCheckpoint.name, 1)
+    step = execution.claim(workflow.pk)
+    with transaction.atomic():
+        execution.execute(step)
+        assert Attempt.objects.get(step=step).status == AttemptStatus.SUCCEEDED
+        transaction.set_rollback(True)
+    assert OBSERVED == [(step.operation_key, False)]
 
 
 def test_the_same_task_delivered_twice_does_nothing_more(approved, desk):
