@@ -1,10 +1,13 @@
+import os
 import time
+import warnings
 
 import pytest
 import requests
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from tests import redis_server
 from tests.desk import TicketDesk
 from tests.processes import Worker
 from workflows import roles, tokens
@@ -91,6 +94,27 @@ def desk(desk_process, settings):
     desk_process.reset()
     settings.TICKET_DESK_URL = desk_process.url
     return desk_process
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """A Redis that answers: REDIS_URL (default 127.0.0.1:6379, where .ci/run
+    finds or starts one), else a redis-server of this session's own on a
+    free port. Without either, the test is skipped loudly; under CI=true it
+    fails instead, because CI must run it."""
+    url = redis_server.configured_url()
+    if redis_server.ping(url):
+        yield url
+    elif redis_server.installed():
+        with redis_server.Server(tmp_path_factory.mktemp("redis")) as server:
+            yield server.url
+    else:
+        reason = (f"Redis does not answer at {url} and redis-server is not installed: the Redis broker was NOT "
+                  "tested (apt-get install redis-server, or run .ci/run)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        warnings.warn(reason, pytest.PytestWarning)
+        pytest.skip(f"!! {reason}")
 
 
 @pytest.fixture

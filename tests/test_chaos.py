@@ -63,8 +63,7 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         workflow = plans.submit(agent, chaos.ticket_plan(f"two-hosts-{number}")).workflow
         workflows.append(approvals.approve(workflow, by=reviewers[0]))
     steps = Step.objects.filter(workflow__in=workflows)
-    group = first.process.pid
-    first_pids, held = _freeze_holding_a_step(steps, group)
+    first_pids, held = _freeze_holding_a_step(steps, first)
 
     first.kill()  # SIGKILL the whole (frozen) group, mid-step
 
@@ -99,7 +98,7 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
     desk is still working on; recovery looks the key up before that request
     lands, would find nothing, and would create the ticket again: so
     "not found" is trusted only once the earlier request can no longer land."""
-    desk.fault(mode="latency", ms=4000)
+    desk.fault(mode="latency", ms=4000, count=1)  # the first POST only: used up the moment it reaches the desk
     desk.fault(mode="ignore_idempotency")
     start_clusters(start_worker, "lonely", ACTION_TIMEOUT_SECONDS="6")
     agent, reviewers = chaos.personas()
@@ -108,10 +107,11 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
     workflow = approvals.approve(plans.submit(agent, plan).workflow, by=reviewers[0])
     step = workflow.steps.get()
     deadline = time.monotonic() + 20
-    while not (attempt := Attempt.objects.filter(step=step).first()):
-        assert time.monotonic() < deadline, "the step was never attempted"
+    while any(fault["mode"] == "latency" for fault in desk.faults()):
+        assert time.monotonic() < deadline, "the create never reached the desk"
         time.sleep(0.02)
-    time.sleep(0.5)  # the POST is at the desk now, inside its latency
+    # The desk holds the POST inside its latency: kill the worker that sent it.
+    attempt = Attempt.objects.get(step=step)
     victim = processes.owner_pid(attempt.worker)
     os.kill(victim, signal.SIGKILL)
 
@@ -120,22 +120,29 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
     while Workflow.objects.get(pk=workflow.pk).status != "COMPLETE":
         assert time.monotonic() < deadline, list(Attempt.objects.filter(step=step).values_list("status", flat=True))
         time.sleep(0.2)
-    time.sleep(4.5)  # every request sent has landed by now
+    # Each attempt sent one POST: wait until each has landed (the desk
+    # ignores keys, so each is a line of its ledger), however late.
+    sent = Attempt.objects.filter(step=step).count()
+    deadline = time.monotonic() + 30
+    while len(desk.ledger()) < sent:
+        assert time.monotonic() < deadline, f"{sent} requests sent, {len(desk.ledger())} landed"
+        time.sleep(0.2)
     assert [entry["path"] for entry in desk.ledger()][:1] == ["/tickets"], "the killed worker's request landed"
     assert len(desk.tickets(idempotency_key=step.operation_key)) == 1, list(
         Attempt.objects.filter(step=step).values_list("number", "status", "worker", "started_at", "finished_at"))
 
 
-def _freeze_holding_a_step(steps, group, timeout=20.0):
+def _freeze_holding_a_step(steps, cluster, timeout=20.0):
     """SIGSTOP the cluster's group at a moment it holds a step's lease, after
     some steps completed: returns its pids and the steps it holds, frozen
     in its hands until the SIGKILL."""
+    group = cluster.process.pid
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if steps.filter(status=StepStatus.COMPLETE).exists():
             os.killpg(group, signal.SIGSTOP)
-            time.sleep(0.3)  # a commit sent just before the freeze lands: that step is not held
             pids = processes.group_pids(group)
+            _wait_until_quiet(pids, processes.session_name(cluster.name), deadline)
             held = [pk for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
                     .values_list("pk", "lease_owner") if processes.owner_pid(owner) in pids]
             if held:
@@ -143,3 +150,30 @@ def _freeze_holding_a_step(steps, group, timeout=20.0):
             os.killpg(group, signal.SIGCONT)
         time.sleep(0.02)
     raise AssertionError("the first cluster never held a step")
+
+
+def _wait_until_quiet(pids, session_name: str, deadline: float) -> None:
+    """Every process of the group is stopped, and PostgreSQL has finished
+    what they sent before the freeze: no session of theirs runs a statement,
+    but for one waiting for a row lock that a frozen transaction holds (only
+    the SIGKILL ends that transaction). What the cluster holds now is what
+    it holds when it is killed."""
+    while True:
+        stopped = all(_state(pid) in ("T", None) for pid in pids)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                           "AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock'", [session_name])
+            (busy,) = cursor.fetchone()
+        if stopped and not busy:
+            return
+        assert time.monotonic() < deadline, f"the frozen cluster did not settle: {busy} sessions busy"
+        time.sleep(0.02)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (T: stopped), None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None

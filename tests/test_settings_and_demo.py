@@ -89,10 +89,11 @@ def test_the_demo_starts_everything_and_ctrl_c_stops_all_of_it(tmp_path):
                 os.killpg(demo.pid, signal.SIGKILL)
     assert "reviewer, reviewer2, operator, auditor, agent, admin" in output  # the logins are printed
     assert "Stopped web, worker and ticket desk." in output
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", "--", f"ticketdesk --port {desk_port}|runserver 127.0.0.1:{web}"],
-                          capture_output=True, text=True).stdout.split()
-    assert left == [], "nothing is left behind"
+    deadline = time.monotonic() + 20
+    while left := subprocess.run(["pgrep", "-f", "--", f"ticketdesk --port {desk_port}|runserver 127.0.0.1:{web}"],
+                                 capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, f"left behind: {left}"
+        time.sleep(0.1)
     alive = [pid for pid in children + sessions if _running(int(pid))]
     assert alive == []
 
