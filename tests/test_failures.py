@@ -160,6 +160,16 @@ def test_http_post_to_a_receiver_that_honours_the_key_retries_safely(people, des
     assert [t["idempotency_key"] for t in desk.tickets()] == [step.operation_key]
 
 
+def test_http_post_without_the_declaration_is_not_retried_after_an_error(people, desk):
+    desk.fault(mode="error", status=502, count=1)
+    workflow = start(people, webhook(desk))
+    run_until(workflow.pk, "FAILED")
+    assert desk.faults() == []
+    assert attempts_of(workflow) == [("FAILED", "TRANSIENT")]
+    assert workflow.steps.get().status == "DEAD_LETTERED"
+    assert desk.tickets() == []
+
+
 def test_http_post_whose_answer_was_lost_is_in_doubt_unless_the_receiver_honours_the_key(people, desk):
     """The desk acts, then drops the connection: the outcome is unknown. An
     undeclared webhook can be neither looked up nor safely repeated."""
