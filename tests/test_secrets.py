@@ -104,6 +104,7 @@ CREDENTIALS = [
     ("steps.0.compensation.args.note", "compensation"),
 ]
 DESK_TOKEN = "desk-7Qp2-Zx9w-Lm4k-Rt8v"
+SECRET_TICKET = {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$secret": "DESK_TOKEN"}}}
 PLANTED = "see Bearer 9f8e7d6c5b4a39281706abcd"
 
 
@@ -164,7 +165,8 @@ def test_ordinary_prose_is_stored_and_sent_exactly_as_submitted(api, people, des
         approvals.approve(workflow, by=people["reviewer"])
         run_until(workflow.pk, "COMPLETE")
     received = {ticket["title"]: ticket["body"] for ticket in desk.tickets()}
-    sent = {f"prose {part}.{n}": s for part, chunk in enumerate((CORPUS[:30], CORPUS[30:])) for n, s in enumerate(chunk)}
+    sent = {f"prose {part}.{n}": sentence
+            for part, chunk in enumerate((CORPUS[:30], CORPUS[30:])) for n, sentence in enumerate(chunk)}
     assert received == sent
     for sentence in CORPUS:
         assert redaction.redact_text(sentence) == sentence
@@ -177,7 +179,8 @@ def test_existing_plan_hashes_stay_valid(people):
 
     body = ticket_plan("hash")
     workflow = plans.submit(people["agent"], body).workflow
-    expected = [{"key": s["key"], "action": s["action"], "args": s["args"], "compensation": None} for s in body["steps"]]
+    expected = [{"key": s["key"], "action": s["action"], "args": s["args"], "compensation": None}
+                for s in body["steps"]]
     assert workflow.plan_hash == sha256_hex(canonical_json(expected))
 
 
@@ -282,11 +285,24 @@ def test_a_from_reference_to_a_redacted_value_blocks_the_step(people, desk, sett
     assert desk.tickets() == []  # "[REDACTED]" was never sent
 
 
+def test_a_compensation_taking_a_redacted_value_is_refused(people, desk, settings, monkeypatch):
+    settings.SECRETS_POLICY = desk_policy(desk, "noop")
+    monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
+    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
+        {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}},
+         "compensation": {"action": "noop", "args": {"undo": {"$from": "echo.result.echo"}}}}]}).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    run_until(workflow.pk, "COMPLETE")
+    with pytest.raises(compensation.CompensationInvalid, match="redacted"):
+        compensation.request(workflow, by=people["operator"], reason="undo it")
+    assert not workflow.compensations.exists()
+
+
 def test_a_missing_secret_fails_the_step_naming_the_secret(people, desk, settings, monkeypatch):
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     monkeypatch.delenv("SECRET_DESK_TOKEN", raising=False)
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$secret": "DESK_TOKEN"}}}]}).workflow
+        SECRET_TICKET]}).workflow
     approvals.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     attempt = Attempt.objects.get(step__workflow=workflow)
@@ -302,7 +318,7 @@ def test_the_worker_reads_a_secret_from_secrets_dir(people, desk, settings, tmp_
     settings.SECRETS_DIR = str(tmp_path)
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$secret": "DESK_TOKEN"}}}]}).workflow
+        SECRET_TICKET]}).workflow
     approvals.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     assert [t["body"] for t in desk.tickets()] == [DESK_TOKEN]
@@ -312,7 +328,7 @@ def test_a_policy_narrowed_after_approval_blocks_the_step(people, desk, settings
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$secret": "DESK_TOKEN"}}}]}).workflow
+        SECRET_TICKET]}).workflow
     approvals.approve(workflow, by=people["reviewer"])
     settings.SECRETS_POLICY = {}
     run_until(workflow.pk, "FAILED")
@@ -346,11 +362,12 @@ def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
     assert not Workflow.objects.exists()
     allowed = api["agent"].post("/workflows", {"name": "n", "submission_key": "ok", "steps": [
         {"key": "a", "action": "ticket.create", "args": {"title": "t", "body": ref}},
-        {"key": "b", "action": "http.post", "args": {"url": "https://hooks.example.com/in", "json": {"t": {"$secret": "HOOK"}}}}]})
+        {"key": "b", "action": "http.post", "args": {"url": "https://hooks.example.com/in", "json": {"t": hook}}}]})
     assert allowed.status_code == 201, allowed.json()
 
 
-@pytest.mark.parametrize("ref", [{"$secret": "lower"}, {"$secret": 5}, {"$secret": "A", "more": 1}, {"$secret": "A" * 65}])
+@pytest.mark.parametrize("ref", [{"$secret": "lower"}, {"$secret": 5}, {"$secret": "A", "more": 1},
+                                 {"$secret": "A" * 65}])
 def test_a_malformed_reference_is_refused(api, ref):
     answer = api["agent"].post("/workflows", {"name": "n", "submission_key": "k", "steps": [
         {"key": "a", "action": "noop", "args": {"x": [ref]}}]})

@@ -19,7 +19,7 @@ from workflows import actions, approvals, audit, roles
 from workflows.deadletters import ReasonRequired
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
-from workflows.redaction import refuse_credentials
+from workflows.redaction import refuse_credentials, was_redacted
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -75,6 +75,9 @@ def _resolve(args, step: Step):
             if found is None:
                 raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
                                           f"which has no value")
+            if was_redacted(found):
+                raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
+                                          f"which was redacted when it was recorded")
             return found
         if isinstance(value, dict):
             return {k: walk(v) for k, v in value.items()}

@@ -58,7 +58,8 @@ def parse_policy(raw: str | None, variable: str = "SECRETS_POLICY") -> dict[str,
     except ValueError as exc:
         raise ImproperlyConfigured(f"{variable} is not valid JSON: {exc}") from None
     if not isinstance(policy, dict):
-        raise ImproperlyConfigured(f'{variable} must be a JSON object: {{"NAME": {{"actions": [...], "hosts": [...]}}}}')
+        raise ImproperlyConfigured(
+            f'{variable} must be a JSON object: {{"NAME": {{"actions": [...], "hosts": [...]}}}}')
     rules = {}
     for name, rule in policy.items():
         if not NAME.match(name):
