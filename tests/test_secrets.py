@@ -245,20 +245,36 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
     error = Trace.objects.get(pk=entry.trace_id).error
     assert "no ticket [REDACTED secret:DESK_TOKEN]" in error  # the echo happened, and was scrubbed
 
-    answers = [submitted.text, inbox]
-    answers += [agent.get(f"/workflows/{workflow_id}").text, agent.get("/workflows").text]
-    answers += [operator.get(p).text for p in (f"/dead-letters/{entry.pk}", f"/dead-letters/{entry.pk}/preview",
-                                               "/dead-letters")]
-    answers.append(auditor.get("/audit", workflow=workflow_id).text)
-    assert "secret:DESK_TOKEN" in answers[5]  # the replay preview shows the reference
+    answers = {"submitted": submitted.text, "inbox": inbox}
     assert browser.login(username="admin", password=PASSWORD)
+    # The undo of `echo` is a noop that echoes the secret again, in its own lane.
+    answers["request page"] = browser.get(f"/workflows/{workflow_id}/compensate").content.decode()
+    assert "secret:DESK_TOKEN" in answers["request page"]
+    requested = operator.post(f"/workflows/{workflow_id}/compensations", {"reason": "rotated twice"})
+    assert requested.status_code == 201, requested.text
+    comp_id = requested.json()["id"]
+    authorized = HttpApi(live_server.url, people["reviewer2"]).post(f"/compensations/{comp_id}/authorize")
+    assert authorized.status_code == 200, authorized.text
+    wait_for_status(workflow_id, "COMPENSATED")
+    undo = Step.objects.get(workflow_id=workflow_id, compensates__key="echo")
+    assert undo.result == {"echo": "[REDACTED secret:DESK_TOKEN]", "kept": "plain"}
+    assert [t["status"] for t in desk.tickets()] == ["closed"]
+
+    answers.update({"requested": requested.text, "authorized": authorized.text})
+    answers.update({path: agent.get(path).text for path in (f"/workflows/{workflow_id}", "/workflows")})
+    answers.update({path: operator.get(path).text for path in (
+        f"/dead-letters/{entry.pk}", f"/dead-letters/{entry.pk}/preview", "/dead-letters", f"/compensations/{comp_id}")})
+    answers["audit"] = auditor.get("/audit", workflow=workflow_id).text
+    assert "secret:DESK_TOKEN" in answers[f"/dead-letters/{entry.pk}/preview"]  # the preview shows the reference
     for path in (f"/workflows/{workflow_id}/", "/workflows/", f"/dead-letters/{entry.pk}/", "/dead-letters/",
-                 "/attention/", "/dashboard/", "/audit/", f"/audit/?workflow={workflow_id}", "/audit/export.jsonl"):
+                 "/compensations/", f"/compensations/{comp_id}/", "/attention/", "/dashboard/", "/audit/",
+                 f"/audit/?workflow={workflow_id}", "/audit/export.jsonl", "/audit/export.csv"):
         page = browser.get(path)
         assert page.status_code == 200, path
-        answers.append(b"".join(page.streaming_content).decode() if page.streaming else page.content.decode())
-    assert "secret:DESK_TOKEN" in answers[8]  # the workflow page shows the reference
-    assert [path for path, answer in enumerate(answers) if DESK_TOKEN in answer] == []
+        answers[path] = b"".join(page.streaming_content).decode() if page.streaming else page.content.decode()
+    assert "secret:DESK_TOKEN" in answers[f"/workflows/{workflow_id}/"]  # the workflow page shows the reference
+    assert "secret:DESK_TOKEN" in answers[f"/compensations/{comp_id}/"]
+    assert [name for name, answer in answers.items() if DESK_TOKEN in answer] == []
 
     worker.stop()
     rows = every_row_as_text()
