@@ -383,7 +383,7 @@ def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
 
 
 @pytest.mark.parametrize("ref", [{"$secret": "lower"}, {"$secret": 5}, {"$secret": "A", "more": 1},
-                                 {"$secret": "A" * 65}])
+                                 {"$secret": "A" * 65}, {"$secret": "A\n"}, {"$secret": "../A"}])
 def test_a_malformed_reference_is_refused(api, ref):
     answer = api["agent"].post("/workflows", {"name": "n", "submission_key": "k", "steps": [
         {"key": "a", "action": "noop", "args": {"x": [ref]}}]})
@@ -542,3 +542,4 @@ def test_log_lines_and_tracebacks_are_scrubbed(monkeypatch):
     assert len(records) == 2
     assert "4f9a8b7c6d5e4f3a2b1c" not in records[0] and "[REDACTED]" in records[0]
     assert "ValueError" in records[1] and DESK_TOKEN not in records[1]
+

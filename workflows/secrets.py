@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 SECRET = "$secret"
-NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 # One message for an unknown name, a disallowed action and a disallowed host.
 NOT_ALLOWED = "This secret reference is not allowed here by SECRETS_POLICY."
 MALFORMED = 'A secret reference is {"$secret": "NAME"}, NAME in capitals, digits and "_" (at most 64).'
@@ -62,7 +62,7 @@ def parse_policy(raw: str | None, variable: str = "SECRETS_POLICY") -> dict[str,
             f'{variable} must be a JSON object: {{"NAME": {{"actions": [...], "hosts": [...]}}}}')
     rules = {}
     for name, rule in policy.items():
-        if not NAME.match(name):
+        if not NAME.fullmatch(name):
             raise ImproperlyConfigured(f"{variable}: {name!r} is not a secret name ([A-Z][A-Z0-9_]{{0,63}})")
         if not isinstance(rule, dict) or set(rule) - {"actions", "hosts"}:
             raise ImproperlyConfigured(f'{variable}: {name} must be {{"actions": [...], "hosts": [...]}}')
@@ -128,7 +128,7 @@ def check(args: Any, action, path: str) -> dict[str, str]:
     """Field errors of the `$secret` references in one step's args."""
     errors = {}
     for where, ref in references(args, path):
-        if not is_reference(ref) or not NAME.match(ref[SECRET]):
+        if not is_reference(ref) or not NAME.fullmatch(ref[SECRET]):
             errors[where] = MALFORMED
         elif not allowed(ref[SECRET], action, args):
             errors[where] = NOT_ALLOWED
@@ -160,6 +160,8 @@ def value_of(name: str) -> str:
     newline dropped, as editors add one). Raises SecretUnavailable."""
     from django.conf import settings
 
+    if not NAME.fullmatch(name):  # never a path outside SECRETS_DIR
+        raise SecretUnavailable(name)
     value = os.environ.get(f"SECRET_{name}")
     if value is None and settings.SECRETS_DIR:
         try:
@@ -183,7 +185,8 @@ def scrub(text: str) -> str:
                 value_of(name)
             except SecretUnavailable:
                 pass
-    for value, name in list(_resolved.items()):
+    # Longest first: a value that contains another is replaced whole.
+    for value, name in sorted(_resolved.items(), key=lambda item: -len(item[0])):
         if value in text:
             text = text.replace(value, SCRUBBED.format(name=name))
     return text
