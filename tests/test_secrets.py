@@ -172,12 +172,14 @@ def test_ordinary_prose_is_stored_and_sent_exactly_as_submitted(api, people, des
         assert redaction.redact_text(sentence) == sentence
 
 
-def test_existing_plan_hashes_stay_valid(people):
-    """The hash is still SHA-256 of the canonical JSON of the steps, with
-    compensation None when absent: only the rewriting went."""
+def test_the_plan_hash_covers_the_args_as_submitted(people):
+    """Still SHA-256 of the canonical JSON of [{key, action, args,
+    compensation}], compensation None when absent, so stored hashes stay
+    valid: only the rewriting of args went."""
     from workflows.models import canonical_json, sha256_hex
 
     body = ticket_plan("hash")
+    body["steps"][0]["args"]["body"] = CORPUS[0]
     workflow = plans.submit(people["agent"], body).workflow
     expected = [{"key": s["key"], "action": s["action"], "args": s["args"], "compensation": None}
                 for s in body["steps"]]
