@@ -7,6 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.env import env_bool, env_float, env_int, env_list, env_str
+from workflows.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -186,6 +187,11 @@ ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 RECONCILE_GRACE_SECONDS = env_float("RECONCILE_GRACE_SECONDS", 2.0, minimum=0.0)
 DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
 WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
+# Secrets by reference (workflows.secrets): which actions and hosts may
+# receive each named secret; values only ever in the worker's environment
+# (SECRET_<NAME>) or in SECRETS_DIR/<NAME>.
+SECRETS_POLICY = parse_policy(env_str("SECRETS_POLICY", ""))
+SECRETS_DIR = env_str("SECRETS_DIR", "")
 
 Q_CLUSTER = {
     "name": "durableconsole",

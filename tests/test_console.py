@@ -246,12 +246,14 @@ def test_get_on_approve_is_not_allowed(planned, as_user):
     assert Workflow.objects.get(pk=planned.pk).status == "PLANNED"
 
 
-def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people, client):
-    from workflows import plans, policy
+def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people, client, settings):
+    from workflows import plans, policy, secrets
 
     policy.update("email.send", by="admin", risk="HIGH")
+    settings.SECRETS_POLICY = {"DESK_KEY": {"actions": ["ticket.create"],
+                                            "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}}
     plans.submit(people["agent"], {"name": "mixed", "submission_key": "mixed", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "api_key": "k-123456789"}},
+        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "api_key": {"$secret": "DESK_KEY"}}},
         {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}}]})
     assert client.login(username="reviewer", password=PASSWORD)
     html = client.get("/").content.decode()
@@ -259,7 +261,7 @@ def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people,
     assert "irreversible" in html
     assert "HIGH risk" in html  # the plan's highest risk
     assert "&lt;b&gt;t&lt;/b&gt;" in html and "<b>t</b>" not in html
-    assert "k-123456789" not in html and "[REDACTED]" in html
+    assert "secret:DESK_KEY" in html and "$secret" not in html
     assert "0 of 1 approval" in html
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import requests
 from django.conf import settings
 
+from workflows import secrets
 from workflows.redaction import redact_text
 from workflows.states import FailureClass
 
@@ -66,9 +67,14 @@ class Action:
             value = args.get(name)
             if value is None or (isinstance(value, str) and not value.strip()):
                 errors[name] = "This field is required."
-            elif not isinstance(value, (str, int)) and not is_reference(value):
+            elif not isinstance(value, (str, int)) and not is_reference(value) and not secrets.is_reference(value):
                 errors[name] = "Must be a string or a {\"$from\": ...} reference."
         return errors
+
+    def target_url(self, args: dict[str, Any]) -> Any:
+        """The URL this action sends its args to, for the `hosts` of
+        SECRETS_POLICY; None when it calls none. By default its `url` argument."""
+        return args.get("url")
 
     def perform(self, args: dict[str, Any], operation_key: str) -> Outcome:
         raise NotImplementedError
@@ -206,12 +212,19 @@ def desk(path: str) -> str:
     return f"{settings.TICKET_DESK_URL}{path}"
 
 
+class DeskAction(Action):
+    """An action of the ticket desk: it calls TICKET_DESK_URL whatever its args."""
+
+    def target_url(self, args):
+        return settings.TICKET_DESK_URL
+
+
 def _ticket_outcome(ticket: dict) -> Outcome:
     return Outcome(result={"id": ticket["id"], "status": ticket["status"]}, external_ref=f"ticket:{ticket['id']}")
 
 
 @register
-class TicketCreate(Action):
+class TicketCreate(DeskAction):
     name = "ticket.create"
     idempotent = True
     can_lookup = True
@@ -220,7 +233,8 @@ class TicketCreate(Action):
 
     def validate(self, args):
         errors = super().validate(args)
-        if "body" in args and not isinstance(args["body"], str) and not is_reference(args["body"]):
+        body = args.get("body")
+        if "body" in args and not isinstance(body, str) and not is_reference(body) and not secrets.is_reference(body):
             errors["body"] = "Must be a string."
         return errors
 
@@ -241,7 +255,7 @@ class TicketCreate(Action):
 
 
 @register
-class TicketComment(Action):
+class TicketComment(DeskAction):
     name = "ticket.comment"
     idempotent = True
     compensation = None
@@ -259,7 +273,7 @@ class TicketComment(Action):
 
 
 @register
-class TicketClose(Action):
+class TicketClose(DeskAction):
     name = "ticket.close"
     # Closing a closed ticket is a no-op, so repeating it is harmless.
     idempotent = True

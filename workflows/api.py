@@ -119,7 +119,7 @@ def on_auth_error(request, exc):
 
 @api.exception_handler(DomainError)
 def on_domain_error(request, exc: DomainError):
-    return error(request, exc.status, exc.code, exc.message)
+    return error(request, exc.status, exc.code, exc.message, exc.fields)
 
 
 @api.exception_handler(plans.PlanInvalid)

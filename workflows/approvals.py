@@ -12,6 +12,7 @@ from django_q.tasks import async_task
 from workflows import audit, policy, roles
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import Approval, Step, Workflow
+from workflows.redaction import refuse_credentials
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -56,6 +57,7 @@ def expire_overdue(limit: int = 200) -> int:
 
 def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
+    refuse_credentials(comment=comment)
     if workflow.status == WorkflowStatus.PLANNED and expire_one(workflow):
         raise WrongState("The plan's deadline passed: it expired before it was approved.")
     with transaction.atomic():
@@ -109,6 +111,7 @@ def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
 
 def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
+    refuse_credentials(comment=comment)
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
         if locked.status != WorkflowStatus.PLANNED:

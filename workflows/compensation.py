@@ -19,6 +19,7 @@ from workflows import actions, approvals, audit, roles
 from workflows.deadletters import ReasonRequired
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
+from workflows.redaction import refuse_credentials, was_redacted
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -39,6 +40,7 @@ def _reason(reason: str | None) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")
+    refuse_credentials(reason=reason)
     return reason[:2000]
 
 
@@ -73,6 +75,9 @@ def _resolve(args, step: Step):
             if found is None:
                 raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
                                           f"which has no value")
+            if was_redacted(found):
+                raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
+                                          f"which was redacted when it was recorded")
             return found
         if isinstance(value, dict):
             return {k: walk(v) for k, v in value.items()}
@@ -135,6 +140,7 @@ def _check_decider(comp: Compensation, user) -> None:
 def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
     _check_decider(comp, by)
     reason = (reason or "").strip()[:2000]
+    refuse_credentials(reason=reason)
     with transaction.atomic():
         comp = Compensation.objects.select_for_update().get(pk=comp.pk)
         if comp.status != CompensationStatus.REQUESTED:

@@ -12,10 +12,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from workflows import approvals, audit, policy, roles
+from workflows import approvals, audit, policy, roles, secrets
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Attempt, DeadLetter, Step, Trace, Workflow
-from workflows.redaction import redact, redact_text
+from workflows.redaction import redact, redact_text, refuse_credentials
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -76,7 +76,7 @@ class Preview:
             "step_key": self.step.key,
             "action": self.step.action,
             "operation_key": self.step.operation_key,
-            "args": self.step.args,
+            "args": secrets.shown(self.step.args),
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
             "will_run": self.will_run,
         }
@@ -101,6 +101,7 @@ def _clean_reason(reason: str | None) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")
+    refuse_credentials(reason=reason)
     return reason[:2000]
 
 

@@ -4,6 +4,8 @@
 class DomainError(Exception):
     code = "error"
     status = 400
+    # Per-field messages, keyed by the field's name, when the error is about input.
+    fields: dict[str, str] | None = None
 
     def __init__(self, message: str):
         super().__init__(message)

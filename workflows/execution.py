@@ -178,7 +178,7 @@ def _request_shared(steps: list[Step], log: list) -> None:
     if not steps:
         return
     checks = policy.evaluate_many(steps)
-    ready = [step for step in steps if not policy.problems(checks[step.pk])]
+    ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
     versions = {name: p.version for name, p in policy.policies_for({step.action for step in ready}).items()}
     attempts = [
         Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
@@ -287,7 +287,7 @@ def execute(step: Step) -> None:
     scope = _scope(step)
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = actions.find(step.action)
-    problems = policy.recheck(step)
+    problems = policy.recheck(step) + references.problems(step)
     if action is None or problems:
         outcomes.block(step, fence, problems or [f"unknown action {step.action}"])
         return
@@ -317,7 +317,11 @@ def _perform(step: Step, action) -> Outcome:
     unknown outcome, handled like any other."""
     args = references.resolve_args(step)
     try:
-        return action.perform(args, step.operation_key)
+        outcome = action.perform(args, step.operation_key)
+        # Results and error texts are redacted when recorded; this reference
+        # is recorded as it is, and a remote system may echo a secret into it.
+        outcome.external_ref = redact_text(outcome.external_ref)
+        return outcome
     except ActionError:
         raise
     except Exception as exc:

@@ -1,9 +1,10 @@
 """Accepting a plan from an agent: validate everything, store it PLANNED.
 
 The plan is untrusted input. It is checked as a whole before anything is
-written, redacted on the way in, and deduplicated by the submitter's
-`submission_key` so an agent that retries its submission gets the same
-workflow back.
+written and stored exactly as submitted: a credential in it is refused, not
+rewritten (secrets travel as `{"$secret": NAME}` references, resolved only
+by the worker). It is deduplicated by the submitter's `submission_key` so
+an agent that retries its submission gets the same workflow back.
 """
 
 import re
@@ -14,9 +15,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import actions, approvals, audit
+from workflows import actions, approvals, audit, secrets
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
-from workflows.redaction import redact
+from workflows.redaction import credential_fields, find_credential, redact
 
 STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_STEPS = 50
@@ -50,6 +51,9 @@ def validate(body: dict) -> dict[str, str]:
     deadline = body.get("deadline_seconds")
     if deadline is not None and not (1 <= deadline <= MAX_DEADLINE_SECONDS):
         errors["deadline_seconds"] = f"Must be between 1 and {MAX_DEADLINE_SECONDS}."
+    for field in ("name", "submission_key"):
+        if kind := find_credential(body.get(field) or ""):
+            errors[field] = f"This looks like a credential ({kind}): remove it."
     seen: list[str] = []
     for index, step in enumerate(steps):
         where = f"steps.{index}"
@@ -58,6 +62,8 @@ def validate(body: dict) -> dict[str, str]:
             errors[f"{where}.key"] = "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
         elif key in seen:
             errors[f"{where}.key"] = f"Duplicate step key {key!r}."
+        elif kind := find_credential(key):
+            errors[f"{where}.key"] = f"This looks like a credential ({kind}): remove it."
         try:
             action = actions.get(step["action"])
         except KeyError:
@@ -66,16 +72,20 @@ def validate(body: dict) -> dict[str, str]:
         if action is not None:
             for field, message in action.validate(step["args"]).items():
                 errors[f"{where}.args.{field}"] = message
+        errors.update(credential_fields(step["args"], f"{where}.args"))
+        errors.update(secrets.check(step["args"], action, f"{where}.args"))
         for path, ref in _references(step["args"], f"{where}.args"):
             source, _, rest = ref.partition(".result")
             if source not in seen or (rest and not rest.startswith(".")):
                 errors[path] = "A $from reference must name an earlier step: '<step key>.result.<field>'."
         compensation = step.get("compensation")
         if compensation is not None:
-            try:
-                actions.get(compensation["action"])
-            except KeyError:
+            undo = actions.find(compensation["action"])
+            if undo is None:
                 errors[f"{where}.compensation.action"] = "Unknown action."
+            undo_args = compensation.get("args") or {}
+            errors.update(credential_fields(undo_args, f"{where}.compensation.args"))
+            errors.update(secrets.check(undo_args, undo, f"{where}.compensation.args"))
         seen.append(key)
     return errors
 
@@ -92,12 +102,13 @@ def _references(value, path):
 
 
 def canonical_plan(steps: list[dict]) -> list[dict]:
+    """The steps as hashed and stored: exactly as submitted."""
     return [
         {
             "key": step["key"],
             "action": step["action"],
-            "args": redact(step["args"]),
-            "compensation": redact(step["compensation"]) if step.get("compensation") else None,
+            "args": step["args"],
+            "compensation": step["compensation"] if step.get("compensation") else None,
         }
         for step in steps
     ]

@@ -23,7 +23,7 @@ from workflows.actions import ActionError, Outcome
 from workflows.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
 from workflows.models import Step, Workflow
 from workflows.outcomes import deadline_of, verify, workflow_to
-from workflows.redaction import redact
+from workflows.redaction import redact, redact_text
 from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -113,9 +113,10 @@ def _in_flight_until(attempts) -> datetime:
 def _record_reconciled(step: Step, outcome: Outcome, fence: int) -> None:
     """Inside the caller's transaction, under its lease check: the outcome
     found by lookup, recorded as if the call had answered (VERIFYING)."""
+    external_ref = redact_text(outcome.external_ref)
     moved = move(step, StepStatus.VERIFYING, actor=WORKER, verb="step.reconciled", guard={"fence": fence},
-                 result=redact(outcome.result), external_ref=outcome.external_ref, failure_class="",
-                 data={"external_ref": outcome.external_ref})
+                 result=redact(outcome.result), external_ref=external_ref, failure_class="",
+                 data={"external_ref": external_ref})
     if not moved:
         raise LeaseLost()
 

@@ -12,7 +12,7 @@ from workflows import approvals, roles
 from workflows.deadletters import ReasonRequired
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Step, Workflow
-from workflows.redaction import redact
+from workflows.redaction import CredentialRefused, credential_fields, refuse_credentials
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 from workflows.transitions import move
 
@@ -35,6 +35,9 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
     if decision not in DECISIONS:
         raise DomainError(f"Decision must be one of {', '.join(DECISIONS)}.")
     external_ref = (external_ref or "").strip()[:200]
+    refuse_credentials(reason=reason, external_ref=external_ref)
+    if refused := credential_fields(result or {}, "result"):
+        raise CredentialRefused(refused)
     if decision in (HAPPENED, COMPENSATE) and not external_ref:
         raise DomainError("Say where it happened: the external reference is the evidence.")
     with transaction.atomic():
@@ -50,7 +53,7 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
         workflow = Workflow.objects.select_for_update().get(pk=locked.workflow_id)
         if decision in (HAPPENED, COMPENSATE):
             move(locked, StepStatus.VERIFYING, actor=by, verb="step.resolved", external_ref=external_ref,
-                 result=redact(result) if result else (locked.result or {"external_ref": external_ref}),
+                 result=result if result else (locked.result or {"external_ref": external_ref}),
                  failure_class="", data=evidence)
             move(locked, StepStatus.COMPLETE, actor=by, verb="step.complete", lease_expires_at=None,
                  data={"verified_by": "operator evidence"})

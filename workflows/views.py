@@ -55,8 +55,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
-    """What a reviewer weighs, per step: the action, its arguments (already
-    redacted), its risk under current policy, and how it would be undone —
+    """What a reviewer weighs, per step: the action, its arguments (secrets
+    only as references), its risk under current policy, and how it would be undone —
     or that it cannot be. Two queries for the whole page."""
     current = policy.policies_for({step["action"] for w in workflows for step in w.plan})
     counts = dict(

@@ -99,6 +99,8 @@ def compensation_request(request: HttpRequest, workflow_id: UUID) -> HttpRespons
     except DomainError as exc:
         messages.error(request, exc.message)
         workflow.refresh_from_db()
+        # A refused reason (one holding a credential) is not echoed back into the page.
+        reason = "" if exc.fields and "reason" in exc.fields else reason
         context = _request_context(workflow, chosen=chosen, reason=reason)
         return render(request, "workflows/compensation_request.html", context, status=exc.status)
     messages.success(request, "Compensation requested; a reviewer other than you must authorize it.")

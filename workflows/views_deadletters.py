@@ -187,7 +187,7 @@ def _posted_ids(request: HttpRequest) -> list[UUID]:
     return ids
 
 
-def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: str) -> HttpResponse:
+def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: str, status: int = 200) -> HttpResponse:
     previews = deadletters.preview(entries)
     return render(request, "workflows/dead_letter_bulk_preview.html", {
         "previews": previews,
@@ -195,7 +195,7 @@ def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: 
         "capped": len(entries) >= deadletters.MAX_BULK,
         "max_bulk": deadletters.MAX_BULK,
         "back": back,
-    })
+    }, status=status)
 
 
 @login_required
@@ -240,7 +240,11 @@ def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
         # Checked here as well, so a missing reason is reported once rather than once per entry.
         messages.error(request, "A reason is required.")
         return _render_bulk_preview(request, entries, back)
-    done, refused = deadletters.replay_many(entries, by=request.user, reason=reason)
+    try:
+        done, refused = deadletters.replay_many(entries, by=request.user, reason=reason)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return _render_bulk_preview(request, entries, back, status=exc.status)
     refusals = [(entry.pk, why) for entry, why in refused]
     selected = {entry.pk for entry in entries}
     refusals += [(pk, "It is no longer open.") for pk in dict.fromkeys(ids) if pk not in selected]

@@ -1,0 +1,12 @@
+"""How pages show a step's args: a secret reference as `secret:NAME`."""
+
+from django import template
+
+from workflows import secrets
+
+register = template.Library()
+
+
+@register.filter
+def shown(args):
+    return secrets.shown(args)
