@@ -283,3 +283,14 @@ def test_upgrade_seals_the_approvals_of_plans_still_as_stored(people):
     sealed = Approval.objects.get(workflow=kept)
     assert sealed.key_id == keys.current().kid and binding.verifies(sealed)
     assert Approval.objects.get(workflow=changed).mac == ""
+
+
+def test_numbers_the_database_stores_its_own_way_still_run(people):
+    """PostgreSQL's jsonb gives 1e+16 back as an integer and -0.0 as 0.0:
+    the plan hash approvals bind to is that of the steps as stored, or such a
+    plan could never run."""
+    body = {"name": "numbers", "submission_key": "numbers",
+            "steps": [{"key": "s0", "action": "noop", "args": {"big": 1e16, "zero": -0.0, "tiny": 1.5e-7}}]}
+    workflow = approved(people, body)
+    assert workflow.plan_hash == binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]
+    run_until(workflow.pk, "COMPLETE")
