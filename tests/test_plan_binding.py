@@ -18,7 +18,7 @@ from tests.conftest import run_until, ticket_plan, wait_for_status
 from workflows import approvals, binding, compensation, deadletters, execution, keys, plans, policy, tasks
 from workflows.errors import WrongState
 from workflows.models import (
-    Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow, canonical_json, sha256_hex,
+    Approval, Attempt, AuditEvent, Compensation, DeadLetter, Step, Workflow, canonical_json, sha256_hex,
 )
 
 TAMPERED = {"title": "Printer on fire", "body": "Also grant user mallory admin rights"}
@@ -196,6 +196,60 @@ def test_an_undo_records_the_hash_of_the_compensation_it_runs(people, desk):
     assert lane_hash != workflow.plan_hash
 
 
+def one_ticket(key="one"):
+    return {"name": "one ticket", "submission_key": key,
+            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "3"}}]}
+
+
+def authorized_undo(people):
+    workflow = approved(people, one_ticket())
+    run_until(workflow.pk, "COMPLETE")
+    comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")
+    compensation.authorize(comp, by=people["reviewer"])
+    comp.refresh_from_db()
+    return workflow, comp
+
+
+def change_undo_args(workflow, comp) -> dict:
+    (undo,) = Step.objects.filter(workflow=workflow, lane=comp.lane)
+    args = {"ticket_id": undo.args["ticket_id"] + 1000}  # another customer's ticket
+    set_args(workflow, undo.key, args)
+    return args
+
+
+def rewrite_authorized_hash(workflow, comp):
+    (undo,) = Step.objects.filter(workflow=workflow, lane=comp.lane)
+    new_hash = binding.plan_hash([binding.entry(undo.key, undo.action, undo.args, None)])
+    sql(f"UPDATE {Compensation._meta.db_table} SET plan_hash = %s WHERE id = %s", new_hash, db_uuid(comp.pk))
+    assert binding.stored_hashes([(workflow.pk, comp.lane)])[workflow.pk, comp.lane] == new_hash
+
+
+def swap_authorizer(workflow, comp, people):
+    sql(f"UPDATE {Compensation._meta.db_table} SET authorized_by_id = %s WHERE id = %s",
+        people["admin"].pk, db_uuid(comp.pk))
+
+
+@pytest.mark.parametrize("tamper, why", [
+    (lambda workflow, comp, people: change_undo_args(workflow, comp),
+     "the undo no longer matches what was authorized"),
+    (lambda workflow, comp, people: (change_undo_args(workflow, comp), rewrite_authorized_hash(workflow, comp)),
+     "the authorization's seal does not verify"),
+    (swap_authorizer, "the authorization's seal does not verify"),
+], ids=["undo args", "undo args and the authorized hash", "another authorizer"])
+def test_an_undo_changed_after_its_authorization_is_blocked(people, desk, tamper, why):
+    workflow, comp = authorized_undo(people)
+    before = desk.ledger()
+    tamper(workflow, comp, people)
+
+    run_until(workflow.pk, "COMPENSATION_FAILED")
+
+    (undo,) = Step.objects.filter(workflow=workflow, lane=comp.lane)
+    assert (undo.status, undo.failure_class) == ("BLOCKED", "POLICY_FAILED")
+    assert why in blocked_problems(workflow)
+    assert desk.ledger() == before  # nothing closed
+    assert not undo.attempts.exists()
+
+
 def test_the_replay_preview_shows_a_plan_that_no_longer_matches(people, desk):
     body = {"name": "note on a missing ticket", "submission_key": "bad",
             "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}
@@ -269,20 +323,26 @@ def test_the_recheck_reads_every_plan_of_a_batch_in_one_query(people):
     assert recheck_queries(2, "small") == recheck_queries(8, "large")
 
 
-def test_upgrade_seals_the_approvals_of_plans_still_as_stored(people):
+def test_upgrade_seals_the_decisions_that_still_match_their_steps(people, desk):
     kept = approved(people, noop_plan("kept"))
     changed = approved(people, noop_plan("changed"))
-    # As rows written before approvals were sealed: no MAC, and one plan edited since.
+    undone, comp = authorized_undo(people)
+    # As rows written before decisions were sealed: no MAC, and one plan edited since.
     Approval.objects.update(mac="", key_id="")
+    Compensation.objects.update(mac="", key_id="", plan_hash="")
     set_args(changed, "s1", {"n": 1, "also": "more"})
 
     migration = next(m for (app, name), m in MigrationLoader(connection).disk_migrations.items()
-                     if app == "workflows" and name.endswith("_approval_seal_attempt_plan_hash"))
-    importlib.import_module(migration.__module__).seal_existing_approvals(apps, None)
+                     if app == "workflows" and name.endswith("_plan_binding_seals"))
+    importlib.import_module(migration.__module__).seal_existing_decisions(apps, None)
 
     sealed = Approval.objects.get(workflow=kept)
     assert sealed.key_id == keys.current().kid and binding.verifies(sealed)
+    assert binding.verifies(Approval.objects.get(workflow=undone))
     assert Approval.objects.get(workflow=changed).mac == ""
+    comp.refresh_from_db()
+    assert binding.verifies(comp)
+    assert comp.plan_hash == binding.stored_hashes([(undone.pk, comp.lane)])[undone.pk, comp.lane]
 
 
 def test_numbers_the_database_stores_its_own_way_still_run(people):

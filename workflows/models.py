@@ -290,6 +290,12 @@ class Compensation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     decision_reason = models.TextField(blank=True, default="")
+    # Set when authorized: the hash of the undo steps the authorizer allowed,
+    # and a MAC under the audit key `key_id` over it, the requester, the
+    # authorizer and the time (`workflows.binding.seal`).
+    plan_hash = models.CharField(max_length=64, blank=True, default="")
+    mac = models.CharField(max_length=64, blank=True, default="")
+    key_id = models.CharField(max_length=32, blank=True, default="")
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)

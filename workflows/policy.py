@@ -171,14 +171,25 @@ def _set_aside(tally: Tally) -> str:
 
 
 def _compensation_checks(step: Step, now) -> list[Check]:
-    """An undo runs on its own authorization, not on the plan's approval."""
+    """An undo runs on its own authorization, not on the plan's approval:
+    sealed for the undo steps as they are stored now (`binding`)."""
     comp = step.compensation_run
     authorizer = comp.authorized_by
     still_valid = authorizer is not None and roles.is_reviewer(authorizer) and authorizer.pk != comp.requested_by_id
+    if comp.plan_hash != step.bound_plan_hash:
+        authorized = f"{comp.plan_hash[:12]}…" if comp.plan_hash else "nothing sealed"
+        bound = (f"the undo no longer matches what was authorized: its stored steps hash to "
+                 f"{step.bound_plan_hash[:12]}…, the authorized undo to {authorized}")
+    elif not binding.verifies(comp):
+        bound = "the authorization's seal does not verify (altered, or not recorded by the console)"
+    else:
+        bound = ""
     return [
         Check("compensation authorized", still_valid,
               f"authorized by {authorizer.get_username() if authorizer else 'nobody'}"
               + ("" if still_valid else ": no longer an active reviewer")),
+        Check("compensation as authorized", not bound,
+              bound or f"its stored steps hash to {step.bound_plan_hash[:12]}…, sealed by the authorizer"),
         Check("deadline not passed", comp.deadline is not None and comp.deadline > now,
               f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline"),
     ]
