@@ -112,13 +112,17 @@ def forged_hex(approval_fields):
     return "f" * 64, keys.current().kid
 
 
+def forged_not_ascii(approval_fields):
+    return "é" * 64, keys.current().kid
+
+
 def sealed_by_unknown_key(approval_fields):
     approval = Approval(**approval_fields)
     binding.seal(approval, keys.AuditKey("elsewhere", b"a key the console does not hold"))
     return approval.mac, approval.key_id
 
 
-@pytest.mark.parametrize("forge", [forged_none, forged_hex, sealed_by_unknown_key])
+@pytest.mark.parametrize("forge", [forged_none, forged_hex, forged_not_ascii, sealed_by_unknown_key])
 def test_an_approval_written_into_the_database_does_not_count(people, desk, forge):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     now = timezone.now()

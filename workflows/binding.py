@@ -88,8 +88,8 @@ def sealed_text(record: Approval | Compensation) -> str:
     })
 
 
-def _instant(at) -> str:
-    return at.astimezone(UTC).isoformat(timespec="microseconds")
+def _instant(at) -> str | None:
+    return at.astimezone(UTC).isoformat(timespec="microseconds") if at else None
 
 
 def seal(record, key: keys.AuditKey | None = None):
@@ -103,4 +103,6 @@ def verifies(record) -> bool:
     """The record was sealed by a key still in AUDIT_KEYS and nothing its
     MAC covers has changed since."""
     key = keys.by_id(record.key_id) if record.key_id else None
-    return key is not None and hmac.compare_digest(key.mac(sealed_text(record)), record.mac)
+    # As bytes: compare_digest refuses a str that is not ASCII, and the
+    # stored value is whatever the database holds.
+    return key is not None and hmac.compare_digest(key.mac(sealed_text(record)).encode(), record.mac.encode())
