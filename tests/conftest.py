@@ -1,16 +1,18 @@
 import os
+import secrets
 import time
 import warnings
 
 import pytest
 import requests
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from tests import redis_server
 from tests.desk import TicketDesk
 from tests.processes import Worker
-from workflows import roles, tokens
+from workflows import keys, roles, tokens
 from workflows.models import Workflow
 
 pytest_plugins = ["tests.chromium"]
@@ -24,6 +26,16 @@ PERSONAS = {
     "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS],
 }
 PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def audit_key():
+    """One audit key for the run, shared with the workers it starts (they
+    inherit the environment): the test runner turns DEBUG off, so the
+    development key is not used, and approvals sealed here must verify there."""
+    os.environ.setdefault("AUDIT_KEYS", f"test:{secrets.token_urlsafe(32)}")
+    django_settings.AUDIT_KEYS = os.environ["AUDIT_KEYS"]
+    keys.audit_keys.cache_clear()
 
 
 @pytest.fixture(autouse=True)

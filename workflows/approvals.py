@@ -1,15 +1,17 @@
 """Reviewers' decisions on plans. Four eyes: never the submitter's own.
 
 A plan runs once enough distinct reviewers approved it (the strictest
-`approvals_required` among its actions). A step blocked by the policy
-recheck needs a fresh approval of the same plan to go on.
+`approvals_required` among its actions). Every decision is sealed with the
+audit key (`binding.seal`): only sealed approvals of the plan as stored
+count. A step blocked by the policy recheck needs a fresh approval of the
+same plan to go on.
 """
 
 from django.db import transaction
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from workflows import audit, policy, roles
+from workflows import audit, binding, policy, roles
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import Approval, Step, Workflow
 from workflows.redaction import refuse_credentials
@@ -68,10 +70,8 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
                 raise WrongState("You have already decided on this plan.")
         elif not (locked.status == WorkflowStatus.FAILED and blocked):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
-        Approval.objects.create(
-            workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-            plan_hash=locked.plan_hash,
-        )
+        binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
+                              plan_hash=locked.plan_hash)).save()
         plan_policies = [policy.policy_for(name) for name in {s["action"] for s in locked.plan}]
         required = max([p.approvals_required for p in plan_policies] + [1])
         have = len(policy.valid_approvals(locked, plan_policies))
@@ -116,9 +116,7 @@ def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
-        Approval.objects.create(
-            workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
-            plan_hash=locked.plan_hash,
-        )
+        binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
+                              plan_hash=locked.plan_hash)).save()
         move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected", data={"comment": comment})
     return locked

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from workflows import actions, approvals, audit, roles
+from workflows import actions, approvals, audit, binding, roles
 from workflows.deadletters import ReasonRequired
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
@@ -151,8 +151,10 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
         now = timezone.now()
         context = {"compensation": str(comp.pk), "requested_by": comp.requested_by.get_username(),
                    "authorized_by": by.get_username(), "reason": comp.reason, "decision_reason": reason}
+        comp.authorized_by, comp.decided_at, comp.plan_hash = by, now, binding.compensation_hash(comp.plan)
+        binding.seal(comp)
         move(comp, CompensationStatus.AUTHORIZED, actor=by, verb="compensation.authorized", authorized_by=by,
-             decision_reason=reason, decided_at=now,
+             decision_reason=reason, decided_at=now, plan_hash=comp.plan_hash, mac=comp.mac, key_id=comp.key_id,
              deadline=now + timedelta(seconds=settings.DEFAULT_DEADLINE_SECONDS), data=context)
         move(workflow, WorkflowStatus.COMPENSATING, actor=by, data=context)
         originals = {s.key: s for s in workflow.steps.filter(lane=0)}

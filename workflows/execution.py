@@ -183,7 +183,7 @@ def _request_shared(steps: list[Step], log: list) -> None:
     attempts = [
         Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
                 fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
-                policy_version=versions[step.action])
+                policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
         for step in ready
     ]
     Attempt.objects.bulk_create(attempts)
@@ -295,7 +295,7 @@ def execute(step: Step) -> None:
     try:
         if recovery.reconcile_earlier_attempts(step, action, fence):
             return
-        attempt = _request_attempt(step, fence, rules.version)
+        attempt = _request_attempt(step, fence, rules.version, step.bound_plan_hash)
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
             with LeaseKeeper(step.pk, fence):
@@ -330,8 +330,9 @@ def _perform(step: Step, action) -> Outcome:
                           outcome_unknown=True) from exc
 
 
-def _request_attempt(step: Step, fence: int, policy_version: int | None = None) -> Attempt:
-    """The checkpoint before the effect: committed before perform() is called."""
+def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt:
+    """The checkpoint before the effect: committed before perform() is
+    called, with the plan hash the policy recheck bound the step to."""
     with transaction.atomic():
         assert_lease(step, fence, StepStatus.RUNNING)
         number = (step.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -343,6 +344,7 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None) 
             worker=worker_id(),
             lease_expires_at=step.lease_expires_at,
             policy_version=policy_version,
+            plan_hash=plan_hash,
         )
         audit.append(
             actor=WORKER,

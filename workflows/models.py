@@ -224,6 +224,9 @@ class Attempt(models.Model):
     worker = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     policy_version = models.PositiveIntegerField(null=True, blank=True)
+    # The plan hash this attempt ran under, recomputed from the stored steps
+    # when it was requested (`workflows.binding`); "" before binding existed.
+    plan_hash = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -259,6 +262,10 @@ class Approval(models.Model):
     comment = models.TextField(blank=True, default="")
     plan_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    # HMAC-SHA256 under the audit key `key_id` over what was decided
+    # (`workflows.binding.seal`): an approval without a valid one never counts.
+    mac = models.CharField(max_length=64, blank=True, default="")
+    key_id = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -283,6 +290,12 @@ class Compensation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     decision_reason = models.TextField(blank=True, default="")
+    # Set when authorized: the hash of the undo steps the authorizer allowed,
+    # and a MAC under the audit key `key_id` over it, the requester, the
+    # authorizer and the time (`workflows.binding.seal`).
+    plan_hash = models.CharField(max_length=64, blank=True, default="")
+    mac = models.CharField(max_length=64, blank=True, default="")
+    key_id = models.CharField(max_length=32, blank=True, default="")
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import actions, approvals, audit, secrets
+from workflows import actions, approvals, audit, binding, secrets
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.redaction import credential_fields, find_credential, redact
 
@@ -157,6 +157,13 @@ def submit(user, body: dict) -> Submission:
                 )
                 for index, step in enumerate(plan)
             )
+            # Approvals bind to the hash every claim recomputes: that of the
+            # steps as the database gives them back (PostgreSQL's jsonb
+            # returns 1e+16 as an integer and -0.0 as 0.0).
+            plan_hash = binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]
+            if plan_hash != workflow.plan_hash:
+                Workflow.objects.filter(pk=workflow.pk).update(plan_hash=plan_hash)
+                workflow.plan_hash = plan_hash
             audit.append(
                 actor=user,
                 verb="workflow.submitted",

@@ -26,7 +26,7 @@ from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from workflows import audit
+from workflows import audit, binding
 from workflows.bench import AGENT, REVIEWER, personas
 from workflows.models import (
     Approval,
@@ -152,9 +152,9 @@ class Seeder:
         ])
         parked_by_workflow = {dl.workflow_id: dl for dl in dead_letters}
         self._add(Approval, [
-            Approval(workflow=wf, reviewer=self.reviewer, plan_hash=PLAN_HASH,
-                     decision=Approval.Decision.REJECT if wf.status == WorkflowStatus.REJECTED
-                     else Approval.Decision.APPROVE, created_at=wf.created_at + timedelta(seconds=2))
+            binding.seal(Approval(workflow=wf, reviewer=self.reviewer, plan_hash=PLAN_HASH,
+                                  decision=Approval.Decision.REJECT if wf.status == WorkflowStatus.REJECTED
+                                  else Approval.Decision.APPROVE, created_at=wf.created_at + timedelta(seconds=2)))
             for wf in workflows if wf.status != WorkflowStatus.PLANNED
         ])
         events, heads = [], []
