@@ -5,8 +5,9 @@ and form of the console.
 The first tests pin the cases found by hand (forged cursors, JSON Python
 accepts but JSON and the databases do not, NUL in forms, a remote system's
 absurd Retry-After). The walks at the end send generated hostile requests to
-every URL pattern of the URL conf and every operation of the OpenAPI schema,
-as an admin who holds every role, with CSRF checks on as in production.
+every URL pattern of the URL conf (the admin site included) and every
+operation of the OpenAPI schema, as an admin who holds every role (and is a
+superuser, so the admin's pages run), with CSRF checks on as in production.
 """
 
 import base64
@@ -16,6 +17,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, urlencode
 
+import hypothesis
 import pytest
 import requests
 from django.contrib.auth.models import Group
@@ -23,7 +25,6 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
-import hypothesis
 from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
@@ -331,7 +332,7 @@ json_values = st.recursive(
 query_values = st.sampled_from(NASTY_TEXT) | (st.text(max_size=30) | st.integers().map(str))
 params = st.lists(st.tuples(st.sampled_from(PARAM_NAMES) | st.text(max_size=10).filter(lambda n: n != "post"),
                             query_values), max_size=5)
-# Every list page reads one, so the page walk adds one to half its requests.
+# Every list reads one: the page walk adds one to half its requests, the API walk uses these for it.
 cursors = st.sampled_from(list(FORGED_CURSORS.values())) | st.text(max_size=40)
 
 
@@ -410,7 +411,8 @@ def send(client, method, url, pairs, *, body=None, content_type=None, htmx=False
         headers |= {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": "http://testserver/"}
     if bearer:
         headers["HTTP_AUTHORIZATION"] = bearer
-    if body is None and method != "GET":
+    if body is None and method not in ("GET", "HEAD"):
+        # Parameters go as a form with the CSRF token, as a browser posts them.
         body = urlencode([*pairs, ("csrfmiddlewaretoken", client.csrf_token)], errors="surrogatepass")
         content_type = "application/x-www-form-urlencoded"
         url_with_query = url
@@ -425,6 +427,38 @@ def send(client, method, url, pairs, *, body=None, content_type=None, htmx=False
     return response
 
 
+def _dumps(value) -> str:
+    return json.dumps(value, allow_nan=True)
+
+
+def _mutations(template):
+    """Every path to a value in a JSON template."""
+    if isinstance(template, dict):
+        for key, item in template.items():
+            yield (key,)
+            for rest in _mutations(item):
+                yield (key, *rest)
+    elif isinstance(template, list):
+        for index, item in enumerate(template):
+            yield (index,)
+            for rest in _mutations(item):
+                yield (index, *rest)
+
+
+def with_fresh_key(template: dict, key) -> dict:
+    """A plan with its own submission key: a reused one is a 409 before anything is stored."""
+    return {**template, "submission_key": f"walk-{key}"} if "submission_key" in template else template
+
+
+def _replace(template, path, value):
+    copy = json.loads(json.dumps(template))
+    target = copy
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    return copy
+
+
 WALK_SETTINGS = hypothesis.settings(
     max_examples=300, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -433,12 +467,13 @@ API_WALK_SETTINGS = hypothesis.settings(WALK_SETTINGS, max_examples=60)
 
 
 def test_every_url_pattern_is_walked(world):
-    """Excluded from nothing: the console, the API and the admin site (it is
-    served to staff, and its forms are forms like any other)."""
+    """Nothing is left out: the console, the API and the admin site (served to
+    staff; its forms are forms like any other), every placeholder filled with
+    real objects. Only the admin's deletion pages are walked with GET alone,
+    as any POST there confirms the deletion."""
     names = set(url_templates())
     assert {"workflows/<workflow_id>/steps/<step_key>/resolve", "api/v1/audit", "admin/<app_label>/"} <= names
     assert all(set(re.findall(r"<(\w+)>", t)) <= set(world) for t in names), "a URL names an unknown object"
-
 
 
 def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, admin_console):
@@ -460,6 +495,8 @@ def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, a
 @WALK_SETTINGS
 @given(data=st.data())
 def test_every_page_and_form_answers_hostile_input_without_a_server_error(data, world, people, admin_console):
+    """Generated requests to any pattern: hostile path values, parameters,
+    methods, JSON, multipart and text bodies, with and without htmx."""
     admin_site = [t for t in url_templates() if t.startswith("admin/")]
     ours = [t for t in url_templates() if not t.startswith("admin/")]
     url = fill(data.draw(st.sampled_from(ours) | st.sampled_from(admin_site)), data.draw, world)
@@ -478,33 +515,6 @@ def test_every_page_and_form_answers_hostile_input_without_a_server_error(data, 
          bearer=bearer)
 
 
-def _dumps(value) -> str:
-    return json.dumps(value, allow_nan=True)
-
-
-def _mutations(template):
-    """Every path to a value in a JSON template."""
-    if isinstance(template, dict):
-        for key, item in template.items():
-            yield (key,)
-            for rest in _mutations(item):
-                yield (key, *rest)
-    elif isinstance(template, list):
-        for index, item in enumerate(template):
-            yield (index,)
-            for rest in _mutations(item):
-                yield (index, *rest)
-
-
-def _replace(template, path, value):
-    copy = json.loads(json.dumps(template))
-    target = copy
-    for part in path[:-1]:
-        target = target[part]
-    target[path[-1]] = value
-    return copy
-
-
 def test_every_api_operation_answers_every_known_hostile_value(world, api_operations, people, admin_console):
     """Each operation on real objects: each known hostile value in each query
     parameter it reads, each raw hostile body, and each hostile JSON value in
@@ -518,8 +528,10 @@ def test_every_api_operation_answers_every_known_hostile_value(world, api_operat
         if "requestBody" not in spec:
             continue
         template = next(t for suffix, t in TEMPLATES.items() if path.endswith(suffix))
-        bodies = RAW_JSON_BODIES + [_dumps(_replace(template, where, leaf))
-                                    for where in _mutations(template) for leaf in NASTY_JSON_LEAVES]
+        bodies = RAW_JSON_BODIES + [
+            _dumps(_replace(with_fresh_key(template, f"{n}-{m}"), where, leaf))
+            for n, where in enumerate(_mutations(template)) for m, leaf in enumerate(NASTY_JSON_LEAVES)
+        ]
         for body in bodies:
             send(admin_console, method, url, [], body=body, content_type="application/json", bearer=bearer)
 
@@ -545,8 +557,7 @@ def test_every_api_operation_answers_hostile_input_without_a_server_error(world,
             if "requestBody" in spec:
                 choice = data.draw(st.sampled_from(["mutated", "raw", "form"]))
                 if choice == "mutated":
-                    # A fresh submission key: a reused one is a 409 before anything is stored.
-                    valid = {**template, "submission_key": data.draw(st.uuids()).hex} if "steps" in template else template
+                    valid = with_fresh_key(template, data.draw(st.uuids()))
                     where = data.draw(st.sampled_from(list(_mutations(valid))))
                     body = _dumps(_replace(valid, where, data.draw(json_values)))
                 elif choice == "raw":
