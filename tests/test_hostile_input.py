@@ -460,7 +460,7 @@ def _replace(template, path, value):
 
 
 WALK_SETTINGS = hypothesis.settings(
-    max_examples=300, deadline=None, derandomize=True,
+    max_examples=500, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 API_WALK_SETTINGS = hypothesis.settings(WALK_SETTINGS, max_examples=60)
