@@ -134,10 +134,11 @@ def http_session() -> requests.Session:
 
 def _retry_after(response: requests.Response) -> float | None:
     """The server's wait in seconds, read defensively: it may send `inf`,
-    `nan`, `-5` or 10**12. A wait is never negative and never longer than a
-    year (beyond any deadline, so the retry budget ends it; an unbounded one
-    would overflow the datetime of the next attempt); `nan` and unreadable
-    values count as no header."""
+    `nan`, `-5` or 10**12. A wait is never negative and at most a year: past
+    any plan's deadline, so such a wait ends the retries (`retry` never
+    schedules one past the deadline), where an unbounded one would overflow
+    the datetime of the next attempt. `nan` and unreadable values count as
+    no header."""
     longest = 366 * 24 * 3600.0
     raw = response.headers.get("Retry-After")
     if raw is None:
