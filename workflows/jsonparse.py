@@ -6,7 +6,8 @@ strings. Python's parser is also more lenient than JSON and than the
 databases: it accepts `NaN` and `Infinity`, turns `1e999` into infinity,
 keeps the last of two equal keys, and passes lone surrogates (`"\\ud800"`)
 and NUL characters that neither UTF-8 nor PostgreSQL text can hold. Each of
-these is refused with a message naming the place, never rewritten.
+these is refused (never rewritten) with a message that says what is wrong
+and, for text, where.
 """
 
 import json
@@ -16,7 +17,7 @@ import re
 from ninja.parser import Parser
 
 MAX_DEPTH = 32
-# Integers a 64-bit column, SQLite's JSON and every JSON reader agree on.
+# Integers that fit a signed 64-bit column, and SQLite's JSON functions.
 MAX_INTEGER = 2**63 - 1
 MIN_INTEGER = -(2**63)
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

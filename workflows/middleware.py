@@ -30,8 +30,9 @@ class RefuseUnstorableText:
     carrying one would fail inside the database, as a server error, on one of
     the two supported databases and not the other. (Invalid UTF-8 cannot get
     this far: Django decodes it to U+FFFD.) The API's JSON bodies are checked
-    by its parser, which names the field; form fields are read only outside
-    the API, whose views never read them and may then still read the raw body.
+    by its parser, which names the field. Form fields are checked only
+    outside the API: its views never read them, and parsing a multipart
+    form there would leave the raw body unreadable.
     """
 
     def __init__(self, get_response):
