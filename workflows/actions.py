@@ -8,6 +8,7 @@ system except through this interface.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -144,20 +145,30 @@ def http_session() -> requests.Session:
 
 
 def _retry_after(response: requests.Response) -> float | None:
+    """The server's wait in seconds, read defensively: it may send `inf`,
+    `nan`, `-5` or 10**12. A wait is never negative and at most a year: past
+    any plan's deadline, so such a wait ends the retries (`retry` never
+    schedules one past the deadline), where an unbounded one would overflow
+    the datetime of the next attempt. `nan` and unreadable values count as
+    no header."""
+    longest = 366 * 24 * 3600.0
     raw = response.headers.get("Retry-After")
     if raw is None:
         return None
     try:
-        return max(0.0, float(raw))
+        seconds = float(raw)
     except ValueError:
         from email.utils import parsedate_to_datetime
 
         from django.utils import timezone
 
         try:
-            return max(0.0, (parsedate_to_datetime(raw) - timezone.now()).total_seconds())
-        except (TypeError, ValueError):
+            seconds = (parsedate_to_datetime(raw) - timezone.now()).total_seconds()
+        except (TypeError, ValueError, OverflowError):
             return None
+    if math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), longest)
 
 
 def classify_response(response: requests.Response) -> ActionError:

@@ -1,4 +1,7 @@
 from django.contrib import admin
+from django.contrib.contenttypes.views import shortcut
+from django.core.exceptions import ValidationError
+from django.http import Http404
 
 from workflows import policy
 from workflows.models import ActionPolicy
@@ -19,3 +22,14 @@ class ActionPolicyAdmin(admin.ModelAdmin):
             changes = {name: getattr(obj, name) for name in policy.EDITABLE}
         policy.update(obj.action, by=request.user, **changes)
         obj.refresh_from_db()
+
+
+@admin.site.admin_view
+def view_on_site(request, content_type_id, object_id):
+    """The admin's "view on site" redirect. Django's own lets the
+    ValidationError of a malformed UUID key (`/admin/r/<workflow type>/6/`)
+    out as a server error; it is a missing object."""
+    try:
+        return shortcut(request, content_type_id, object_id)
+    except ValidationError:
+        raise Http404("No such object.") from None

@@ -8,10 +8,11 @@ from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
+from pydantic import StrictInt
 
 from workflows import approvals, compensation, deadletters, plans, roles, tokens
 from workflows.errors import DomainError, NotAllowed
-from workflows.jsonparse import DepthLimitedParser
+from workflows.jsonparse import BadJSON, DepthLimitedParser
 from workflows.models import Compensation, DeadLetter, Workflow
 from workflows.pagination import page_by_created
 from workflows.states import FailureClass, WorkflowStatus
@@ -140,7 +141,9 @@ def on_not_found(request, exc):
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
     code = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "error")
-    return error(request, exc.status_code, code, str(exc))
+    # ninja words every body the parser refused "Cannot parse request body"; the parser says why.
+    message = str(exc.__cause__) if isinstance(exc.__cause__, BadJSON) else str(exc)
+    return error(request, exc.status_code, code, message)
 
 
 # --- schemas --------------------------------------------------------------
@@ -163,7 +166,8 @@ class StepIn(Schema):
 class PlanIn(Schema):
     name: str = Text
     submission_key: str = Text
-    deadline_seconds: int | None = None
+    # Strict: "5" or 5.0 is refused, not read as 5.
+    deadline_seconds: StrictInt | None = None
     context: dict[str, Any] | None = None
     steps: list[StepIn] = Field(..., min_length=1)
 

@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -46,10 +46,13 @@ def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
 def inbox(request: HttpRequest) -> HttpResponse:
     awaiting, next_cursor = [], None
     if roles.is_reviewer(request.user):
-        awaiting, next_cursor = page_by_created(
-            Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
-            request.GET.get("cursor") or None, PAGE_SIZE,
-        )
+        try:
+            awaiting, next_cursor = page_by_created(
+                Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
+                request.GET.get("cursor") or None, PAGE_SIZE,
+            )
+        except DomainError as exc:
+            return HttpResponseBadRequest(exc.message)
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
     return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
 
@@ -88,7 +91,10 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     if status in WorkflowStatus.values:
         workflows = workflows.filter(status=status)
-    rows, next_cursor = page_by_created(workflows, request.GET.get("cursor") or None, PAGE_SIZE)
+    try:
+        rows, next_cursor = page_by_created(workflows, request.GET.get("cursor") or None, PAGE_SIZE)
+    except DomainError as exc:
+        return HttpResponseBadRequest(exc.message)
     context = {"workflows": rows, "next_cursor": next_cursor, "status": status, "statuses": WorkflowStatus.values}
     template = "workflows/workflow_list.html#rows" if request.htmx else "workflows/workflow_list.html"
     return render(request, template, context)
