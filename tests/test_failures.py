@@ -101,15 +101,15 @@ def test_exhausted_attempts_dead_letter_then_replay_completes_with_the_same_key(
 
 def test_an_exhausted_deadline_dead_letters(people, desk):
     desk.fault(mode="error", status=503, count=1000)
-    began = time.monotonic()
     workflow = start(people, one_ticket(deadline_seconds=2))
     run_until(workflow.pk, "FAILED", timeout=10)
-    elapsed = time.monotonic() - began
     step = workflow.steps.get()
     assert step.status == "DEAD_LETTERED"
     last = Attempt.objects.filter(step=step).order_by("number").last()
+    # The deadline caps the whole operation, it does not restart per attempt:
+    # no attempt starts after it, and the step is given up, not left waiting.
     assert last.started_at < workflow.deadline
-    assert elapsed < 4, "the deadline caps the whole operation, it does not restart per attempt"
+    assert not Attempt.objects.filter(step=step, started_at__gte=workflow.deadline).exists()
     assert Attempt.objects.filter(step=step).count() > 1
 
 
