@@ -19,9 +19,23 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local development)")
     SECRET_KEY = "insecure-development-key-do-not-use-in-production"
 
-# Audit chain and approval seals (workflows.keys): required without DEBUG,
-# checked when first used so that a management command such as `check` runs.
+# Audit chain and approval seals (workflows.keys), and the Ed25519 key set
+# that signs audit checkpoints (workflows.signing): both kept outside the
+# database, both required without DEBUG, so that no web or worker process
+# starts without them (gunicorn runs no system checks: this is the one place
+# every process goes through).
 AUDIT_KEYS = env_str("AUDIT_KEYS", "")
+SIGNING_KEYS_FILE = env_str("SIGNING_KEYS_FILE", "")
+if not DEBUG:
+    for _name, _value in (("AUDIT_KEYS", AUDIT_KEYS), ("SIGNING_KEYS_FILE", SIGNING_KEYS_FILE)):
+        if not _value:
+            raise ImproperlyConfigured(f"{_name} must be set when DEBUG is off (see README: Configuration)")
+if AUDIT_KEYS:
+    from workflows.keys import parse as _parse_audit_keys
+
+    _parse_audit_keys(AUDIT_KEYS)
+SIGNING_KEY_OVERLAP_HOURS = env_float("SIGNING_KEY_OVERLAP_HOURS", 24.0, minimum=0.0)
+AUDIT_CHECKPOINT_MINUTES = env_float("AUDIT_CHECKPOINT_MINUTES", 10.0, minimum=0.1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.test import Client
 
 from tests.conftest import ticket_plan
-from workflows import approvals, audit, plans
+from workflows import approvals, audit, keys, plans
 from workflows.models import AuditEvent, AuditVerification
 from workflows.views_audit import FIELDS
 
@@ -347,9 +347,11 @@ def test_jsonl_export_is_one_event_per_line(auditor, trail):
 
 
 def rehash(item: dict) -> str:
+    """What an auditor holding the audit key recomputes."""
     fields = {name: item[name] for name in ("stream", "seq", "actor", "verb", "object_type", "object_id",
                                             "workflow_id", "data")}
-    return audit.event_hash(item["prev_hash"], at=datetime.fromisoformat(item["at"]), **fields)
+    key = keys.by_id(item["key_id"])
+    return audit.event_hash(item["prev_hash"], key=key, at=datetime.fromisoformat(item["at"]), **fields)
 
 
 def test_exported_and_api_events_carry_enough_to_recompute_the_chain(auditor, api, trail):
@@ -357,6 +359,7 @@ def test_exported_and_api_events_carry_enough_to_recompute_the_chain(auditor, ap
     listed = api["auditor"].get("/audit").json()["items"]
     assert len(exported) == len(listed) == AuditEvent.objects.count()
     for item in exported + listed:
+        assert (item["hash_alg"], item["key_id"]) == ("hmac-sha256", keys.current().kid)
         assert rehash(item) == item["hash"], item
 
 

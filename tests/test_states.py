@@ -158,6 +158,7 @@ def test_an_event_inserted_around_the_head_is_detected(workflow):
     last = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-seq").first()
     _raw(
         f"INSERT INTO {AuditEvent._meta.db_table} (stream, seq, at, actor, verb, object_type, object_id, "
-        "workflow_id, data, prev_hash, hash) SELECT stream, seq + 1, at, 'mallory', verb, object_type, object_id, "
-        f"workflow_id, data, hash, hash FROM {AuditEvent._meta.db_table} WHERE id = %s", [last.pk])
+        "workflow_id, data, prev_hash, hash, hash_alg, key_id) SELECT stream, seq + 1, at, 'mallory', verb, "
+        f"object_type, object_id, workflow_id, data, hash, hash, hash_alg, key_id FROM {AuditEvent._meta.db_table} "
+        "WHERE id = %s", [last.pk])
     assert any("beyond the chain's head" in p for p in audit.verify().problems)

@@ -543,6 +543,9 @@ class AuditEventOut(Schema):
     data: dict[str, Any]
     prev_hash: str
     hash: str
+    hash_alg: str = Field(..., description="`hmac-sha256` (under the audit key `key_id`), or `sha256` for events "
+                                           "written before keyed audit")
+    key_id: str
 
 
 class AuditEventPage(Schema):

@@ -1,14 +1,27 @@
 """The tamper-evident audit trail: append inside the caller's transaction,
-verify by recomputing every link."""
+verify by recomputing every link.
+
+New links are HMAC-SHA256 under the current audit key (workflows.keys), so
+that someone who can write rows but does not hold the key cannot recompute
+a chain; rows written before keyed audit stay plain SHA-256 (`hash_alg`
+`sha256`) and verify as such. A `sha256` row after a keyed one in its
+stream, or beyond what a checkpoint saw of its stream, is a rewrite
+without the key: a writer cannot downgrade a stream to unkeyed links.
+Signed checkpoints (workflows.checkpoints) pin every stream's head, which
+catches a whole stream deleted, truncated or rewritten.
+"""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _string
+from pathlib import Path
 from typing import Iterable
 
 from django.db import transaction
 from django.utils import timezone
 
+from workflows import checkpoints, keys
+from workflows.keys import AuditKey
 from workflows.models import AuditEvent, AuditHead, canonical_json, sha256_hex, update_rows
 from workflows.redaction import redact
 
@@ -16,15 +29,17 @@ SYSTEM_STREAM = "system"
 GENESIS = "0" * 64
 
 
-def event_hash(prev_hash: str, *, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data) -> str:
-    """SHA-256 over the previous hash and the event's canonical JSON (sorted
-    keys, no spaces): {"actor", "at", "data", "object_id", "object_type",
-    "seq", "stream", "verb", "workflow_id"}."""
-    return _digest(prev_hash, stream, seq, at.isoformat(), actor, verb, object_type, str(object_id),
+def event_hash(prev_hash: str, *, key: AuditKey | None = None, stream, seq, at, actor, verb, object_type, object_id,
+               workflow_id, data) -> str:
+    """HMAC-SHA256 under `key` (plain SHA-256 without one: rows written before
+    keyed audit) over the previous hash and the event's canonical JSON
+    (sorted keys, no spaces): {"actor", "at", "data", "object_id",
+    "object_type", "seq", "stream", "verb", "workflow_id"}."""
+    return _digest(key, prev_hash, stream, seq, at.isoformat(), actor, verb, object_type, str(object_id),
                    str(workflow_id) if workflow_id else None, canonical_json(data))
 
 
-def _digest(prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json) -> str:
+def _digest(key, prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json) -> str:
     # The canonical JSON of the event, assembled in key order around the
     # data's own canonical JSON (exactly canonical_json of the whole object).
     body = "".join((
@@ -33,7 +48,7 @@ def _digest(prev_hash, stream, seq, at, actor, verb, object_type, object_id, wor
         ',"stream":', _string(stream), ',"verb":', _string(verb),
         ',"workflow_id":', "null" if workflow_id is None else _string(workflow_id), "}",
     ))
-    return sha256_hex(prev_hash + body)
+    return key.mac(prev_hash + body) if key is not None else sha256_hex(prev_hash + body)
 
 
 def actor_name(actor) -> str:
@@ -76,6 +91,7 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
     if missing:  # new streams: create each head once, whoever gets there first
         AuditHead.objects.bulk_create([AuditHead(stream=stream) for stream in missing], ignore_conflicts=True)
         heads.update(_lock_heads(missing))
+    key = keys.current()
     at = timezone.now()
     at_text = at.isoformat()
     rows = []
@@ -84,8 +100,8 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
         workflow_id = str(entry.workflow_id) if entry.workflow_id else None
         row = (head.stream, head.seq + 1, at, actor_name(entry.actor), entry.verb, entry.obj_type,
                str(entry.obj_id), workflow_id, canonical_json(redact(entry.data or {})), head.hash)
-        digest = _digest(head.hash, row[0], row[1], at_text, *row[3:9])
-        rows.append((*row, digest))
+        digest = _digest(key, head.hash, row[0], row[1], at_text, *row[3:9])
+        rows.append((*row, digest, AuditEvent.HMAC_SHA256, key.kid))
         head.seq, head.hash = row[1], digest
     connection = transaction.get_connection()
     if connection.vendor == "postgresql" and len(rows) > 1:
@@ -93,7 +109,7 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
         events = None
     else:
         # The data is stored as it was hashed: parsed back from its canonical JSON.
-        events = [AuditEvent(**dict(zip(_COLUMNS, row)), ) for row in rows]
+        events = [AuditEvent(**dict(zip(_COLUMNS, row))) for row in rows]
         for event in events:
             event.data = json.loads(event.data)
         AuditEvent.objects.bulk_create(events)
@@ -102,7 +118,7 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
 
 
 _COLUMNS = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-            "prev_hash", "hash")
+            "prev_hash", "hash", "hash_alg", "key_id")
 
 
 def _copy(connection, rows: list[tuple]) -> None:
@@ -122,54 +138,123 @@ def _lock_heads(streams: list[str]) -> dict[str, AuditHead]:
     return {head.stream: head for head in locked}
 
 
+
+
+# --- verification -------------------------------------------------------------
+
+ALTERED = "altered or inserted row"
+MISSING = "missing row"
+DELETED_STREAM = "deleted stream"
+FORGED_STREAM = "forged or unknown stream"
+UNKEYED = "unkeyed rewrite"
+UNKNOWN_KEY = "unknown key"
+KINDS = (ALTERED, MISSING, DELETED_STREAM, FORGED_STREAM, UNKEYED, UNKNOWN_KEY, checkpoints.BAD_CHECKPOINT)
+
+
 @dataclass
 class VerifyResult:
-    ok: bool
-    events: int
-    streams: int
-    problems: list[str]
+    events: int = 0
+    streams: int = 0
+    found: list[tuple[str, str]] = field(default_factory=list)  # (kind, problem), in the order found
+    checkpoint: str = ""  # the checkpoint the streams were held to; "" for none
+
+    @property
+    def ok(self) -> bool:
+        return not self.found
+
+    def first_of_each_kind(self) -> dict[str, tuple[str, int]]:
+        """kind → (its first problem, how many of that kind)."""
+        first: dict[str, tuple[str, int]] = {}
+        for kind, problem in self.found:
+            text, count = first.get(kind, (problem, 0))
+            first[kind] = (text, count + 1)
+        return {kind: first[kind] for kind in KINDS if kind in first}
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem, named by its kind, the first of each kind first."""
+        leading = [f"{kind}: {text}" for kind, (text, _) in self.first_of_each_kind().items()]
+        rest = [f"{kind}: {text}" for kind, text in self.found]
+        return leading + [problem for problem in rest if problem not in leading]
 
 
-def verify(streams: Iterable[str] | None = None) -> VerifyResult:
-    """Recompute every chain; report each broken link, gap or missing tail."""
-    problems: list[str] = []
+def verify(streams: Iterable[str] | None = None, *, checkpoint: str | Path | None = None,
+           jwks: str | Path | None = None) -> VerifyResult:
+    """Recompute every link of every stream (or of `streams`), each with its
+    own algorithm and key, and hold each stream to the signed checkpoints
+    (the stored ones, or the checkpoint file given): a stream they saw must
+    still reach each seq they saw with the same head."""
+    # Read before the heads: a head only moves forward, so every pin is behind it.
+    pins = checkpoints.file_pins(Path(checkpoint), jwks and Path(jwks)) if checkpoint else checkpoints.stored_pins()
+    result = VerifyResult(found=list(pins.problems), checkpoint=pins.label)
+    wanted = None if streams is None else set(streams)
     heads = AuditHead.objects.all()
-    if streams is not None:
-        heads = heads.filter(stream__in=list(streams))
-    checked = 0
-    stream_count = 0
+    if wanted is not None:
+        heads = heads.filter(stream__in=wanted)
+    seen = set()
     for head in heads.iterator():
-        stream_count += 1
-        prev, expected_seq = GENESIS, 1
-        # Only up to the head read above: events appended while this runs are
-        # checked next time, not reported as a broken tail.
-        events = AuditEvent.objects.filter(stream=head.stream, seq__lte=head.seq).order_by("seq")
-        for event in events.iterator(chunk_size=2000):
-            checked += 1
-            if event.seq != expected_seq:
-                problems.append(f"{head.stream}: expected seq {expected_seq}, found {event.seq} (event {event.pk})")
-            if event.prev_hash != prev:
-                problems.append(f"{head.stream}: event {event.pk} does not link to the previous event")
-            recomputed = event_hash(
-                event.prev_hash,
-                stream=event.stream,
-                seq=event.seq,
-                at=event.at,
-                actor=event.actor,
-                verb=event.verb,
-                object_type=event.object_type,
-                object_id=event.object_id,
-                workflow_id=event.workflow_id,
-                data=event.data,
-            )
-            if recomputed != event.hash:
-                problems.append(f"{head.stream}: event {event.pk} was altered (hash mismatch)")
-            prev, expected_seq = event.hash, event.seq + 1
-        if head.seq != expected_seq - 1 or head.hash != prev:
-            problems.append(f"{head.stream}: chain ends at seq {expected_seq - 1} but its head says {head.seq}")
-        beyond = AuditEvent.objects.filter(stream=head.stream, seq__gt=head.seq).order_by("-seq").first()
-        if beyond is not None:
-            now_head = AuditHead.objects.filter(stream=head.stream).values_list("seq", flat=True).first() or 0
-            if beyond.seq > now_head:
-                problems.append(f"{head.stream}: event {beyond.pk} lies beyond the chain's head (inserted around it)")
-    return VerifyResult(ok=not problems, events=checked, streams=stream_count, problems=problems)
+        seen.add(head.stream)
+        _verify_stream(head, pins, result)
+    result.streams = len(seen)
+    headless = AuditEvent.objects.exclude(stream__in=AuditHead.objects.values("stream"))
+    if wanted is not None:
+        headless = headless.filter(stream__in=wanted)
+    for stream in headless.values_list("stream", flat=True).distinct().order_by("stream"):
+        result.found.append((FORGED_STREAM, f"{stream}: events in a stream with no head (a stream the trail "
+                                            "never started)"))
+    for stream in sorted(set(pins.heads) - seen):
+        if wanted is None or stream in wanted:
+            result.found.append((DELETED_STREAM, f"{stream}: deleted: {pins.label} saw it up to seq "
+                                                 f"{pins.last_seq(stream)}, its head is gone"))
+    return result
+
+
+def _verify_stream(head: AuditHead, pins: checkpoints.Pins, result: VerifyResult) -> None:
+    found, stream = result.found, head.stream
+    pinned = pins.heads.get(stream, {})
+    last_pin = pins.last_seq(stream)
+    prev, expected_seq, keyed = GENESIS, 1, False
+    # Only up to the head read above: events appended while this runs are
+    # checked next time, not reported as a broken tail.
+    events = AuditEvent.objects.filter(stream=stream, seq__lte=head.seq).order_by("seq")
+    for event in events.iterator(chunk_size=2000):
+        result.events += 1
+        where = f"{stream}: event {event.pk} (seq {event.seq})"
+        if event.seq != expected_seq:
+            found.append((MISSING, f"{stream}: expected seq {expected_seq}, found {event.seq} (event {event.pk})"))
+        elif event.prev_hash != prev:
+            found.append((ALTERED, f"{where} does not link to the previous event"))
+        key = None
+        if event.hash_alg == AuditEvent.HMAC_SHA256:
+            keyed = True
+            key = keys.by_id(event.key_id)
+            if key is None:
+                found.append((UNKNOWN_KEY, f"{where} is sealed with key {event.key_id!r}, which AUDIT_KEYS "
+                                           "does not list"))
+        elif event.hash_alg != AuditEvent.SHA256:
+            found.append((ALTERED, f"{where} names an unknown hash algorithm {event.hash_alg!r}"))
+        elif keyed:
+            found.append((UNKEYED, f"{where} is plain sha256 after keyed events: rewritten without the key"))
+        elif pins.label and event.seq > last_pin:
+            found.append((UNKEYED, f"{where} is plain sha256 beyond seq {last_pin}, the last that {pins.label} "
+                                   "saw of this stream: written without the key"))
+        if (key is not None or event.hash_alg == AuditEvent.SHA256) and event.hash != event_hash(
+                event.prev_hash, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
+                verb=event.verb, object_type=event.object_type, object_id=event.object_id,
+                workflow_id=event.workflow_id, data=event.data):
+            found.append((ALTERED, f"{where} was altered (hash mismatch)"))
+        if pinned.get(event.seq, event.hash) != event.hash:
+            found.append((ALTERED, f"{where} is not the event {pins.label} signed: history rewritten"))
+        prev, expected_seq = event.hash, event.seq + 1
+    last = expected_seq - 1
+    if last_pin > last:
+        kind = DELETED_STREAM if last == 0 else MISSING
+        found.append((kind, f"{stream}: {pins.label} saw it up to seq {last_pin}, the chain ends at seq {last}"))
+    if head.seq != last or head.hash != prev:
+        kind = DELETED_STREAM if last == 0 else MISSING
+        found.append((kind, f"{stream}: chain ends at seq {last} but its head says {head.seq}"))
+    beyond = AuditEvent.objects.filter(stream=stream, seq__gt=head.seq).order_by("-seq").first()
+    if beyond is not None:
+        now_head = AuditHead.objects.filter(stream=stream).values_list("seq", flat=True).first() or 0
+        if beyond.seq > now_head:
+            found.append((ALTERED, f"{stream}: event {beyond.pk} lies beyond the chain's head (inserted around it)"))

@@ -412,9 +412,14 @@ class AuditEventQuerySet(models.QuerySet):
 class AuditEvent(models.Model):
     """Append-only and hash-chained per stream (a workflow, or `system`).
 
-    `hash` = SHA-256 over the previous hash and this event's canonical fields,
-    so changing or removing any row breaks every later link.
+    `hash` = HMAC-SHA256 under the audit key `key_id` (`hash_alg`
+    `hmac-sha256`), or plain SHA-256 for rows written before keyed audit
+    (`sha256`), over the previous hash and this event's canonical fields, so
+    changing or removing any row breaks every later link.
     """
+
+    SHA256 = "sha256"
+    HMAC_SHA256 = "hmac-sha256"
 
     stream = models.CharField(max_length=64)
     seq = models.PositiveBigIntegerField()
@@ -427,6 +432,8 @@ class AuditEvent(models.Model):
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    hash_alg = models.CharField(max_length=16, choices=[(SHA256, SHA256), (HMAC_SHA256, HMAC_SHA256)])
+    key_id = models.CharField(max_length=32, blank=True, default="")
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -460,6 +467,49 @@ class AuditHead(models.Model):
     hash = models.CharField(max_length=64, default="0" * 64)
 
 
+class AuditCheckpoint(models.Model):
+    """One signed checkpoint of the audit streams; see workflows.checkpoints.
+
+    `statement` is the zlib-compressed canonical JSON that `signature`
+    (Ed25519, key `kid`) signs; `digest` is its SHA-256, which the next
+    checkpoint names as `prev`. Append-only, like the events.
+    """
+
+    number = models.PositiveBigIntegerField(unique=True)
+    at = models.DateTimeField()
+    kid = models.CharField(max_length=64)
+    prev = models.CharField(max_length=64, blank=True, default="")
+    digest = models.CharField(max_length=64)
+    statement = models.BinaryField()
+    signature = models.CharField(max_length=128)
+    total = models.PositiveBigIntegerField()
+    streams = models.PositiveIntegerField()
+    changed = models.PositiveIntegerField()
+
+    objects = AuditEventQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.number} at {self.at:%Y-%m-%d %H:%M:%S} ({self.changed} of {self.streams} streams)"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("audit checkpoints are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit checkpoints are append-only")
+
+
+class AuditCheckpointHead(models.Model):
+    """Each stream's head as the latest checkpoint signed it: what lets the
+    next checkpoint hold only the streams that changed. A cache, never
+    trusted by verification (which folds the signed checkpoints)."""
+
+    stream = models.CharField(max_length=64, primary_key=True)
+    seq = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+
+
 class AuditVerification(models.Model):
     """One check of the audit chain (`verify_audit` or the console's "Verify
     now"), kept so auditors can see when the chain was last proven intact."""
@@ -484,23 +534,29 @@ class AuditVerification(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
 
     @classmethod
-    def run(cls, *, by: str, streams: list[str] | None = None) -> "AuditVerification":
-        """Recompute the chain (every stream, or only `streams`) and record the outcome."""
+    def run(cls, *, by: str, streams: list[str] | None = None, checkpoint=None, jwks=None) -> "AuditVerification":
+        """Recompute the chain (every stream, or only `streams`), hold it to
+        the signed checkpoints (or the checkpoint file given) and record the
+        outcome, the first problem of each kind first. The full result is
+        left on the record as `result`."""
         from workflows import audit
 
         started = timezone.now()
-        result = audit.verify(streams)
-        return cls.objects.create(
+        result = audit.verify(streams, checkpoint=checkpoint, jwks=jwks)
+        problems = result.problems
+        record = cls.objects.create(
             at=started,
             by=by,
             scope=",".join(streams or []),
             ok=result.ok,
             events=result.events,
             streams=result.streams,
-            problem_count=len(result.problems),
-            problems=result.problems[: cls.MAX_PROBLEMS],
+            problem_count=len(problems),
+            problems=problems[: cls.MAX_PROBLEMS],
             seconds=(timezone.now() - started).total_seconds(),
         )
+        record.result = result
+        return record
 
 
 class ApiToken(models.Model):

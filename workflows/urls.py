@@ -33,6 +33,7 @@ urlpatterns = [
     path("audit/verify", views_audit.audit_verify, name="audit_verify"),
     path("audit/export.csv", views_audit.audit_export_csv, name="audit_export_csv"),
     path("audit/export.jsonl", views_audit.audit_export_jsonl, name="audit_export_jsonl"),
+    path(".well-known/jwks.json", views_audit.jwks, name="jwks"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views_ops.metrics, name="metrics"),
 ]

@@ -17,14 +17,15 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from workflows import roles
+from workflows import roles, signing
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, AuditVerification, canonical_json
 from workflows.pagination import page_by_id
@@ -32,7 +33,7 @@ from workflows.pagination import page_by_id
 PAGE_SIZE = 100
 EXPORT_CHUNK = 2000
 FIELDS = ("id", "stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-          "prev_hash", "hash")
+          "prev_hash", "hash", "hash_alg", "key_id")
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -191,6 +192,8 @@ def event_row(event: AuditEvent) -> dict:
         "data": event.data,
         "prev_hash": event.prev_hash,
         "hash": event.hash,
+        "hash_alg": event.hash_alg,
+        "key_id": event.key_id,
     }
 
 
@@ -246,3 +249,11 @@ def audit_export_csv(request: HttpRequest) -> HttpResponse:
 @require_GET
 def audit_export_jsonl(request: HttpRequest) -> HttpResponse:
     return _export(request, _jsonl_lines, "application/x-ndjson; charset=utf-8", "jsonl")
+
+
+@require_GET
+@cache_control(public=True, max_age=300)
+def jwks(request: HttpRequest) -> JsonResponse:
+    """The public signing keys (no login): whoever holds a checkpoint file,
+    and later an approval proof, checks its signature with them."""
+    return JsonResponse(signing.jwks())

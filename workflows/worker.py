@@ -3,8 +3,9 @@
 django-q2's scheduler ticks about every 30 s, too coarse to notice a retry
 that is due or a lease that expired. This loop runs in the cluster's main
 process (after the cluster forked its workers) and, every tick, recovers
-expired leases and asks the cluster to drain when work is due. It never
-performs an effect itself.
+expired leases and asks the cluster to drain when work is due; and, every
+AUDIT_CHECKPOINT_MINUTES, writes a signed audit checkpoint unless another
+worker already did. It never performs an effect itself.
 """
 
 import logging
@@ -20,7 +21,7 @@ from django_q.brokers import get_broker
 from django_q.signals import pre_execute
 from django_q.tasks import async_task
 
-from workflows import approvals, execution, recovery
+from workflows import approvals, checkpoints, execution, recovery
 from workflows.models import Step
 from workflows.states import StepStatus
 
@@ -92,15 +93,31 @@ def heartbeat() -> None:
         Path(path).write_text(f"{os.getpid()} {time.time():.3f}\n")
 
 
+def checkpoint() -> float:
+    """Write the audit checkpoint if due; seconds until the next look. A
+    checkpoint that cannot be signed must not stop recovery: it is logged
+    and tried again a minute later."""
+    try:
+        return checkpoints.write_if_due()
+    except DatabaseError:
+        raise
+    except Exception:
+        log.exception("writing the audit checkpoint failed; trying again in a minute")
+        return 60.0
+
+
 def loop(should_run) -> None:
     broker = get_broker()
     interval = settings.WORKER_TICK_SECONDS
     # A task runs at most `timeout` seconds before django-q replaces its worker.
     watch = StallWatch(settings.Q_CLUSTER["timeout"] + 5)
+    next_checkpoint = 0.0
     while should_run():
         try:
             if not watch.check(tick(broker), time.time()):
                 heartbeat()
+            if time.time() >= next_checkpoint:
+                next_checkpoint = time.time() + checkpoint()
         except DatabaseError:
             # A dropped connection (server restart, terminated backend) must not
             # stop recovery: drop it and try again on the next tick.

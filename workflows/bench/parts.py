@@ -23,7 +23,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from workflows import approvals, execution, failpoints, plans
+from workflows import approvals, execution, failpoints, keys, plans, signing
 from workflows.bench import SECTIONS, BenchError, Options, console_user, goals, personas
 from workflows.bench.counting import counting_commits, recording_queries
 from workflows.bench.memory import RssSampler
@@ -101,10 +101,13 @@ class Bench:
         self.workers = options.workers_per_cluster or settings.Q_CLUSTER["workers"]
         self.tag = uuid.uuid4().hex[:8]
         self.workdir = Path(options.workdir)
-        # Workers as in production: DEBUG off (no per-query log), so they need the key that signs tasks.
+        # Workers as in production: DEBUG off (no per-query log), so they need the key that signs tasks,
+        # and the audit and checkpoint keys of this process (under DEBUG, the generated ones: made now).
+        signing.keyset()
         self.cluster_env = {"DATABASE_URL": options.database_url or database_url(), "DEBUG": "0",
                             "SECRET_KEY": settings.SECRET_KEY, "Q_WORKERS": str(self.workers),
-                            "STEP_LEASE_SECONDS": str(options.lease_seconds)}
+                            "STEP_LEASE_SECONDS": str(options.lease_seconds), "AUDIT_KEYS": keys.as_setting(),
+                            "SIGNING_KEYS_FILE": str(signing.keys_path())}
         self.result: dict = {"errors": {}}
 
     def run(self) -> dict:

@@ -7,7 +7,7 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from workflows import worker
+from workflows import keys, signing, worker
 
 
 class Command(QClusterCommand):
@@ -15,6 +15,8 @@ class Command(QClusterCommand):
 
     def handle(self, *args, **options):
         settings.SECRET_KEY  # signing needs it: fail before forking anything
+        keys.current()  # and the audit chain and its checkpoints their keys
+        signing.current()
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
         cluster = Cluster()

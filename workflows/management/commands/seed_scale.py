@@ -7,8 +7,8 @@ SQLite), one transaction per batch of workflows: a fixed mix of statuses
 (PLANNED for the inbox, COMPLETE, FAILED with an open dead letter and its
 trace, REJECTED), three `noop` steps per workflow with their attempts and
 approvals, and audit events forming a valid hash chain per workflow stream
-(hashed here with `audit.event_hash`, heads set to match), so `verify_audit`
-passes. Each stream gets a share of `--events` in proportion to its natural
+(HMAC-SHA256 under the current audit key, as `audit.append` would, heads
+set to match), so `verify_audit` passes. Each stream gets a share of `--events` in proportion to its natural
 length: shorter trails are cut, longer ones padded with reviewer reminders.
 
 Nothing seeded is due, so workers never run it (though their claim queries
@@ -26,7 +26,7 @@ from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from workflows import audit, binding
+from workflows import audit, binding, keys
 from workflows.bench import AGENT, REVIEWER, personas
 from workflows.models import (
     Approval,
@@ -239,13 +239,14 @@ class Seeder:
         reminders = [("system", "reviewers.notified", "workflow", wf.pk, {"emails": 0, "webhook": False,
                                                                           "reminder": r + 1})
                      for r in range(max(0, length - len(trail)))]
-        chain, prev, stream = [], audit.GENESIS, str(wf.pk)
+        chain, prev, stream, key = [], audit.GENESIS, str(wf.pk), keys.current()
         for seq, (actor, verb, obj_type, obj_id, data) in enumerate((trail + reminders)[:length], start=1):
             fields = {"stream": stream, "seq": seq, "at": wf.created_at + timedelta(seconds=seq), "actor": actor,
                       "verb": verb, "object_type": obj_type, "object_id": str(obj_id), "workflow_id": wf.pk,
                       "data": data}
-            digest = audit.event_hash(prev, **fields)
-            chain.append(AuditEvent(prev_hash=prev, hash=digest, **fields))
+            digest = audit.event_hash(prev, key=key, **fields)
+            chain.append(AuditEvent(prev_hash=prev, hash=digest, hash_alg=AuditEvent.HMAC_SHA256, key_id=key.kid,
+                                    **fields))
             prev = digest
         return chain
 
