@@ -15,7 +15,8 @@ from workflows.models import Workflow
 
 
 def manage(*args, **env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "AUDIT_KEYS",
+                                                               "SIGNING_KEYS_FILE")}
     return subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env={**clean, **env},
                           capture_output=True, text=True, timeout=120)
 
@@ -24,8 +25,21 @@ def test_deploy_check_is_clean_with_production_settings():
     import secrets
 
     result = manage("check", "--deploy", "--fail-level", "WARNING", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50),
-                    ALLOWED_HOSTS="console.example.com", VAR_DIR=str(PROJECT_DIR / "var"))
+                    ALLOWED_HOSTS="console.example.com", VAR_DIR=str(PROJECT_DIR / "var"),
+                    AUDIT_KEYS=f"k1:{secrets.token_urlsafe(32)}", SIGNING_KEYS_FILE="/nonexistent/signing-keys.json")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("missing", ["AUDIT_KEYS", "SIGNING_KEYS_FILE"])
+def test_audit_and_signing_keys_are_required_when_debug_is_off(missing):
+    import secrets
+
+    env = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "console.example.com",
+           "AUDIT_KEYS": f"k1:{secrets.token_urlsafe(32)}", "SIGNING_KEYS_FILE": "/nonexistent/signing-keys.json"}
+    del env[missing]
+    for command in (["check"], ["qcluster", "--run-once"]):
+        result = manage(*command, **env)
+        assert result.returncode != 0 and f"{missing} must be set when DEBUG is off" in result.stderr, command
 
 
 def test_secret_key_is_required_when_debug_is_off():

@@ -235,6 +235,9 @@ def _verify_stream(head: AuditHead, pins: checkpoints.Pins, result: VerifyResult
             found.append((ALTERED, f"{where} names an unknown hash algorithm {event.hash_alg!r}"))
         elif keyed:
             found.append((UNKEYED, f"{where} is plain sha256 after keyed events: rewritten without the key"))
+        elif pins.label and not pinned:
+            found.append((FORGED_STREAM, f"{where} is plain sha256 in a stream {pins.label} never saw: a stream "
+                                         "made without the key"))
         elif pins.label and event.seq > last_pin:
             found.append((UNKEYED, f"{where} is plain sha256 beyond seq {last_pin}, the last that {pins.label} "
                                    "saw of this stream: written without the key"))
