@@ -157,6 +157,7 @@ class VerifyResult:
     streams: int = 0
     found: list[tuple[str, str]] = field(default_factory=list)  # (kind, problem), in the order found
     checkpoint: str = ""  # the checkpoint the streams were held to; "" for none
+    visited: set[str] = field(default_factory=set, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -183,81 +184,108 @@ def verify(streams: Iterable[str] | None = None, *, checkpoint: str | Path | Non
     """Recompute every link of every stream (or of `streams`), each with its
     own algorithm and key, and hold each stream to the signed checkpoints
     (the stored ones, or the checkpoint file given): a stream they saw must
-    still reach each seq they saw with the same head."""
+    still reach each seq they saw with the same head. One ordered scan of the
+    events, however many streams."""
     # Read before the heads: a head only moves forward, so every pin is behind it.
     pins = checkpoints.file_pins(Path(checkpoint), jwks and Path(jwks)) if checkpoint else checkpoints.stored_pins()
     result = VerifyResult(found=list(pins.problems), checkpoint=pins.label)
     wanted = None if streams is None else set(streams)
     heads = AuditHead.objects.all()
+    events = AuditEvent.objects.order_by("stream", "seq")
     if wanted is not None:
-        heads = heads.filter(stream__in=wanted)
-    seen = set()
-    for head in heads.iterator():
-        seen.add(head.stream)
-        _verify_stream(head, pins, result)
-    result.streams = len(seen)
-    headless = AuditEvent.objects.exclude(stream__in=AuditHead.objects.values("stream"))
-    if wanted is not None:
-        headless = headless.filter(stream__in=wanted)
-    for stream in headless.values_list("stream", flat=True).distinct().order_by("stream"):
-        result.found.append((FORGED_STREAM, f"{stream}: events in a stream with no head (a stream the trail "
-                                            "never started)"))
-    for stream in sorted(set(pins.heads) - seen):
+        heads, events = heads.filter(stream__in=wanted), events.filter(stream__in=wanted)
+    heads = {head.stream: head for head in heads}
+    result.streams = len(heads)
+    check = None
+    for event in events.iterator(chunk_size=5000):
+        if check is None or check.stream != event.stream:
+            if check is not None:
+                check.finish()
+            check = _StreamCheck(event.stream, heads.pop(event.stream, None), pins, result)
+        check.add(event)
+    if check is not None:
+        check.finish()
+    for head in heads.values():  # heads whose events are all gone
+        _StreamCheck(head.stream, head, pins, result).finish()
+    for stream in sorted(set(pins.heads) - result.visited):
         if wanted is None or stream in wanted:
             result.found.append((DELETED_STREAM, f"{stream}: deleted: {pins.label} saw it up to seq "
                                                  f"{pins.last_seq(stream)}, its head is gone"))
     return result
 
 
-def _verify_stream(head: AuditHead, pins: checkpoints.Pins, result: VerifyResult) -> None:
-    found, stream = result.found, head.stream
-    pinned = pins.heads.get(stream, {})
-    last_pin = pins.last_seq(stream)
-    prev, expected_seq, keyed = GENESIS, 1, False
-    # Only up to the head read above: events appended while this runs are
-    # checked next time, not reported as a broken tail.
-    events = AuditEvent.objects.filter(stream=stream, seq__lte=head.seq).order_by("seq")
-    for event in events.iterator(chunk_size=2000):
-        result.events += 1
+class _StreamCheck:
+    """The links of one stream, fed in seq order up to its head as read
+    when verification began (later events are checked next time)."""
+
+    def __init__(self, stream: str, head: AuditHead | None, pins: checkpoints.Pins, result: VerifyResult):
+        self.stream, self.head, self.pins, self.result = stream, head, pins, result
+        self.pinned = pins.heads.get(stream, {})
+        self.last_pin = pins.last_seq(stream)
+        self.prev, self.expected_seq, self.keyed = GENESIS, 1, False
+        self.beyond: AuditEvent | None = None
+        self.headless = 0
+        result.visited.add(stream)
+
+    def add(self, event: AuditEvent) -> None:
+        if self.head is None:
+            self.headless += 1
+            return
+        if event.seq > self.head.seq:
+            self.beyond = event
+            return
+        self.result.events += 1
+        found, stream = self.result.found, self.stream
         where = f"{stream}: event {event.pk} (seq {event.seq})"
-        if event.seq != expected_seq:
-            found.append((MISSING, f"{stream}: expected seq {expected_seq}, found {event.seq} (event {event.pk})"))
-        elif event.prev_hash != prev:
+        if event.seq != self.expected_seq:
+            found.append((MISSING, f"{stream}: expected seq {self.expected_seq}, found {event.seq} "
+                                   f"(event {event.pk})"))
+        elif event.prev_hash != self.prev:
             found.append((ALTERED, f"{where} does not link to the previous event"))
         key = None
         if event.hash_alg == AuditEvent.HMAC_SHA256:
-            keyed = True
+            self.keyed = True
             key = keys.by_id(event.key_id)
             if key is None:
                 found.append((UNKNOWN_KEY, f"{where} is sealed with key {event.key_id!r}, which AUDIT_KEYS "
                                            "does not list"))
         elif event.hash_alg != AuditEvent.SHA256:
             found.append((ALTERED, f"{where} names an unknown hash algorithm {event.hash_alg!r}"))
-        elif keyed:
+        elif self.keyed:
             found.append((UNKEYED, f"{where} is plain sha256 after keyed events: rewritten without the key"))
-        elif pins.label and not pinned:
-            found.append((FORGED_STREAM, f"{where} is plain sha256 in a stream {pins.label} never saw: a stream "
-                                         "made without the key"))
-        elif pins.label and event.seq > last_pin:
-            found.append((UNKEYED, f"{where} is plain sha256 beyond seq {last_pin}, the last that {pins.label} "
-                                   "saw of this stream: written without the key"))
+        elif self.pins.label and not self.pinned:
+            found.append((FORGED_STREAM, f"{where} is plain sha256 in a stream {self.pins.label} never saw: a "
+                                         "stream made without the key"))
+        elif self.pins.label and event.seq > self.last_pin:
+            found.append((UNKEYED, f"{where} is plain sha256 beyond seq {self.last_pin}, the last that "
+                                   f"{self.pins.label} saw of this stream: written without the key"))
         if (key is not None or event.hash_alg == AuditEvent.SHA256) and event.hash != event_hash(
                 event.prev_hash, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
                 verb=event.verb, object_type=event.object_type, object_id=event.object_id,
                 workflow_id=event.workflow_id, data=event.data):
             found.append((ALTERED, f"{where} was altered (hash mismatch)"))
-        if pinned.get(event.seq, event.hash) != event.hash:
-            found.append((ALTERED, f"{where} is not the event {pins.label} signed: history rewritten"))
-        prev, expected_seq = event.hash, event.seq + 1
-    last = expected_seq - 1
-    if last_pin > last:
-        kind = DELETED_STREAM if last == 0 else MISSING
-        found.append((kind, f"{stream}: {pins.label} saw it up to seq {last_pin}, the chain ends at seq {last}"))
-    if head.seq != last or head.hash != prev:
-        kind = DELETED_STREAM if last == 0 else MISSING
-        found.append((kind, f"{stream}: chain ends at seq {last} but its head says {head.seq}"))
-    beyond = AuditEvent.objects.filter(stream=stream, seq__gt=head.seq).order_by("-seq").first()
-    if beyond is not None:
-        now_head = AuditHead.objects.filter(stream=stream).values_list("seq", flat=True).first() or 0
-        if beyond.seq > now_head:
-            found.append((ALTERED, f"{stream}: event {beyond.pk} lies beyond the chain's head (inserted around it)"))
+        if self.pinned.get(event.seq, event.hash) != event.hash:
+            found.append((ALTERED, f"{where} is not the event {self.pins.label} signed: history rewritten"))
+        self.prev, self.expected_seq = event.hash, event.seq + 1
+
+    def finish(self) -> None:
+        found, stream = self.result.found, self.stream
+        now_head = None
+        if self.headless or self.beyond is not None:
+            now_head = AuditHead.objects.filter(stream=stream).values_list("seq", flat=True).first()
+        if self.headless:
+            if now_head is None:  # not a stream that began while this ran
+                found.append((FORGED_STREAM, f"{stream}: {self.headless} event(s) in a stream with no head (a "
+                                             "stream the trail never started)"))
+            return
+        last = self.expected_seq - 1
+        if self.last_pin > last:
+            kind = DELETED_STREAM if last == 0 else MISSING
+            found.append((kind, f"{stream}: {self.pins.label} saw it up to seq {self.last_pin}, the chain ends "
+                                f"at seq {last}"))
+        if self.head.seq != last or self.head.hash != self.prev:
+            kind = DELETED_STREAM if last == 0 else MISSING
+            found.append((kind, f"{stream}: chain ends at seq {last} but its head says {self.head.seq}"))
+        if self.beyond is not None and self.beyond.seq > (now_head or 0):
+            found.append((ALTERED, f"{stream}: event {self.beyond.pk} lies beyond the chain's head (inserted "
+                                   "around it)"))
