@@ -211,6 +211,9 @@ def file_pins(path: Path, jwks: Path | None = None) -> Pins:
         heads = [(str(stream), int(seq), str(head)) for stream, seq, head in statement["heads"]]
         if statement.get("type") != FULL or statement.get("alg") != "EdDSA":
             raise ValueError("not an audit checkpoint")
+        label = f"checkpoint file {path} ({int(statement['number'])} of {statement['at']})"
+        claimed = {"number": statement["number"], "total": int(statement["total"]),
+                   "stream_count": int(statement["stream_count"])}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         pins.problems.append((BAD_CHECKPOINT, f"{path} is not a readable checkpoint file ({exc})"))
         return pins
@@ -226,8 +229,8 @@ def file_pins(path: Path, jwks: Path | None = None) -> Pins:
     else:
         for stream, seq, head in heads:
             pins.pin(stream, seq, head)
-        pins.label = f"checkpoint file {path} ({statement['number']} of {statement['at']})"
-        _check_totals(pins, statement, {stream: seq for stream, seq, _ in heads})
+        pins.label = label
+        _check_totals(pins, claimed, {stream: seq for stream, seq, _ in heads})
     return pins
 
 

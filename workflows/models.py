@@ -402,11 +402,13 @@ class DeadLetter(models.Model):
 
 
 class AuditEventQuerySet(models.QuerySet):
+    """Audit events and checkpoints: rows are added, never changed or removed."""
+
     def update(self, **kwargs):
-        raise PermissionError("audit events are append-only")
+        raise PermissionError(f"{self.model._meta.verbose_name_plural} are append-only")
 
     def delete(self):
-        raise PermissionError("audit events are append-only")
+        raise PermissionError(f"{self.model._meta.verbose_name_plural} are append-only")
 
 
 class AuditEvent(models.Model):
