@@ -16,7 +16,9 @@ from unittest import mock
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.operations import AddField
 from django.test import Client
 from django.utils import timezone
 
@@ -146,6 +148,31 @@ def test_rows_written_before_keyed_audit_still_verify_as_sha256(transactional_db
     assert [event.hash_alg for event in stream_of(stream)] == ["sha256", "sha256", "hmac-sha256", "hmac-sha256"]
     call_command("audit_checkpoint")
     assert "4 events in 1 chains" in intact()
+
+
+def test_the_migration_keeps_earlier_rows_as_sha256_and_the_guard_in_place(transactional_db):
+    executor = MigrationExecutor(connection)
+    graph = executor.loader.graph
+    keyed = next(key for key, migration in graph.nodes.items() if key[0] == "workflows" and any(
+        isinstance(op, AddField) and op.name == "hash_alg" for op in migration.operations))
+    before = next(parent.key for parent in graph.node_map[keyed].parents if parent.key[0] == "workflows")
+    leaves = graph.leaf_nodes()
+    executor.migrate([before])
+    stream, at = str(uuid.uuid4()), timezone.now()
+    fields = dict(stream=stream, seq=1, at=at.isoformat(), actor="agent", verb="old.event", object_type="test",
+                  object_id="1", workflow_id=stream, data={})
+    digest = sha256_hex(audit.GENESIS + json.dumps(fields, sort_keys=True, separators=(",", ":")))
+    sql(f"INSERT INTO {EVENTS} (stream, seq, at, actor, verb, object_type, object_id, workflow_id, data, prev_hash, "
+        "hash) VALUES (%s, 1, %s, 'agent', 'old.event', 'test', '1', %s, '{}', %s, %s)",
+        [stream, at, stream.replace("-", "") if connection.vendor == "sqlite" else stream, audit.GENESIS, digest])
+    sql(f"INSERT INTO {HEADS} (stream, seq, hash) VALUES (%s, 1, %s)", [stream, digest])
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(leaves)
+    assert AuditEvent.objects.values_list("hash_alg", "key_id").get(stream=stream) == ("sha256", "")
+    assert audit.verify().ok
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        sql(f"UPDATE {EVENTS} SET actor = 'mallory' WHERE stream = %s", [stream])
 
 
 # --- what a database writer without the keys cannot hide -----------------------
