@@ -186,7 +186,10 @@ def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_t
     wait_for_status(workflow.pk, "COMPLETE")
     step = workflow.steps.get()
     attempts = list(step.attempts.order_by("number").values_list("status", "operation_key"))
-    assert attempts == [("UNKNOWN", step.operation_key), ("SUCCEEDED", step.operation_key)]
+    # The doomed cluster's own loop may retry first (its child's pid is gone)
+    # and be killed mid-retry: every attempt before the last is then UNKNOWN.
+    assert attempts[-1] == ("SUCCEEDED", step.operation_key)
+    assert attempts[:-1] and set(attempts[:-1]) == {("UNKNOWN", step.operation_key)}
     # The repeat reached the desk, which answered 200 with the same ticket
     # (201 is a new one) and recorded no second change.
     assert step.result["status"] == 200
