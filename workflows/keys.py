@@ -64,8 +64,8 @@ def audit_keys() -> tuple[AuditKey, ...]:
     keys = parse(settings.AUDIT_KEYS) if settings.AUDIT_KEYS else []
     if keys:
         return tuple(keys)
-    # Settings refuse to start without AUDIT_KEYS unless DEBUG was on (the test
-    # runner turns DEBUG off afterwards: not a reason to refuse here).
+    if not settings.DEBUG:
+        raise ImproperlyConfigured("AUDIT_KEYS must be set when DEBUG is off (kid:secret, see README)")
     return (_development_key(),)
 
 

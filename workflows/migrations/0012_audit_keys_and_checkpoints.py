@@ -45,7 +45,7 @@ def unguard_checkpoints(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workflows", "0010_step_ready_implied")]
+    dependencies = [("workflows", "0011_plan_binding_seals")]
 
     operations = [
         migrations.RunPython(migrations.RunPython.noop, guard_events),
