@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import plans
+from workflows.operations import plans
 from workflows.models import Approval, Workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from workflows import approvals, chaos, plans, processes
+from workflows.operations import approvals, plans
+from workflows.ops import chaos, processes
 from workflows.models import Attempt, Step, Workflow
 from workflows.states import AttemptStatus, StepStatus
 

@@ -8,7 +8,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from workflows import actions, approvals, deadletters, execution, outcomes, plans, policy, views_deadletters
+from workflows import actions
+from workflows.engine import execution, outcomes, policy
+from workflows.operations import approvals, deadletters, plans
+from workflows.web import views_deadletters
 from workflows.actions import ActionError
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.conftest import HttpApi, run_until
-from workflows import approvals, plans
+from workflows.operations import approvals, plans
 from workflows.models import AuditEvent, DeadLetter, Step
 
 BAD = {"name": "comment on a missing ticket", "submission_key": "bad",

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from tests.conftest import run_until, ticket_plan
-from workflows import approvals, compensation, plans, retry, tokens
+from workflows.engine import retry
+from workflows.operations import approvals, compensation, plans, tokens
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]

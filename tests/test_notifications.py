@@ -7,7 +7,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from django.core import mail
 
 from tests.conftest import ticket_plan
-from workflows import approvals, plans, tasks
+from workflows import tasks
+from workflows.operations import approvals, plans
 from workflows.models import AuditEvent
 
 

@@ -10,7 +10,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from workflows import actions, approvals, audit, deadletters, execution, leases, plans, recovery, redaction, states
+from workflows import actions, states
+from workflows.audit import redaction, trail
+from workflows.engine import execution, leases, recovery
+from workflows.operations import approvals, deadletters, plans
 from workflows.actions import ActionError, Outcome
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
@@ -139,7 +142,7 @@ class Operations(RuleBasedStateMachine):
 
     def teardown(self):
         try:
-            assert audit.verify().ok
+            assert trail.verify().ok
         finally:
             transaction.savepoint_rollback(self.savepoint)
 
@@ -147,7 +150,7 @@ class Operations(RuleBasedStateMachine):
 def test_random_operations_never_break_the_rules(db, settings, monkeypatch):
     settings.ACTION_TIMEOUT_SECONDS = 0.01
     settings.RECONCILE_GRACE_SECONDS = 0.0
-    from workflows import retry
+    from workflows.engine import retry
 
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.0)
     monkeypatch.setattr(retry, "CAP_SECONDS", 0.0)

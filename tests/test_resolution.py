@@ -6,7 +6,8 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
-from workflows import approvals, execution, plans, recovery, resolution
+from workflows.engine import execution, recovery
+from workflows.operations import approvals, plans, resolution
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
 

@@ -6,7 +6,9 @@ from django.db import transaction
 from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import actions, approvals, compensation, execution, outcomes, plans, tokens
+from workflows import actions
+from workflows.engine import execution, outcomes
+from workflows.operations import approvals, compensation, plans, tokens
 from workflows.actions import ActionError
 from workflows.models import DeadLetter
 

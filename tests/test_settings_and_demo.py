@@ -33,7 +33,8 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     """With a 1 s lease and a 2.5 s effect, only the heartbeat stops recovery
     from handing the step to another worker mid-effect."""
     from tests.conftest import ticket_plan
-    from workflows import approvals, execution, plans, recovery
+    from workflows.engine import execution, recovery
+    from workflows.operations import approvals, plans
     from workflows.models import Attempt, AuditEvent
 
     settings.STEP_LEASE_SECONDS = 1.0

@@ -535,31 +535,6 @@ class AuditVerification(models.Model):
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
 
-    @classmethod
-    def run(cls, *, by: str, streams: list[str] | None = None, checkpoint=None, jwks=None) -> "AuditVerification":
-        """Recompute the chain (every stream, or only `streams`), hold it to
-        the signed checkpoints (or the checkpoint file given) and record the
-        outcome, the first problem of each kind first. The full result is
-        left on the record as `result`."""
-        from workflows import audit
-
-        started = timezone.now()
-        result = audit.verify(streams, checkpoint=checkpoint, jwks=jwks)
-        problems = result.problems
-        record = cls.objects.create(
-            at=started,
-            by=by,
-            scope=",".join(streams or []),
-            ok=result.ok,
-            events=result.events,
-            streams=result.streams,
-            problem_count=len(problems),
-            problems=problems[: cls.MAX_PROBLEMS],
-            seconds=(timezone.now() - started).total_seconds(),
-        )
-        record.result = result
-        return record
-
 
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")

@@ -18,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import bench, processes
+from workflows.ops import bench, processes
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:

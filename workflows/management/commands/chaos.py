@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import chaos, processes
+from workflows.ops import chaos, processes
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import deadletters
+from workflows.operations import deadletters
 from workflows.errors import DomainError
 
 AGE = re.compile(r"^(\d+)([smhd])$")

@@ -3,7 +3,8 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from workflows import plans, roles
+from workflows import roles
+from workflows.operations import plans
 
 PASSWORD = "durable-demo"
 USERS = {

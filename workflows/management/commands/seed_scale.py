@@ -7,7 +7,7 @@ SQLite), one transaction per batch of workflows: a fixed mix of statuses
 (PLANNED for the inbox, COMPLETE, FAILED with an open dead letter and its
 trace, REJECTED), three `noop` steps per workflow with their attempts and
 approvals, and audit events forming a valid hash chain per workflow stream
-(HMAC-SHA256 under the current audit key, as `audit.append` would, heads
+(HMAC-SHA256 under the current audit key, as `trail.append` would, heads
 set to match), so `verify_audit` passes. Each stream gets a share of `--events` in proportion to its natural
 length: shorter trails are cut, longer ones padded with reviewer reminders.
 
@@ -26,8 +26,9 @@ from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from workflows import audit, binding, keys
-from workflows.bench import AGENT, REVIEWER, personas
+from workflows.audit import keys, trail
+from workflows.engine import binding
+from workflows.ops.bench import AGENT, REVIEWER, personas
 from workflows.models import (
     Approval,
     Attempt,
@@ -41,7 +42,7 @@ from workflows.models import (
     operation_key_for,
     sha256_hex,
 )
-from workflows.plans import canonical_plan
+from workflows.operations.plans import canonical_plan
 from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
 WORKER = "worker"
@@ -239,12 +240,12 @@ class Seeder:
         reminders = [("system", "reviewers.notified", "workflow", wf.pk, {"emails": 0, "webhook": False,
                                                                           "reminder": r + 1})
                      for r in range(max(0, length - len(trail)))]
-        chain, prev, stream, key = [], audit.GENESIS, str(wf.pk), keys.current()
+        chain, prev, stream, key = [], trail.GENESIS, str(wf.pk), keys.current()
         for seq, (actor, verb, obj_type, obj_id, data) in enumerate((trail + reminders)[:length], start=1):
             fields = {"stream": stream, "seq": seq, "at": wf.created_at + timedelta(seconds=seq), "actor": actor,
                       "verb": verb, "object_type": obj_type, "object_id": str(obj_id), "workflow_id": wf.pk,
                       "data": data}
-            digest = audit.event_hash(prev, key=key, **fields)
+            digest = trail.event_hash(prev, key=key, **fields)
             chain.append(AuditEvent(prev_hash=prev, hash=digest, hash_alg=AuditEvent.HMAC_SHA256, key_id=key.kid,
                                     **fields))
             prev = digest
