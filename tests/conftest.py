@@ -14,8 +14,8 @@ from tests.desk import TicketDesk
 from tests.processes import Worker
 from workflows import roles
 from workflows.audit import keys
-from workflows.operations import tokens
 from workflows.models import Workflow
+from workflows.operations import tokens
 
 pytest_plugins = ["tests.chromium"]
 

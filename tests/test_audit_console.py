@@ -17,8 +17,8 @@ from django.test import Client
 
 from tests.conftest import ticket_plan
 from workflows.audit import keys, trail
-from workflows.operations import approvals, plans
 from workflows.models import AuditEvent, AuditVerification
+from workflows.operations import approvals, plans
 from workflows.web.views_audit import FIELDS
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

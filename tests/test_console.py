@@ -5,8 +5,8 @@ import pytest
 from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
-from workflows.operations import plans
 from workflows.models import Approval, AuditEvent, Workflow
+from workflows.operations import plans
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"

@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import ticket_plan, wait_for_status
 from workflows.audit import trail
 from workflows.engine import failpoints, policy
-from workflows.operations import approvals, plans, resolution
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
+from workflows.operations import approvals, plans, resolution
 
 pytestmark = pytest.mark.live
 

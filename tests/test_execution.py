@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from tests.conftest import run_until, ticket_plan
 from workflows import actions, tasks
+from workflows.actions import Outcome
 from workflows.engine import execution, leases, outcomes, recovery
+from workflows.models import Attempt, AuditEvent, Step
 from workflows.operations import approvals, plans
 from workflows.ops import processes
-from workflows.actions import Outcome
-from workflows.models import Attempt, AuditEvent, Step
 from workflows.states import AttemptStatus, StepStatus
 
 

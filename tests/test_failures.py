@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from tests.conftest import run_until
 from workflows.engine import policy, retry
-from workflows.operations import approvals, plans
 from workflows.models import Attempt, DeadLetter, Step
+from workflows.operations import approvals, plans
 
 
 @pytest.fixture(autouse=True)

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
-from workflows.operations import approvals, compensation, plans, tokens
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
+from workflows.operations import approvals, compensation, plans, tokens
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 

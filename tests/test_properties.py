@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from workflows import actions, states
+from workflows.actions import ActionError, Outcome
 from workflows.audit import redaction, trail
 from workflows.engine import execution, leases, recovery
-from workflows.operations import approvals, deadletters, plans
-from workflows.actions import ActionError, Outcome
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
+from workflows.operations import approvals, deadletters, plans
 
 PERFORMED: dict[str, int] = {}
 FAULTS: list[str] = []

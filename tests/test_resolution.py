@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
 from workflows.engine import execution, recovery
-from workflows.operations import approvals, plans, resolution
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
+from workflows.operations import approvals, plans, resolution
 
 MAIL = {"name": "notify", "submission_key": "mail", "steps": [
     {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},

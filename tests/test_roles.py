@@ -7,10 +7,10 @@ from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from workflows import actions
-from workflows.engine import execution, outcomes
-from workflows.operations import approvals, compensation, plans, tokens
 from workflows.actions import ActionError
+from workflows.engine import execution, outcomes
 from workflows.models import DeadLetter
+from workflows.operations import approvals, compensation, plans, tokens
 
 PERSONAS = ["anonymous", "agent", "reviewer", "operator", "auditor", "admin"]
 STAFF = {"reviewer", "operator", "auditor", "admin"}

@@ -17,8 +17,8 @@ from tests.test_resolution import MAIL
 from workflows import actions
 from workflows.audit import redaction, secrets
 from workflows.engine import execution, policy, recovery
-from workflows.operations import approvals, compensation, plans
 from workflows.models import Attempt, DeadLetter, Step, Trace, Workflow
+from workflows.operations import approvals, compensation, plans
 
 # Ordinary prose an agent or a person writes about credentials without holding
 # one: every sentence must be stored and sent exactly as written.

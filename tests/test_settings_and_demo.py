@@ -34,8 +34,8 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     from handing the step to another worker mid-effect."""
     from tests.conftest import ticket_plan
     from workflows.engine import execution, recovery
-    from workflows.operations import approvals, plans
     from workflows.models import Attempt, AuditEvent
+    from workflows.operations import approvals, plans
 
     settings.STEP_LEASE_SECONDS = 1.0
     settings.ACTION_TIMEOUT_SECONDS = 5.0

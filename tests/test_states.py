@@ -7,10 +7,10 @@ from django.db import connection, transaction
 from tests.conftest import ticket_plan
 from workflows import states
 from workflows.audit import trail
-from workflows.operations import plans
-from workflows.models import AuditEvent, Step, Workflow
-from workflows.states import IllegalTransition, StepStatus, WorkflowStatus
 from workflows.engine.transitions import move
+from workflows.models import AuditEvent, Step, Workflow
+from workflows.operations import plans
+from workflows.states import IllegalTransition, StepStatus, WorkflowStatus
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from workflows.audit import checkpoints, keys
 from workflows.audit.keys import AuditKey
-from workflows.models import AuditEvent, AuditHead, AuditVerification, canonical_json, sha256_hex, update_rows
 from workflows.audit.redaction import redact
+from workflows.models import AuditEvent, AuditHead, AuditVerification, canonical_json, sha256_hex, update_rows
 
 SYSTEM_STREAM = "system"
 GENESIS = "0" * 64

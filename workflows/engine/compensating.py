@@ -19,10 +19,10 @@ def step_complete(workflow: Workflow, step: Step) -> None:
          data={"undo_step": step.key, "undo_operation_key": step.operation_key,
                "external_ref": step.external_ref, "compensation": str(comp.pk)})
     if not comp.steps.exclude(status=StepStatus.COMPLETE).exists():
-        _finish(workflow, comp)
+        finish(workflow, comp)
 
 
-def _finish(workflow: Workflow, comp: Compensation) -> None:
+def finish(workflow: Workflow, comp: Compensation) -> None:
     move(comp, CompensationStatus.COMPENSATED, actor=WORKER,
          data={"irreversible": [i["key"] for i in comp.irreversible]})
     move(workflow, WorkflowStatus.COMPENSATED, actor=WORKER,

@@ -25,14 +25,14 @@ from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from workflows import actions
-from workflows.audit import trail
-from workflows.engine import failpoints, outcomes, policy, recovery, references
 from workflows.actions import ActionError, Outcome
-from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
-from workflows.models import Attempt, Step
+from workflows.audit import trail
 from workflows.audit.redaction import redact_text
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.engine import failpoints, outcomes, policy, recovery, references
+from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
+from workflows.models import Attempt, Step
+from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
 log = logging.getLogger(__name__)
 

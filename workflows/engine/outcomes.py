@@ -11,14 +11,14 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from workflows.audit import trail
-from workflows.engine import compensating, failpoints, parking, retry
 from workflows.actions import ActionError, Outcome
-from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
-from workflows.models import Attempt, Step, Workflow
+from workflows.audit import trail
 from workflows.audit.redaction import redact, redact_text
-from workflows.states import RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.engine import compensating, failpoints, parking, retry
+from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
 from workflows.engine.transitions import move, move_many
+from workflows.models import Attempt, Step, Workflow
+from workflows.states import RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
 
 def record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, attempt_status: str) -> None:

@@ -19,15 +19,15 @@ from django.db.models import F
 from django.utils import timezone
 
 from workflows import actions
-from workflows.audit import trail
-from workflows.engine import retry
 from workflows.actions import ActionError, Outcome
-from workflows.engine.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
-from workflows.models import Step, Workflow
-from workflows.engine.outcomes import deadline_of, verify, workflow_to
+from workflows.audit import trail
 from workflows.audit.redaction import redact, redact_text
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.engine import retry
+from workflows.engine.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
+from workflows.engine.outcomes import deadline_of, verify, workflow_to
 from workflows.engine.transitions import move
+from workflows.models import Step, Workflow
+from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
 
 def reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:

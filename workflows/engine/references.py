@@ -4,10 +4,10 @@ step's recorded result (DESIGN §12); `{"$secret": "NAME"}` takes a secret
 from the worker's environment (DESIGN §18.1, `workflows.secrets`)."""
 
 from workflows import actions
-from workflows.audit import secrets
 from workflows.actions import ActionError
-from workflows.models import Step
+from workflows.audit import secrets
 from workflows.audit.redaction import was_redacted
+from workflows.models import Step
 from workflows.states import FailureClass, StepStatus
 
 

@@ -12,12 +12,12 @@ from django.utils import timezone
 
 from workflows import roles
 from workflows.audit import trail
+from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, expiry, policy, wakeups
+from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import Approval, Step, Workflow
-from workflows.audit.redaction import refuse_credentials
 from workflows.states import StepStatus, WorkflowStatus
-from workflows.engine.transitions import move
 
 
 def _check_reviewer(workflow: Workflow, user) -> None:

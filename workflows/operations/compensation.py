@@ -17,13 +17,12 @@ from django.utils import timezone
 
 from workflows import actions, roles
 from workflows.audit import trail
-from workflows.engine import binding
+from workflows.audit.redaction import refuse_credentials, was_redacted
+from workflows.engine import binding, compensating, wakeups
+from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
-from workflows.audit.redaction import refuse_credentials, was_redacted
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
-from workflows.engine import wakeups
-from workflows.engine.transitions import move
 
 COMPENSABLE_WORKFLOW = (
     WorkflowStatus.COMPLETE, WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.COMPENSATION_FAILED,
@@ -173,7 +172,7 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
                        "undo_operation_key": undo.operation_key, "undo_action": undo.action})
         move(comp, CompensationStatus.RUNNING, actor=by, verb="compensation.started")
         if not comp.plan:  # only irreversible steps were chosen: nothing to run
-            _finish(workflow, comp)
+            compensating.finish(workflow, comp)
         else:
             wakeups.wake(workflow)
     return comp

@@ -14,14 +14,13 @@ from django.utils import timezone
 
 from workflows import roles
 from workflows.audit import secrets, trail
-from workflows.engine import policy
+from workflows.audit.redaction import refuse_credentials
+from workflows.engine import policy, wakeups
+from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
 from workflows.models import DeadLetter, Step, Workflow
-from workflows.audit.redaction import refuse_credentials
-from workflows.states import StepStatus, WorkflowStatus
-from workflows.engine import wakeups
 from workflows.operations import compensation
-from workflows.engine.transitions import move
+from workflows.states import StepStatus, WorkflowStatus
 
 MAX_BULK = 500
 

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from workflows import actions
 from workflows.audit import secrets, trail
-from workflows.engine import binding
-from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.audit.redaction import credential_fields, find_credential, redact
+from workflows.engine import binding, wakeups
+from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
 
 STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_STEPS = 50

@@ -9,13 +9,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows import roles
+from workflows.audit.redaction import CredentialRefused, credential_fields, refuse_credentials
+from workflows.engine import compensating, wakeups
+from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
 from workflows.models import Step, Workflow
-from workflows.audit.redaction import CredentialRefused, credential_fields, refuse_credentials
-from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
-from workflows.engine import compensating, wakeups
 from workflows.operations import compensation
-from workflows.engine.transitions import move
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 HAPPENED = "happened"
 NOT_HAPPENED = "not_happened"

@@ -47,8 +47,8 @@ from django.db.models import Count, Min
 
 from workflows import roles
 from workflows.audit import trail
-from workflows.operations import approvals, plans
 from workflows.models import Attempt, Step, Workflow
+from workflows.operations import approvals, plans
 from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 

@@ -11,12 +11,12 @@ from ninja.security import HttpBearer
 from pydantic import StrictInt
 
 from workflows import roles
-from workflows.operations import approvals, compensation, deadletters, plans, tokens
 from workflows.errors import DomainError, NotAllowed
-from workflows.web.jsonparse import BadJSON, DepthLimitedParser
 from workflows.models import Compensation, DeadLetter, Workflow
-from workflows.web.pagination import page_by_created
+from workflows.operations import approvals, compensation, deadletters, plans, tokens
 from workflows.states import FailureClass, WorkflowStatus
+from workflows.web.jsonparse import BadJSON, DepthLimitedParser
+from workflows.web.pagination import page_by_created
 
 
 class BearerToken(HttpBearer):

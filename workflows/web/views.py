@@ -18,11 +18,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from workflows import actions, roles
 from workflows.engine import policy
-from workflows.operations import approvals, compensation, resolution
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Workflow
-from workflows.web.pagination import page_by_created
+from workflows.operations import approvals, compensation, resolution
 from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from workflows.web.pagination import page_by_created
 
 PAGE_SIZE = 50
 RISK_ORDER = ["LOW", "MEDIUM", "HIGH"]

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
-from workflows.operations import compensation
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, Compensation, DeadLetter, Workflow
-from workflows.web.pagination import page_by_created
+from workflows.operations import compensation
 from workflows.states import CompensationStatus, StepStatus
+from workflows.web.pagination import page_by_created
 from workflows.web.views import _get_workflow_for_user
 
 PAGE_SIZE = 50

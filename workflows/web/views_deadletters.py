@@ -23,11 +23,11 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
-from workflows.operations import deadletters
 from workflows.errors import DomainError
 from workflows.models import DeadLetter
-from workflows.web.pagination import page_by_created
+from workflows.operations import deadletters
 from workflows.states import FailureClass
+from workflows.web.pagination import page_by_created
 
 PAGE_SIZE = 50
 AGES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}

@@ -18,7 +18,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.ops import bench, processes
+from workflows.ops import processes
+from workflows.ops.bench import common, parts
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:
@@ -35,7 +36,7 @@ class Command(BaseCommand):
     help = "Measure raw and durable throughput, latency, recovery, page times and worker memory."
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=bench.MEMORY_STEPS,
+        parser.add_argument("--steps", type=int, default=common.MEMORY_STEPS,
                             help="noop steps per cluster run (b); memory (f) is judged from 100000 up")
         parser.add_argument("--steps-per-workflow", type=int, default=10)
         parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
@@ -48,20 +49,20 @@ class Command(BaseCommand):
         parser.add_argument("--seed-events", type=int, default=100_000)
         parser.add_argument("--page-requests", type=int, default=30)
         parser.add_argument("--lease-seconds", type=float, default=10.0, help="STEP_LEASE_SECONDS of the clusters")
-        parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(bench.SECTIONS)}")
+        parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
 
     def handle(self, *args, **opts):
         skip = frozenset(part.strip() for part in opts["skip"].split(",") if part.strip())
-        if skip - set(bench.SECTIONS):
-            raise CommandError(f"--skip takes some of {','.join(bench.SECTIONS)}; got {opts['skip']!r}")
+        if skip - set(common.SECTIONS):
+            raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
         if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
                opts["recovery_runs"], opts["page_requests"]) < 1 or opts["raw_seconds"] <= 0:
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         base = Path(settings.VAR_DIR) / "bench"
-        options = bench.Options(
+        options = common.Options(
             steps=opts["steps"], steps_per_workflow=opts["steps_per_workflow"],
             clusters=_numbers(opts["clusters"], "--clusters"), workers_per_cluster=opts["workers_per_cluster"],
             raw_seconds=opts["raw_seconds"], raw_clients=_numbers(opts["raw_clients"], "--raw-clients"),
@@ -72,7 +73,7 @@ class Command(BaseCommand):
             workdir=Path(opts["workdir"] or base / stamp),
         )
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one "Enqueued" line per approval otherwise
-        result = bench.run(options, log=self.stdout.write)
+        result = parts.run(options, log=self.stdout.write)
         json_path = Path(opts["json_path"] or base / f"bench-{stamp}.json")
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2, default=str))

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 
 from workflows.audit import keys, trail
 from workflows.engine import binding
-from workflows.ops.bench import AGENT, REVIEWER, personas
+from workflows.ops.bench.common import AGENT, REVIEWER, personas
 from workflows.models import (
     Approval,
     Attempt,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from workflows.ops.bench import BenchError
+from workflows.ops.bench.common import BenchError
 from workflows.ops.processes import group_pids
 
 MIB = 1024

@@ -25,12 +25,12 @@ from django_q.brokers import get_broker
 
 from workflows.audit import keys, signing
 from workflows.engine import execution, failpoints
+from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
-from workflows.ops.bench import SECTIONS, BenchError, Options, console_user, goals, personas
+from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
-from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.ops.processes import Cluster, database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
@@ -432,3 +432,7 @@ class Bench:
             times.append((time.perf_counter() - began) * 1000)
         counting = [sql for sql in queries if "COUNT(" in sql.upper()]
         return {"url": url, "queries": len(queries), "count_queries": counting, **spread(times)}
+
+
+def run(options: Options, log=print) -> dict:
+    return Bench(options, log).run()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from workflows.ops.bench import BenchError
+from workflows.ops.bench.common import BenchError
 
 
 @contextmanager

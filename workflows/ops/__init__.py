@@ -1,0 +1,6 @@
+"""Ops tooling: the benchmark (`bench`), the chaos soak (`chaos`) and the
+helpers that start and stop real processes (`processes`).
+
+May import anything in workflows/; only the management commands (and the
+tests) import it.
+"""
