@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
 from workflows.ops.bench import common
 from workflows.ops.bench.memory import MIB, RssSampler
@@ -112,12 +112,12 @@ def test_seeded_history_forms_valid_audit_chains(db, events):
     assert Workflow.objects.count() == 60 and AuditEvent.objects.count() == events
     assert {"PLANNED", "COMPLETE", "FAILED"} <= set(Workflow.objects.values_list("status", flat=True))
     assert DeadLetter.objects.open().count() == Workflow.objects.filter(status="FAILED").count()
-    verdict = trail.verify()
+    verdict = journal.verify()
     assert verdict.ok, verdict.problems[:5]
     assert verdict.events == events and verdict.streams == AuditHead.objects.count()
     # The chains are really checked: a head that no longer matches its chain is reported.
     AuditHead.objects.filter(pk=AuditHead.objects.first().pk).update(hash="f" * 64)
-    assert not trail.verify().ok
+    assert not journal.verify().ok
 
 
 def page_queries(client) -> dict[str, list[str]]:

@@ -121,7 +121,7 @@ def test_the_walk_sees_every_module_and_its_lazy_imports():
     edges = graph()
     assert "workflows.engine.execution" in edges and "workflows.management.commands.bench" in edges
     # policy imports the audit trail inside a function.
-    assert "workflows.audit.trail" in edges["workflows.engine.policy"]
+    assert "workflows.audit.journal" in edges["workflows.engine.policy"]
 
 
 def test_no_import_cycles():

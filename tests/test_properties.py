@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from workflows import actions, states
 from workflows.actions import ActionError, Outcome
-from workflows.audit import redaction, trail
+from workflows.audit import journal, redaction
 from workflows.engine import execution, leases, recovery
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
@@ -142,7 +142,7 @@ class Operations(RuleBasedStateMachine):
 
     def teardown(self):
         try:
-            assert trail.verify().ok
+            assert journal.verify().ok
         finally:
             transaction.savepoint_rollback(self.savepoint)
 

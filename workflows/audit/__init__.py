@@ -1,6 +1,6 @@
 """The audit trail and what keeps secrets out of it.
 
-`trail` appends hash-chained events inside the caller's transaction and
+`journal` appends hash-chained events inside the caller's transaction and
 verifies the chain; `keys` holds the audit keys (HMAC links, approval
 seals), `signing` the Ed25519 key set, `checkpoints` the signed heads;
 `redaction` and `secrets` decide what may be stored or shown.

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from workflows import actions
 from workflows.actions import ActionError, Outcome
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import redact_text
 from workflows.engine import failpoints, outcomes, policy, recovery, references
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
@@ -136,7 +136,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) 
         # were read as due: nothing can have changed them in between.
         owner = worker_id()
         expires = timezone.now() + lease
-        log: list[trail.Entry] = []
+        log: list[journal.Entry] = []
         for status in (StepStatus.PENDING, StepStatus.WAITING_RETRY):
             move_many(
                 [step for step in claimed if step.status == status],
@@ -161,7 +161,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) 
                 step.workflow.status = WorkflowStatus.RUNNING
         if share:
             _request_shared([step for step in claimed if _shares_checkpoints(step)], log)
-        trail.append_many(log)
+        journal.append_many(log)
     return claimed
 
 
@@ -191,7 +191,7 @@ def _request_shared(steps: list[Step], log: list) -> None:
     Attempt.objects.bulk_create(attempts)
     for attempt in attempts:
         attempt.step.attempt = attempt
-        log.append(trail.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
+        log.append(journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
                                {"step": attempt.step.key, "number": attempt.number,
                                 "operation_key": attempt.operation_key, "fence": attempt.fence}))
 
@@ -348,7 +348,7 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None, 
             policy_version=policy_version,
             plan_hash=plan_hash,
         )
-        trail.append(
+        journal.append(
             actor=WORKER,
             verb="attempt.requested",
             obj_type="attempt",

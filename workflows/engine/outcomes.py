@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.actions import ActionError, Outcome
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.engine import compensating, failpoints, parking, retry
 from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
@@ -48,7 +48,7 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
         return []
     with transaction.atomic():
         held = still_held(steps, StepStatus.RUNNING)
-        log: list[trail.Entry] = []
+        log: list[journal.Entry] = []
         move_many([step.attempt for step in held], AttemptStatus.SUCCEEDED, actor=WORKER, locked=True, log=log,
                   finished_at=timezone.now(), data=lambda a: {"external_ref": outcomes[a.step_id].external_ref})
         moved = move_many(
@@ -57,7 +57,7 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
                                "external_ref": outcomes[step.pk].external_ref},
             data=lambda step: {"external_ref": outcomes[step.pk].external_ref, "attempt": step.attempt.number},
         )
-        trail.append_many(log)
+        journal.append_many(log)
     return moved
 
 
@@ -94,7 +94,7 @@ def complete(steps: list[Step]) -> None:
     if not steps:
         return
     with transaction.atomic():
-        log: list[trail.Entry] = []
+        log: list[journal.Entry] = []
         done = move_many(still_held(steps, StepStatus.VERIFYING), StepStatus.COMPLETE, actor=WORKER, locked=True,
                          log=log, lease_expires_at=None)
         Step.objects.ready_after(done)
@@ -105,7 +105,7 @@ def complete(steps: list[Step]) -> None:
         )
         finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
         move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
-        trail.append_many(log)
+        journal.append_many(log)
 
 
 def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:

@@ -5,7 +5,7 @@ operator may then do with the entry (replay, discard) is
 `workflows.operations.deadletters`.
 """
 
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.models import Attempt, DeadLetter, Step, Trace
 
@@ -36,7 +36,7 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
         attempt_count=step.attempts.filter(number__gt=step.retry_base).count(),
         trace=trace,
     )
-    trail.append(actor="worker", verb="dead_letter.created", obj_type="dead_letter", obj_id=dead_letter.pk,
+    journal.append(actor="worker", verb="dead_letter.created", obj_type="dead_letter", obj_id=dead_letter.pk,
                  workflow_id=step.workflow_id,
                  data={"step": step.key, "failure_class": failure_class, "attempts": dead_letter.attempt_count,
                        "trace": str(trace.pk)})

@@ -211,7 +211,7 @@ def update(action: str, *, by, **changes) -> ActionPolicy:
     """Change an action's policy: a new version, audited with what changed."""
     from django.db.models import F
 
-    from workflows.audit import trail
+    from workflows.audit import journal
 
     unknown = set(changes) - set(EDITABLE)
     if unknown:
@@ -222,12 +222,12 @@ def update(action: str, *, by, **changes) -> ActionPolicy:
             version=F("version") + 1, updated_by=_actor(by), updated_at=timezone.now(), **changes
         )
         current.refresh_from_db()
-        trail.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
+        journal.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
                      data={"action": action, "version": current.version, "changed": changes})
     return current
 
 
 def _actor(user) -> str:
-    from workflows.audit.trail import actor_name
+    from workflows.audit.journal import actor_name
 
     return actor_name(user)

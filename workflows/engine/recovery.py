@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from workflows import actions
 from workflows.actions import ActionError, Outcome
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.engine import retry
 from workflows.engine.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
@@ -154,7 +154,7 @@ def _reverify_later(step: Step) -> bool:
         pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_owner=step.lease_owner
     ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None)
     if updated:
-        trail.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
+        journal.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
                      workflow_id=step.workflow_id, data={"status": step.status, "previous_owner": step.lease_owner})
     return bool(updated)
 

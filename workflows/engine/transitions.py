@@ -9,7 +9,7 @@ illegal move raises.
 from django.db import transaction
 from django.utils import timezone
 
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.models import Attempt, Compensation, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
 
@@ -46,7 +46,7 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
             return False
         event_data = {"from": current, "to": target}
         event_data.update(data or {})
-        trail.append(
+        journal.append(
             actor=actor,
             verb=verb or f"{kind}.{target.lower()}",
             obj_type=kind,
@@ -79,7 +79,7 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
     `locked`: the caller already holds these rows' locks, taken in this
     transaction after it read them, so there is nothing left to check.
     `log`: collect the audit entries there, for the caller to append with
-    the rest of its transaction's (one `trail.append_many`).
+    the rest of its transaction's (one `journal.append_many`).
     """
     if not objs:
         return []
@@ -120,12 +120,12 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
                 names.add(name)
         update_rows(model, ["status", *fields, *sorted(names)], moving)
     entries = [
-        trail.Entry(actor, verb or f"{kind}.{target.lower()}", kind, obj.pk, _workflow_id(obj),
+        journal.Entry(actor, verb or f"{kind}.{target.lower()}", kind, obj.pk, _workflow_id(obj),
                     {"from": current, "to": target, **((data(obj) if callable(data) else data) or {})})
         for obj in moving
     ]
     if log is None:
-        trail.append_many(entries)
+        journal.append_many(entries)
     else:
         log.extend(entries)
     return moving

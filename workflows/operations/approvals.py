@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows import roles
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, expiry, policy, wakeups
 from workflows.engine.transitions import move
@@ -47,7 +47,7 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
         have = len(policy.valid_approvals(locked, plan_policies))
         data = {"comment": comment, "plan_hash": locked.plan_hash, "approvals": have, "required": required}
         if have < required:
-            trail.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
+            journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
                          workflow_id=locked.pk, data=data)
             return locked
         if locked.status == WorkflowStatus.PLANNED:

@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from workflows import actions, roles
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials, was_redacted
 from workflows.engine import binding, compensating, wakeups
 from workflows.engine.transitions import move
@@ -123,7 +123,7 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
                                                    irreversible=irreversible, requested_by=by)
         except IntegrityError:
             raise WrongState("This workflow already has a compensation awaiting a decision or running.") from None
-        trail.append(actor=by, verb="compensation.requested", obj_type="compensation", obj_id=comp.pk,
+        journal.append(actor=by, verb="compensation.requested", obj_type="compensation", obj_id=comp.pk,
                      workflow_id=locked.pk,
                      data={"reason": reason, "steps": [p["compensates"] for p in plan],
                            "irreversible": [i["key"] for i in irreversible]})

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from workflows import roles
-from workflows.audit import secrets, trail
+from workflows.audit import journal, secrets
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import policy, wakeups
 from workflows.engine.transitions import move
@@ -115,7 +115,7 @@ def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
         )
         if not closed:
             raise WrongState("This dead letter was already resolved.")
-        trail.append(actor=by, verb="dead_letter.discarded", obj_type="dead_letter", obj_id=dead_letter.pk,
+        journal.append(actor=by, verb="dead_letter.discarded", obj_type="dead_letter", obj_id=dead_letter.pk,
                      workflow_id=dead_letter.workflow_id, data={"reason": reason})
     dead_letter.refresh_from_db()
     return dead_letter

@@ -13,7 +13,7 @@ from django.core.mail import send_mass_mail
 from django.db import transaction
 
 from workflows import roles
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.models import Workflow
 from workflows.states import WorkflowStatus
 
@@ -51,6 +51,6 @@ def notify_reviewers(workflow_id) -> int:
         except requests.RequestException as exc:
             log.warning("review webhook failed: %s", type(exc).__name__)
     with transaction.atomic():
-        trail.append(actor="system", verb="reviewers.notified", obj_type="workflow", obj_id=workflow.pk,
+        journal.append(actor="system", verb="reviewers.notified", obj_type="workflow", obj_id=workflow.pk,
                      workflow_id=workflow.pk, data={"emails": sent, "webhook": bool(hook)})
     return sent

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions
-from workflows.audit import secrets, trail
+from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.engine import binding, wakeups
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
@@ -166,7 +166,7 @@ def submit(user, body: dict) -> Submission:
             if plan_hash != workflow.plan_hash:
                 Workflow.objects.filter(pk=workflow.pk).update(plan_hash=plan_hash)
                 workflow.plan_hash = plan_hash
-            trail.append(
+            journal.append(
                 actor=user,
                 verb="workflow.submitted",
                 obj_type="workflow",

@@ -46,7 +46,7 @@ from django.db import connection
 from django.db.models import Count, Min
 
 from workflows import roles
-from workflows.audit import trail
+from workflows.audit import journal
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
@@ -452,7 +452,7 @@ class Soak:
             for row in attempts.filter(status=AttemptStatus.SUCCEEDED).values("step__operation_key")
             .annotate(n=Count("id")).filter(n__gt=1)
         ]
-        verdict = trail.verify(streams=[str(pk) for pk in self.workflow_ids])
+        verdict = journal.verify(streams=[str(pk) for pk in self.workflow_ids])
         result.audit_ok = verdict.ok and verdict.streams == len(self.workflow_ids)
         result.audit_events, result.audit_problems = verdict.events, verdict.problems[:50]
         if verdict.streams != len(self.workflow_ids):

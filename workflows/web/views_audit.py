@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
-from workflows.audit import signing, trail
+from workflows.audit import journal, signing
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, AuditVerification, canonical_json
 from workflows.web.pagination import page_by_id
@@ -164,7 +164,7 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     if filters.errors:
         messages.error(request, "Not verified: " + "; ".join(filters.problems()))
     else:
-        check = trail.record_verification(by=request.user.get_username(), streams=[str(workflow)] if workflow else None)
+        check = journal.record_verification(by=request.user.get_username(), streams=[str(workflow)] if workflow else None)
         scope = f"workflow {workflow}" if workflow else "whole chain"
         summary = f"{check.events} events in {check.streams} chains"
         if check.ok:

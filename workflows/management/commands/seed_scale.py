@@ -7,7 +7,7 @@ SQLite), one transaction per batch of workflows: a fixed mix of statuses
 (PLANNED for the inbox, COMPLETE, FAILED with an open dead letter and its
 trace, REJECTED), three `noop` steps per workflow with their attempts and
 approvals, and audit events forming a valid hash chain per workflow stream
-(HMAC-SHA256 under the current audit key, as `trail.append` would, heads
+(HMAC-SHA256 under the current audit key, as `journal.append` would, heads
 set to match), so `verify_audit` passes. Each stream gets a share of `--events` in proportion to its natural
 length: shorter trails are cut, longer ones padded with reviewer reminders.
 
@@ -26,7 +26,7 @@ from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from workflows.audit import keys, trail
+from workflows.audit import journal, keys
 from workflows.engine import binding
 from workflows.ops.bench.common import AGENT, REVIEWER, personas
 from workflows.models import (
@@ -240,12 +240,12 @@ class Seeder:
         reminders = [("system", "reviewers.notified", "workflow", wf.pk, {"emails": 0, "webhook": False,
                                                                           "reminder": r + 1})
                      for r in range(max(0, length - len(trail)))]
-        chain, prev, stream, key = [], trail.GENESIS, str(wf.pk), keys.current()
+        chain, prev, stream, key = [], journal.GENESIS, str(wf.pk), keys.current()
         for seq, (actor, verb, obj_type, obj_id, data) in enumerate((trail + reminders)[:length], start=1):
             fields = {"stream": stream, "seq": seq, "at": wf.created_at + timedelta(seconds=seq), "actor": actor,
                       "verb": verb, "object_type": obj_type, "object_id": str(obj_id), "workflow_id": wf.pk,
                       "data": data}
-            digest = trail.event_hash(prev, key=key, **fields)
+            digest = journal.event_hash(prev, key=key, **fields)
             chain.append(AuditEvent(prev_hash=prev, hash=digest, hash_alg=AuditEvent.HMAC_SHA256, key_id=key.kid,
                                     **fields))
             prev = digest
