@@ -2,7 +2,7 @@
 
 A checkpoint is a statement of every stream's (stream, seq, head hash) and
 the total number of events, signed with the Ed25519 key set of
-workflows.signing, whose private half never enters the database. Someone
+workflows.audit.signing, whose private half never enters the database. Someone
 who can write rows can then neither delete, truncate nor rewrite a stream
 the checkpoint saw, nor rewrite one with plain SHA-256 links, without
 `verify_audit` noticing.

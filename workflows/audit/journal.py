@@ -7,7 +7,7 @@ a chain; rows written before keyed audit stay plain SHA-256 (`hash_alg`
 `sha256`) and verify as such. A `sha256` row after a keyed one in its
 stream, or beyond what a checkpoint saw of its stream, is a rewrite
 without the key: a writer cannot downgrade a stream to unkeyed links.
-Signed checkpoints (workflows.checkpoints) pin every stream's head, which
+Signed checkpoints (workflows.audit.checkpoints) pin every stream's head, which
 catches a whole stream deleted, truncated or rewritten.
 """
 

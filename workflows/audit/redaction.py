@@ -3,7 +3,7 @@
 What people and agents submit is never rewritten: a credential in a plan's
 args or in a comment or reason is refused (`credential_fields`,
 `refuse_credentials`), and a plan passes secrets by reference instead
-(`workflows.secrets`). What other systems send back (results, error texts)
+(`workflows.audit.secrets`). What other systems send back (results, error texts)
 and what the engine writes to its logs is redacted where it enters
 (`redact`, `redact_text`), together with every secret value the worker
 resolved. Agent context is evidence, not input: it is redacted and its

@@ -3,7 +3,7 @@
 The plan hash is recomputed from the stored steps whenever a step is claimed,
 never taken from a stored column, so a step whose args were edited in the
 database no longer matches what was approved. Each approval is sealed with a
-MAC under the audit key (`workflows.keys`, which never lives in the database)
+MAC under the audit key (`workflows.audit.keys`, which never lives in the database)
 over what was decided, so a writer who also rewrites the stored hashes, or
 inserts an approval of their own, is caught as well: without the key they
 cannot seal another plan. A compensation's authorization is sealed the same

@@ -4,7 +4,7 @@
 replay previews. Any failed check blocks the step with POLICY_FAILED; only a
 fresh approval lets it go on. Plan binding is one of the checks: the plan's
 hash is recomputed from its stored steps, and only approvals sealed for that
-hash count (`workflows.binding`).
+hash count (`workflows.engine.binding`).
 """
 
 from dataclasses import dataclass

@@ -38,7 +38,7 @@ def _task_taken(**kwargs) -> None:
     _last_pickup.value = time.time()
 
 
-pre_execute.connect(_task_taken, dispatch_uid="workflows.worker.task_taken")
+pre_execute.connect(_task_taken, dispatch_uid="workflows.engine.worker.task_taken")
 
 
 class StallWatch:

@@ -54,7 +54,7 @@ from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 KINDS = ("worker", "child", "group", "sessions")
 # Environment of the clusters under chaos. Short task timeouts bound how long
-# a wedged cluster takes to withhold its heartbeat (workflows.worker.StallWatch).
+# a wedged cluster takes to withhold its heartbeat (workflows.engine.worker.StallWatch).
 CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "ACTION_TIMEOUT_SECONDS": "3", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)

@@ -2,7 +2,7 @@
 and `qcluster` clusters as child processes, each cluster in its own process
 group, and whether processes are still alive (from /proc: Linux).
 
-Used by workflows.chaos, workflows.bench, `manage.py chaos` and
+Used by workflows.ops.chaos, workflows.ops.bench, `manage.py chaos` and
 tests/test_chaos.py.
 """
 

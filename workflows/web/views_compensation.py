@@ -1,7 +1,7 @@
 """The compensation console: request an undo, decide on it, watch it run.
 
 Operators request; a reviewer other than the requester authorizes or
-declines; auditors may look. The rules live in `workflows.compensation`
+declines; auditors may look. The rules live in `workflows.operations.compensation`
 (which rechecks roles, the requester and the state under row locks); these
 views choose the objects, show the plan and report the outcome.
 """

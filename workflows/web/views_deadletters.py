@@ -1,7 +1,7 @@
 """The operators' dead-letter console: list, inspect, replay, discard.
 
 Operators resolve entries; auditors may look but never act. Every change
-goes through the named operations in `workflows.deadletters`, which recheck
+goes through the named operations in `workflows.operations.deadletters`, which recheck
 current policy and decide races in the database; these views only choose
 the entries, show the preview and report the outcome.
 """

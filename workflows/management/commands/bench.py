@@ -1,4 +1,4 @@
-"""`bench`: measure durable execution on this machine (see workflows.bench).
+"""`bench`: measure durable execution on this machine (see workflows.ops.bench).
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--skip a,b,...] [--json FILE]

@@ -1,4 +1,4 @@
-"""`chaos`: the soak of workflows.chaos against real clusters and a real desk.
+"""`chaos`: the soak of workflows.ops.chaos against real clusters and a real desk.
 
     python manage.py chaos --workflows 200 --clusters 2 --seconds 120 --kill-every 2.0 --seed 1
 

@@ -1,6 +1,6 @@
 """The Bench: one run of the parts (a) to (e) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
-part's failure under `errors` (see workflows.bench)."""
+part's failure under `errors` (see workflows.ops.bench)."""
 
 from __future__ import annotations
 
