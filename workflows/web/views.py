@@ -6,13 +6,13 @@ redirect, so every action also works without JavaScript.
 
 from uuid import UUID
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -22,6 +22,7 @@ from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Workflow
 from workflows.operations import approvals, compensation, resolution
 from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from workflows.web.pages import act
 from workflows.web.pagination import page_by_created
 
 PAGE_SIZE = 50
@@ -190,15 +191,15 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> Htt
         raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
-    try:
-        decision(workflow, by=request.user, comment=comment)
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{done}: {workflow.name}")
-    if not request.htmx:
-        return redirect("workflow_detail", workflow_id=workflow.pk)
-    # htmx swaps only 2xx answers: a refused decision is shown as a message.
+    return act(request, lambda: decision(workflow, by=request.user, comment=comment), done=f"{done}: {workflow.name}",
+               back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+def _detail_url(workflow: Workflow) -> str:
+    return reverse("workflow_detail", kwargs={"workflow_id": workflow.pk})
+
+
+def _live(request: HttpRequest, workflow: Workflow) -> HttpResponse:
     workflow.refresh_from_db()
     return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
 
@@ -210,17 +211,13 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
         raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     step = get_object_or_404(workflow.steps, key=step_key)
-    try:
+
+    def resolve() -> None:
         resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
                            reason=request.POST.get("reason", ""), external_ref=request.POST.get("external_ref", ""))
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Resolved step {step.key}.")
-    if not request.htmx:
-        return redirect("workflow_detail", workflow_id=workflow.pk)
-    workflow.refresh_from_db()
-    return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
+
+    return act(request, resolve, done=f"Resolved step {step.key}.", back=_detail_url(workflow),
+               partial=lambda: _live(request, workflow))
 
 
 @login_required

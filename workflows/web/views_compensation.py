@@ -13,6 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -21,7 +22,7 @@ from workflows.errors import DomainError
 from workflows.models import AuditEvent, Compensation, DeadLetter, Workflow
 from workflows.operations import compensation
 from workflows.states import CompensationStatus, StepStatus
-from workflows.web.pagination import page_by_created
+from workflows.web.pages import act, list_page
 from workflows.web.views import _get_workflow_for_user
 
 PAGE_SIZE = 50
@@ -147,17 +148,14 @@ def compensation_detail(request: HttpRequest, compensation_id: UUID) -> HttpResp
 
 def _decide(request: HttpRequest, compensation_id: UUID, decision, done: str) -> HttpResponse:
     comp = _get_compensation_for_user(request, compensation_id, decide=True)
-    try:
-        decision(comp, by=request.user, reason=request.POST.get("reason", "")[:2000])
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{done}: compensation of {comp.workflow.name}")
-    if not request.htmx:
-        return redirect("compensation_detail", compensation_id=comp.pk)
-    # htmx swaps only 2xx answers: a refused decision is shown as a message.
-    comp = _get_compensation_for_user(request, compensation_id, decide=True)
-    return render(request, "workflows/compensation_detail.html#live", _detail_context(request, comp))
+
+    def live() -> HttpResponse:
+        fresh = _get_compensation_for_user(request, compensation_id, decide=True)
+        return render(request, "workflows/compensation_detail.html#live", _detail_context(request, fresh))
+
+    return act(request, lambda: decision(comp, by=request.user, reason=request.POST.get("reason", "")[:2000]),
+               done=f"{done}: compensation of {comp.workflow.name}",
+               back=reverse("compensation_detail", kwargs={"compensation_id": comp.pk}), partial=live)
 
 
 @login_required
@@ -185,12 +183,5 @@ def compensation_list(request: HttpRequest) -> HttpResponse:
         comps = comps.filter(status=status)
     elif status != ALL_STATUSES:
         return HttpResponseBadRequest("Unknown status.")
-    try:
-        rows, next_cursor = page_by_created(comps, request.GET.get("cursor") or None, PAGE_SIZE)
-    except DomainError as exc:
-        return HttpResponseBadRequest(exc.message)
-    context = {"compensations": rows, "next_cursor": next_cursor, "status": status,
-               "statuses": [*CompensationStatus.values, ALL_STATUSES]}
-    partial = request.htmx and not request.htmx.history_restore_request
-    template = "workflows/compensation_list.html#rows" if partial else "workflows/compensation_list.html"
-    return render(request, template, context)
+    return list_page(request, comps, "workflows/compensation_list.html", rows="compensations", page_size=PAGE_SIZE,
+                     context={"status": status, "statuses": [*CompensationStatus.values, ALL_STATUSES]})

@@ -15,7 +15,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -27,7 +27,7 @@ from workflows.errors import DomainError
 from workflows.models import DeadLetter
 from workflows.operations import deadletters
 from workflows.states import FailureClass
-from workflows.web.pagination import page_by_created
+from workflows.web.pages import act, list_page
 
 PAGE_SIZE = 50
 AGES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
@@ -117,21 +117,11 @@ def dead_letter_list(request: HttpRequest) -> HttpResponse:
     _check_role(request.user)
     filters = DeadLetterFilter(request.GET)
     entries = filters.apply(DeadLetter.objects.select_related("workflow"))
-    try:
-        rows, next_cursor = page_by_created(entries, request.GET.get("cursor") or None, PAGE_SIZE)
-    except DomainError as exc:
-        return HttpResponseBadRequest(exc.message)
-    context = {
+    return list_page(request, entries, "workflows/dead_letter_list.html", rows="entries", page_size=PAGE_SIZE, context={
         "filters": filters,
-        "entries": rows,
-        "next_cursor": next_cursor,
         "query": filters.querystring(),
         "can_select": roles.is_operator(request.user) and filters.status_value == DeadLetter.Status.OPEN,
-    }
-    # A history restore after hx-push-url needs the whole page, not the rows.
-    partial = request.htmx and not request.htmx.history_restore_request
-    template = "workflows/dead_letter_list.html#rows" if partial else "workflows/dead_letter_list.html"
-    return render(request, template, context)
+    })
 
 
 def _detail_context(request: HttpRequest, dead_letter: DeadLetter) -> dict:
@@ -153,17 +143,14 @@ def dead_letter_detail(request: HttpRequest, dead_letter_id: UUID) -> HttpRespon
 
 def _resolve(request: HttpRequest, dead_letter_id: UUID, operation, done: str) -> HttpResponse:
     dead_letter = _get_dead_letter_for_user(request, dead_letter_id, resolve=True)
-    try:
-        operation(dead_letter, by=request.user, reason=request.POST.get("reason", ""))
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{done}: {dead_letter.step_key} ({str(dead_letter.pk)[:8]})")
-    if not request.htmx:
-        return redirect("dead_letter_detail", dead_letter_id=dead_letter.pk)
-    # htmx swaps only 2xx answers: a refusal is shown as a message.
-    dead_letter = _get_dead_letter_for_user(request, dead_letter_id, resolve=True)
-    return render(request, "workflows/dead_letter_detail.html#detail", _detail_context(request, dead_letter))
+
+    def detail() -> HttpResponse:
+        fresh = _get_dead_letter_for_user(request, dead_letter_id, resolve=True)
+        return render(request, "workflows/dead_letter_detail.html#detail", _detail_context(request, fresh))
+
+    return act(request, lambda: operation(dead_letter, by=request.user, reason=request.POST.get("reason", "")),
+               done=f"{done}: {dead_letter.step_key} ({str(dead_letter.pk)[:8]})",
+               back=reverse("dead_letter_detail", kwargs={"dead_letter_id": dead_letter.pk}), partial=detail)
 
 
 @login_required
