@@ -7,7 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.env import env_bool, env_float, env_int, env_list, env_str
-from workflows.secrets import parse_policy
+from workflows.audit.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -19,8 +19,8 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local development)")
     SECRET_KEY = "insecure-development-key-do-not-use-in-production"
 
-# Audit chain and approval seals (workflows.keys), and the Ed25519 key set
-# that signs audit checkpoints (workflows.signing): both kept outside the
+# Audit chain and approval seals (workflows.audit.keys), and the Ed25519 key set
+# that signs audit checkpoints (workflows.audit.signing): both kept outside the
 # database, both required without DEBUG, so that no web or worker process
 # starts without them (gunicorn runs no system checks: this is the one place
 # every process goes through).
@@ -31,7 +31,7 @@ if not DEBUG:
         if not _value:
             raise ImproperlyConfigured(f"{_name} must be set when DEBUG is off (see README: Configuration)")
 if AUDIT_KEYS:
-    from workflows.keys import parse as _parse_audit_keys
+    from workflows.audit.keys import parse as _parse_audit_keys
 
     _parse_audit_keys(AUDIT_KEYS)
 SIGNING_KEY_OVERLAP_HOURS = env_float("SIGNING_KEY_OVERLAP_HOURS", 24.0, minimum=0.0)
@@ -59,8 +59,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "workflows.middleware.RequestSizeLimit",
-    "workflows.middleware.RefuseUnstorableText",
+    "workflows.web.middleware.RequestSizeLimit",
+    "workflows.web.middleware.RefuseUnstorableText",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -76,7 +76,7 @@ MIDDLEWARE = [
 ]
 
 AUTHENTICATION_BACKENDS = [
-    "workflows.auth.ThrottledLogins",
+    "workflows.web.auth.ThrottledLogins",
     "django.contrib.auth.backends.ModelBackend",
 ]
 # Login throttling: after AXES_FAILURE_LIMIT failures for one username from
@@ -116,7 +116,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "workflows.views.roles_context",
+                "workflows.web.views.roles_context",
             ],
         },
     },
@@ -202,7 +202,7 @@ ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 RECONCILE_GRACE_SECONDS = env_float("RECONCILE_GRACE_SECONDS", 2.0, minimum=0.0)
 DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
 WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
-# Secrets by reference (workflows.secrets): which actions and hosts may
+# Secrets by reference (workflows.audit.secrets): which actions and hosts may
 # receive each named secret; values only ever in the worker's environment
 # (SECRET_<NAME>) or in SECRETS_DIR/<NAME>.
 SECRETS_POLICY = parse_policy(env_str("SECRETS_POLICY", ""))
@@ -242,7 +242,7 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "workflows.redaction.RedactingFilter"}},
+    "filters": {"redact": {"()": "workflows.audit.redaction.RedactingFilter"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

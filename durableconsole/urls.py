@@ -2,12 +2,12 @@ from django.contrib import admin
 from django.urls import include, path
 
 from workflows.admin import view_on_site
-from workflows.api import api
+from workflows.web.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),
     # Before the admin's own, which answers a malformed UUID with a 500.
     path("admin/r/<path:content_type_id>/<path:object_id>/", view_on_site),
     path("admin/", admin.site.urls),
-    path("", include("workflows.urls")),
+    path("", include("workflows.web.urls")),
 ]

@@ -12,8 +12,10 @@ from django.test import Client
 from tests import redis_server
 from tests.desk import TicketDesk
 from tests.processes import Worker
-from workflows import keys, roles, tokens
+from workflows import roles
+from workflows.audit import keys
 from workflows.models import Workflow
+from workflows.operations import tokens
 
 pytest_plugins = ["tests.chromium"]
 
@@ -160,7 +162,7 @@ def wait_for_status(workflow_id, statuses, timeout=30.0):
 def run_until(workflow_id, statuses, timeout=30.0):
     """Drive the engine in-process (as a worker's loop and tasks would) until
     the workflow reaches one of `statuses`."""
-    from workflows import execution, recovery
+    from workflows.engine import execution, recovery
 
     if isinstance(statuses, str):
         statuses = {statuses}

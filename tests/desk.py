@@ -32,7 +32,7 @@ from pathlib import Path
 
 import requests
 
-from workflows.processes import free_port
+from workflows.ops.processes import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 MANAGE_PY = PROJECT_DIR / "manage.py"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workflows.processes import Cluster, database_url
+from workflows.ops.processes import Cluster, database_url
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from schemathesis.checks import (
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 
-from workflows import tokens
+from workflows.operations import tokens
 
 app = get_wsgi_application()
 

@@ -55,7 +55,7 @@ def test_a_plan_past_its_deadline_expires_instead_of_being_approved(api):
 
     from django.utils import timezone
 
-    from workflows import approvals
+    from workflows.engine import expiry
 
     workflow_id = _submit(api)
     Workflow.objects.filter(pk=workflow_id).update(deadline=timezone.now() - timedelta(seconds=1))
@@ -63,7 +63,7 @@ def test_a_plan_past_its_deadline_expires_instead_of_being_approved(api):
     assert response.status_code == 409
     assert Workflow.objects.get(pk=workflow_id).status == "EXPIRED"
     assert not Approval.objects.filter(decision="APPROVE").exists()
-    assert approvals.expire_overdue() == 0  # already done
+    assert expiry.expire_overdue() == 0  # already done
 
 
 def test_the_worker_sweep_expires_overdue_plans(api):
@@ -71,18 +71,18 @@ def test_the_worker_sweep_expires_overdue_plans(api):
 
     from django.utils import timezone
 
-    from workflows import approvals
+    from workflows.engine import expiry
 
     overdue, fresh = _submit(api), api["agent"].post("/workflows", ticket_plan("fresh")).json()["id"]
     Workflow.objects.filter(pk=overdue).update(deadline=timezone.now() - timedelta(seconds=1))
-    assert approvals.expire_overdue() == 1
+    assert expiry.expire_overdue() == 1
     assert Workflow.objects.get(pk=overdue).status == "EXPIRED"
     assert Workflow.objects.get(pk=fresh).status == "PLANNED"
     assert AuditEvent.objects.filter(workflow_id=overdue, verb="workflow.expired").exists()
 
 
 def test_two_of_two_needs_two_distinct_reviewers(api):
-    from workflows import policy
+    from workflows.engine import policy
 
     policy.update("ticket.create", by="admin", approvals_required=2)
     workflow_id = _submit(api)
@@ -96,7 +96,7 @@ def test_two_of_two_needs_two_distinct_reviewers(api):
 
 def test_an_approval_never_covers_another_plan(api):
     """Approvals are bound to the plan hash they reviewed."""
-    from workflows import policy
+    from workflows.engine import policy
 
     policy.update("ticket.create", by="admin", approvals_required=2)
     workflow_id = _submit(api)

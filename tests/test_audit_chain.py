@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows import audit
+from workflows.audit import journal
 from workflows.models import canonical_json, sha256_hex
 
 text = st.text(max_size=40)
@@ -29,5 +29,5 @@ def test_the_appended_hash_is_the_hash_of_the_canonical_json(stream, seq, micros
         "object_type": object_type, "object_id": str(object_id),
         "workflow_id": str(workflow_id) if workflow_id else None, "data": data,
     }))
-    assert audit.event_hash(prev, stream=stream, seq=seq, at=at, actor=actor, verb=verb, object_type=object_type,
+    assert journal.event_hash(prev, stream=stream, seq=seq, at=at, actor=actor, verb=verb, object_type=object_type,
                             object_id=object_id, workflow_id=workflow_id, data=data) == expected

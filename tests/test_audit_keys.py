@@ -23,9 +23,9 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.processes import PROJECT_DIR
-from workflows import audit, keys, signing
+from workflows.audit import journal, keys, signing
 from workflows.models import AuditCheckpoint, AuditEvent, AuditHead, sha256_hex
-from workflows.processes import database_url
+from workflows.ops.processes import database_url
 
 EVENTS = AuditEvent._meta.db_table
 CHECKPOINTS = AuditCheckpoint._meta.db_table
@@ -84,7 +84,7 @@ def dba(transactional_db):
 
 def append(stream: uuid.UUID, count: int, *, actor="agent") -> None:
     with transaction.atomic():
-        audit.append_many([audit.Entry(actor, "test.tick", "test", n, stream, {"n": n}) for n in range(count)])
+        journal.append_many([journal.Entry(actor, "test.tick", "test", n, stream, {"n": n}) for n in range(count)])
 
 
 def stream_of(workflow_id) -> list[AuditEvent]:
@@ -96,10 +96,10 @@ def rewrite(stream, *, key=None, from_seq=1, actor="mallory"):
     audit key must: plain SHA-256 (no key) or HMAC under a key of their own;
     the first rewritten event gets a new actor, the head follows."""
     events = stream_of(stream)
-    prev = events[from_seq - 2].hash if from_seq > 1 else audit.GENESIS
+    prev = events[from_seq - 2].hash if from_seq > 1 else journal.GENESIS
     for event in events[from_seq - 1:]:
         event.actor = actor if event.seq == from_seq else event.actor
-        digest = audit.event_hash(prev, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
+        digest = journal.event_hash(prev, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
                                   verb=event.verb, object_type=event.object_type, object_id=event.object_id,
                                   workflow_id=event.workflow_id, data=event.data)
         sql(f"UPDATE {EVENTS} SET actor = %s, prev_hash = %s, hash = %s, hash_alg = %s, key_id = %s WHERE id = %s",
@@ -128,14 +128,14 @@ def test_new_events_are_hmac_under_the_current_audit_key(trail):
     fields = dict(stream=first.stream, seq=first.seq, at=first.at, actor=first.actor, verb=first.verb,
                   object_type=first.object_type, object_id=first.object_id, workflow_id=first.workflow_id,
                   data=first.data)
-    assert first.hash == audit.event_hash(first.prev_hash, key=key, **fields)
-    assert first.hash != audit.event_hash(first.prev_hash, **fields)  # not plain SHA-256
+    assert first.hash == journal.event_hash(first.prev_hash, key=key, **fields)
+    assert first.hash != journal.event_hash(first.prev_hash, **fields)  # not plain SHA-256
     assert "audit chain OK: 7 events in 2 chains" in intact()
 
 
 def test_rows_written_before_keyed_audit_still_verify_as_sha256(transactional_db):
     stream = uuid.uuid4()
-    prev, at = audit.GENESIS, timezone.now()
+    prev, at = journal.GENESIS, timezone.now()
     for seq in (1, 2):
         fields = dict(stream=str(stream), seq=seq, at=at, actor="agent", verb="old.event", object_type="test",
                       object_id=str(seq), workflow_id=stream, data={"seq": seq})
@@ -161,16 +161,16 @@ def test_the_migration_keeps_earlier_rows_as_sha256_and_the_guard_in_place(trans
     stream, at = str(uuid.uuid4()), timezone.now()
     fields = dict(stream=stream, seq=1, at=at.isoformat(), actor="agent", verb="old.event", object_type="test",
                   object_id="1", workflow_id=stream, data={})
-    digest = sha256_hex(audit.GENESIS + json.dumps(fields, sort_keys=True, separators=(",", ":")))
+    digest = sha256_hex(journal.GENESIS + json.dumps(fields, sort_keys=True, separators=(",", ":")))
     sql(f"INSERT INTO {EVENTS} (stream, seq, at, actor, verb, object_type, object_id, workflow_id, data, prev_hash, "
         "hash) VALUES (%s, 1, %s, 'agent', 'old.event', 'test', '1', %s, '{}', %s, %s)",
-        [stream, at, stream.replace("-", "") if connection.vendor == "sqlite" else stream, audit.GENESIS, digest])
+        [stream, at, stream.replace("-", "") if connection.vendor == "sqlite" else stream, journal.GENESIS, digest])
     sql(f"INSERT INTO {HEADS} (stream, seq, hash) VALUES (%s, 1, %s)", [stream, digest])
 
     executor = MigrationExecutor(connection)
     executor.migrate(leaves)
     assert AuditEvent.objects.values_list("hash_alg", "key_id").get(stream=stream) == ("sha256", "")
-    assert audit.verify().ok
+    assert journal.verify().ok
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         sql(f"UPDATE {EVENTS} SET actor = 'mallory' WHERE stream = %s", [stream])
 

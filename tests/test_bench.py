@@ -12,10 +12,11 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from workflows import audit, bench
-from workflows.bench.memory import MIB, RssSampler
+from workflows.audit import journal
 from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
-from workflows.processes import database_url
+from workflows.ops.bench import common
+from workflows.ops.bench.memory import MIB, RssSampler
+from workflows.ops.processes import database_url
 
 LIST_PAGES = ["/", "/workflows/", "/dead-letters/", "/audit/"]
 LARGE_TABLES = re.compile(r'COUNT\(.*FROM "workflows_(workflow|step|attempt|auditevent|deadletter)"', re.S)
@@ -93,7 +94,7 @@ def test_memory_growth_is_told_from_warm_up():
     # 7.9 MiB over the last four fifths of one worker's 50,000 steps: the
     # steady worker beside it does not dilute the leak.
     assert grown["growth_mib_per_10k_steps"] == pytest.approx(7.9 / 40_000 * 10_000, abs=0.01)
-    assert bench.goals({"memory": {"runs": [{"steps": 100_000, **grown}]}})[0]["met"] is False
+    assert common.goals({"memory": {"runs": [{"steps": 100_000, **grown}]}})[0]["met"] is False
     assert grown["worker_rss_mib_by_tenth"][-1] == 83.4
 
 
@@ -101,7 +102,7 @@ def test_memory_growth_is_told_from_warm_up():
 def test_memory_is_judged_only_over_100k_steps(steps, growth, met):
     result = {"memory": {"runs": [{"clusters": 1, "steps": steps, "growth_mib_per_10k_steps": growth}]}}
 
-    assert [goal["met"] for goal in bench.goals(result) if goal["part"] == "f"] == [met]
+    assert [goal["met"] for goal in common.goals(result) if goal["part"] == "f"] == [met]
 
 
 @pytest.mark.parametrize("events", [300, 3000], ids=["trails-cut", "trails-padded"])
@@ -111,12 +112,12 @@ def test_seeded_history_forms_valid_audit_chains(db, events):
     assert Workflow.objects.count() == 60 and AuditEvent.objects.count() == events
     assert {"PLANNED", "COMPLETE", "FAILED"} <= set(Workflow.objects.values_list("status", flat=True))
     assert DeadLetter.objects.open().count() == Workflow.objects.filter(status="FAILED").count()
-    verdict = audit.verify()
+    verdict = journal.verify()
     assert verdict.ok, verdict.problems[:5]
     assert verdict.events == events and verdict.streams == AuditHead.objects.count()
     # The chains are really checked: a head that no longer matches its chain is reported.
     AuditHead.objects.filter(pk=AuditHead.objects.first().pk).update(hash="f" * 64)
-    assert not audit.verify().ok
+    assert not journal.verify().ok
 
 
 def page_queries(client) -> dict[str, list[str]]:

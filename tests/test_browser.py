@@ -7,8 +7,8 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import plans
 from workflows.models import Approval, Workflow
+from workflows.operations import plans
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -17,9 +17,10 @@ from playwright.sync_api import expect
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.test_compensation import failed_workflow
-from workflows import approvals, plans, policy
+from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, Step, Workflow
-from workflows.views_audit import FIELDS
+from workflows.operations import approvals, plans
+from workflows.web.views_audit import FIELDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

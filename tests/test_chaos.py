@@ -10,8 +10,9 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from workflows import approvals, chaos, plans, processes
 from workflows.models import Attempt, Step, Workflow
+from workflows.operations import approvals, plans
+from workflows.ops import chaos, processes
 from workflows.states import AttemptStatus, StepStatus
 
 pytestmark = pytest.mark.live

@@ -4,9 +4,10 @@ import pytest
 
 from tests.conftest import HttpApi, run_until, wait_for_status
 from tests.test_crash_matrix import CRASH_ENV, crash_at
-from workflows import approvals, compensation, deadletters, plans, policy
+from workflows.engine import policy
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import AuditEvent, Compensation, DeadLetter, Step
+from workflows.operations import approvals, compensation, deadletters, plans
 
 
 def three_steps(key="inc-1"):

@@ -7,8 +7,9 @@ from django.test import Client
 
 from tests.conftest import run_until
 from tests.test_compensation import closes_per_ticket, failed_workflow, three_steps
-from workflows import compensation, views_compensation
 from workflows.models import Compensation, Step
+from workflows.operations import compensation
+from workflows.web import views_compensation
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"

@@ -5,8 +5,8 @@ import pytest
 from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import plans
 from workflows.models import Approval, AuditEvent, Workflow
+from workflows.operations import plans
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -247,7 +247,9 @@ def test_get_on_approve_is_not_allowed(planned, as_user):
 
 
 def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people, client, settings):
-    from workflows import plans, policy, secrets
+    from workflows.audit import secrets
+    from workflows.engine import policy
+    from workflows.operations import plans
 
     policy.update("email.send", by="admin", risk="HIGH")
     settings.SECRETS_POLICY = {"DESK_KEY": {"actions": ["ticket.create"],
@@ -266,7 +268,8 @@ def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people,
 
 
 def test_the_inbox_pages_by_keyset_without_counting(people, client, django_assert_max_num_queries):
-    from workflows import plans, views
+    from workflows.operations import plans
+    from workflows.web import views
 
     for n in range(views.PAGE_SIZE + 3):
         plans.submit(people["agent"], ticket_plan(f"page-{n}"))

@@ -7,8 +7,10 @@ import time
 import pytest
 
 from tests.conftest import ticket_plan, wait_for_status
-from workflows import approvals, audit, failpoints, plans, policy, resolution
+from workflows.audit import journal
+from workflows.engine import failpoints, policy
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
+from workflows.operations import approvals, plans, resolution
 
 pytestmark = pytest.mark.live
 
@@ -70,7 +72,7 @@ def assert_exactly_once(workflow, desk):
         first = Attempt.objects.filter(operation_key=entry["idempotency_key"]).order_by("started_at").first()
         assert first is not None, f"effect without an attempt: {entry}"
         assert first.started_at.isoformat() < entry["at"].replace("Z", "+00:00"), entry
-    assert audit.verify().ok
+    assert journal.verify().ok
 
 
 @pytest.mark.parametrize("point", failpoints.ALL)
@@ -114,7 +116,7 @@ def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
     from tests.conftest import run_until
 
     run_until(workflow.pk, "FAILED")
-    from workflows import deadletters
+    from workflows.operations import deadletters
 
     deadletters.replay(DeadLetter.objects.get(workflow=workflow), by=people["operator"], reason="desk is back")
     crash_at(start_worker, tmp_path, f"replay:{failpoints.AFTER_PERFORM}")
@@ -142,7 +144,7 @@ def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_work
         resolution.resolve(step, by=people["operator"], decision="not_happened", reason="not in the outbox")
     wait_for_status(workflow.pk, "COMPLETE")
     assert len(list(mail_dir.iterdir())) == 1
-    assert audit.verify().ok
+    assert journal.verify().ok
 
 
 def webhook_plan(desk, **declared) -> dict:
@@ -176,7 +178,7 @@ def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(p
     assert len(desk.tickets()) == 1
     if receiver == "ignores keys":
         assert [fault["mode"] for fault in desk.faults()] == ["ignore_idempotency"]  # on throughout
-    assert audit.verify().ok
+    assert journal.verify().ok
 
 
 def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_ticket(people, start_worker, desk,
@@ -195,7 +197,7 @@ def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_t
     assert step.result["status"] == 200
     assert [entry["idempotency_key"] for entry in desk.ledger()] == [step.operation_key]
     assert [ticket["idempotency_key"] for ticket in desk.tickets()] == [step.operation_key]
-    assert audit.verify().ok
+    assert journal.verify().ok
 
 
 def noop_plan(n: int, steps: int = 3) -> dict:
@@ -228,4 +230,4 @@ def test_a_crash_inside_a_shared_batch_recovers_every_step(people, start_worker,
         assert step.status == "COMPLETE"
         assert statuses.count("SUCCEEDED") == 1 and statuses[-1] == "SUCCEEDED", (step.key, statuses)
         assert set(statuses) <= {"SUCCEEDED", "UNKNOWN"}, (step.key, statuses)
-    assert audit.verify().ok
+    assert journal.verify().ok

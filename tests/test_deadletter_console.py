@@ -8,9 +8,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from workflows import actions, approvals, deadletters, execution, outcomes, plans, policy, views_deadletters
+from workflows import actions
 from workflows.actions import ActionError
+from workflows.engine import execution, outcomes, policy
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
+from workflows.operations import approvals, deadletters, plans
+from workflows.web import views_deadletters
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.conftest import HttpApi, run_until
-from workflows import approvals, plans
 from workflows.models import AuditEvent, DeadLetter, Step
+from workflows.operations import approvals, plans
 
 BAD = {"name": "comment on a missing ticket", "submission_key": "bad",
        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}

@@ -50,7 +50,7 @@ def test_submit_approve_and_run_to_complete_over_http(http_api, start_worker, de
 
 
 def test_duplicated_deliveries_to_real_workers_cause_one_effect(people, start_worker, desk):
-    from workflows import approvals, plans
+    from workflows.operations import approvals, plans
 
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     queued = OrmQ.objects.count()
@@ -75,7 +75,7 @@ def test_a_worker_on_the_redis_broker_runs_the_plan_too(people, start_worker, de
     in the database."""
     import uuid
 
-    from workflows import approvals, plans
+    from workflows.operations import approvals, plans
 
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     approvals.approve(workflow, by=people["reviewer"])

@@ -14,9 +14,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import run_until, ticket_plan
-from workflows import actions, approvals, execution, leases, outcomes, plans, processes, recovery, tasks
+from workflows import actions, tasks
 from workflows.actions import Outcome
+from workflows.engine import execution, leases, outcomes, recovery
 from workflows.models import Attempt, AuditEvent, Step
+from workflows.operations import approvals, plans
+from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus
 
 

@@ -9,8 +9,9 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import run_until
-from workflows import approvals, plans, policy, retry
+from workflows.engine import policy, retry
 from workflows.models import Attempt, DeadLetter, Step
+from workflows.operations import approvals, plans
 
 
 @pytest.fixture(autouse=True)
@@ -221,7 +222,7 @@ def _fail_once_then_wait(people, desk):
     desk.fault(mode="error", status=503, count=1)
     workflow = start(people, one_ticket())
     deadline = time.monotonic() + 10
-    from workflows import execution
+    from workflows.engine import execution
 
     while Step.objects.get(workflow=workflow).status != "WAITING_RETRY" and time.monotonic() < deadline:
         step = execution.claim(workflow.pk)

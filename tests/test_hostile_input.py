@@ -29,8 +29,9 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from tests.conftest import run_until, ticket_plan
-from workflows import approvals, compensation, plans, retry, tokens
+from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
+from workflows.operations import approvals, compensation, plans, tokens
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 

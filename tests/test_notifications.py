@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from django.core import mail
 
 from tests.conftest import ticket_plan
-from workflows import approvals, plans, tasks
+from workflows import tasks
 from workflows.models import AuditEvent
+from workflows.operations import approvals, plans
 
 
 def test_reviewers_other_than_the_submitter_get_an_email_with_a_link(people, settings):

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.conftest import PASSWORD, run_until
-from workflows import approvals, compensation, plans
+from workflows.operations import approvals, compensation, plans
 
 BAD = {"name": "note on a missing ticket", "submission_key": "bad", "steps": [
     {"key": "ok", "action": "ticket.create", "args": {"title": "fine", "body": "b"}},

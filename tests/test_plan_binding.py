@@ -16,8 +16,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import run_until, ticket_plan, wait_for_status
-from workflows import approvals, binding, compensation, deadletters, execution, keys, plans, policy, tasks
+from workflows import tasks
+from workflows.audit import keys
+from workflows.engine import binding, execution, policy
 from workflows.errors import WrongState
+from workflows.operations import approvals, compensation, deadletters, plans
 from workflows.models import (
     Approval, Attempt, AuditEvent, Compensation, DeadLetter, Step, Workflow, canonical_json, sha256_hex,
 )

@@ -10,10 +10,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from workflows import actions, approvals, audit, deadletters, execution, leases, plans, recovery, redaction, states
+from workflows import actions, states
 from workflows.actions import ActionError, Outcome
+from workflows.audit import journal, redaction
+from workflows.engine import execution, leases, recovery
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
+from workflows.operations import approvals, deadletters, plans
 
 PERFORMED: dict[str, int] = {}
 FAULTS: list[str] = []
@@ -139,7 +142,7 @@ class Operations(RuleBasedStateMachine):
 
     def teardown(self):
         try:
-            assert audit.verify().ok
+            assert journal.verify().ok
         finally:
             transaction.savepoint_rollback(self.savepoint)
 
@@ -147,7 +150,7 @@ class Operations(RuleBasedStateMachine):
 def test_random_operations_never_break_the_rules(db, settings, monkeypatch):
     settings.ACTION_TIMEOUT_SECONDS = 0.01
     settings.RECONCILE_GRACE_SECONDS = 0.0
-    from workflows import retry
+    from workflows.engine import retry
 
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.0)
     monkeypatch.setattr(retry, "CAP_SECONDS", 0.0)

@@ -6,9 +6,10 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
-from workflows import approvals, execution, plans, recovery, resolution
+from workflows.engine import execution, recovery
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
+from workflows.operations import approvals, plans, resolution
 
 MAIL = {"name": "notify", "submission_key": "mail", "steps": [
     {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},

@@ -7,7 +7,7 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows import retry
+from workflows.engine import retry
 
 
 @given(attempt=st.integers(min_value=1, max_value=60), seed=st.integers())

@@ -6,9 +6,11 @@ from django.db import transaction
 from django.test import Client
 
 from tests.conftest import PASSWORD, ticket_plan
-from workflows import actions, approvals, compensation, execution, outcomes, plans, tokens
+from workflows import actions
 from workflows.actions import ActionError
+from workflows.engine import execution, outcomes
 from workflows.models import DeadLetter
+from workflows.operations import approvals, compensation, plans, tokens
 
 PERSONAS = ["anonymous", "agent", "reviewer", "operator", "auditor", "admin"]
 STAFF = {"reviewer", "operator", "auditor", "admin"}

@@ -14,8 +14,11 @@ from django.utils import timezone
 
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
 from tests.test_resolution import MAIL
-from workflows import actions, approvals, compensation, execution, plans, policy, recovery, redaction, secrets
+from workflows import actions
+from workflows.audit import redaction, secrets
+from workflows.engine import execution, policy, recovery
 from workflows.models import Attempt, DeadLetter, Step, Trace, Workflow
+from workflows.operations import approvals, compensation, plans
 
 # Ordinary prose an agent or a person writes about credentials without holding
 # one: every sentence must be stored and sent exactly as written.
@@ -510,7 +513,7 @@ def test_every_console_form_refuses_a_credential_with_a_visible_error(scene, peo
 
 
 def test_resolution_refuses_credentials_in_the_result_it_records(scene, people):
-    from workflows import resolution
+    from workflows.operations import resolution
 
     step = Step.objects.get(workflow=scene["in_doubt"], key="mail")
     with pytest.raises(redaction.CredentialRefused) as refused:

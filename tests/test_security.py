@@ -65,7 +65,7 @@ def test_security_headers_and_a_strict_csp(client, db):
 
 
 def test_console_posts_need_the_csrf_token(people):
-    from workflows import plans
+    from workflows.operations import plans
 
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     strict = Client(enforce_csrf_checks=True)

@@ -33,8 +33,9 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     """With a 1 s lease and a 2.5 s effect, only the heartbeat stops recovery
     from handing the step to another worker mid-effect."""
     from tests.conftest import ticket_plan
-    from workflows import approvals, execution, plans, recovery
+    from workflows.engine import execution, recovery
     from workflows.models import Attempt, AuditEvent
+    from workflows.operations import approvals, plans
 
     settings.STEP_LEASE_SECONDS = 1.0
     settings.ACTION_TIMEOUT_SECONDS = 5.0

@@ -5,10 +5,12 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from tests.conftest import ticket_plan
-from workflows import audit, plans, states
+from workflows import states
+from workflows.audit import journal
+from workflows.engine.transitions import move
 from workflows.models import AuditEvent, Step, Workflow
+from workflows.operations import plans
 from workflows.states import IllegalTransition, StepStatus, WorkflowStatus
-from workflows.transitions import move
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ def test_every_transition_appends_a_chained_event(workflow):
     assert [e.verb for e in events] == ["workflow.submitted", "workflow.cancelled"]
     assert events[1].data == {"from": "PLANNED", "to": "CANCELLED"}
     assert events[1].prev_hash == events[0].hash
-    assert audit.verify().ok
+    assert journal.verify().ok
 
 
 def test_audit_rows_refuse_save_and_delete_through_the_orm(workflow):
@@ -131,7 +133,7 @@ def test_tampering_in_sql_is_detected(workflow, capsys):
     event = AuditEvent.objects.get(verb="workflow.cancelled")
     _disable_guard()
     _raw(f"UPDATE {AuditEvent._meta.db_table} SET actor = %s WHERE id = %s", ["mallory", event.pk])
-    result = audit.verify()
+    result = journal.verify()
     assert not result.ok
     assert any("altered" in p for p in result.problems)
     from django.core.management.base import CommandError
@@ -145,13 +147,13 @@ def test_a_removed_event_is_detected(workflow):
     _disable_guard()
     first = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("seq").first()
     _raw(f"DELETE FROM {AuditEvent._meta.db_table} WHERE id = %s", [first.pk])
-    problems = audit.verify().problems
+    problems = journal.verify().problems
     assert problems and any("expected seq 1" in p or "does not link" in p for p in problems)
 
 
 def test_audit_append_refuses_to_run_outside_a_transaction(transactional_db):
     with pytest.raises(RuntimeError):
-        audit.append(actor="x", verb="y", obj_type="z", obj_id=1)
+        journal.append(actor="x", verb="y", obj_type="z", obj_id=1)
 
 
 def test_an_event_inserted_around_the_head_is_detected(workflow):
@@ -161,4 +163,4 @@ def test_an_event_inserted_around_the_head_is_detected(workflow):
         "workflow_id, data, prev_hash, hash, hash_alg, key_id) SELECT stream, seq + 1, at, 'mallory', verb, "
         f"object_type, object_id, workflow_id, data, hash, hash, hash_alg, key_id FROM {AuditEvent._meta.db_table} "
         "WHERE id = %s", [last.pk])
-    assert any("beyond the chain's head" in p for p in audit.verify().problems)
+    assert any("beyond the chain's head" in p for p in journal.verify().problems)

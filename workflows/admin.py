@@ -3,7 +3,7 @@ from django.contrib.contenttypes.views import shortcut
 from django.core.exceptions import ValidationError
 from django.http import Http404
 
-from workflows import policy
+from workflows.engine import policy
 from workflows.models import ActionPolicy
 
 

@@ -17,6 +17,10 @@ class NotAllowed(DomainError):
     status = 403
 
 
+class ReasonRequired(DomainError):
+    code = "invalid"
+
+
 class WrongState(DomainError):
     code = "conflict"
     status = 409

@@ -1,6 +1,6 @@
 """The project's tables: the only source of truth for durable work.
 
-Statuses are never assigned directly; `workflows.transitions.move` changes
+Statuses are never assigned directly; `workflows.engine.transitions.move` changes
 them and writes the audit event in the same transaction.
 """
 
@@ -225,7 +225,7 @@ class Attempt(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     policy_version = models.PositiveIntegerField(null=True, blank=True)
     # The plan hash this attempt ran under, recomputed from the stored steps
-    # when it was requested (`workflows.binding`); "" before binding existed.
+    # when it was requested (`workflows.engine.binding`); "" before binding existed.
     plan_hash = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -263,7 +263,7 @@ class Approval(models.Model):
     plan_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
     # HMAC-SHA256 under the audit key `key_id` over what was decided
-    # (`workflows.binding.seal`): an approval without a valid one never counts.
+    # (`workflows.engine.binding.seal`): an approval without a valid one never counts.
     mac = models.CharField(max_length=64, blank=True, default="")
     key_id = models.CharField(max_length=32, blank=True, default="")
 
@@ -292,7 +292,7 @@ class Compensation(models.Model):
     decision_reason = models.TextField(blank=True, default="")
     # Set when authorized: the hash of the undo steps the authorizer allowed,
     # and a MAC under the audit key `key_id` over it, the requester, the
-    # authorizer and the time (`workflows.binding.seal`).
+    # authorizer and the time (`workflows.engine.binding.seal`).
     plan_hash = models.CharField(max_length=64, blank=True, default="")
     mac = models.CharField(max_length=64, blank=True, default="")
     key_id = models.CharField(max_length=32, blank=True, default="")
@@ -470,7 +470,7 @@ class AuditHead(models.Model):
 
 
 class AuditCheckpoint(models.Model):
-    """One signed checkpoint of the audit streams; see workflows.checkpoints.
+    """One signed checkpoint of the audit streams; see workflows.audit.checkpoints.
 
     `statement` is the zlib-compressed canonical JSON that `signature`
     (Ed25519, key `kid`) signs; `digest` is its SHA-256, which the next
@@ -534,31 +534,6 @@ class AuditVerification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
-
-    @classmethod
-    def run(cls, *, by: str, streams: list[str] | None = None, checkpoint=None, jwks=None) -> "AuditVerification":
-        """Recompute the chain (every stream, or only `streams`), hold it to
-        the signed checkpoints (or the checkpoint file given) and record the
-        outcome, the first problem of each kind first. The full result is
-        left on the record as `result`."""
-        from workflows import audit
-
-        started = timezone.now()
-        result = audit.verify(streams, checkpoint=checkpoint, jwks=jwks)
-        problems = result.problems
-        record = cls.objects.create(
-            at=started,
-            by=by,
-            scope=",".join(streams or []),
-            ok=result.ok,
-            events=result.events,
-            streams=result.streams,
-            problem_count=len(problems),
-            problems=problems[: cls.MAX_PROBLEMS],
-            seconds=(timezone.now() - started).total_seconds(),
-        )
-        record.result = result
-        return record
 
 
 class ApiToken(models.Model):

@@ -1,6 +1,6 @@
 """Every status and every allowed move between them, in one table.
 
-The strings are the public contract (DESIGN §5). `workflows.transitions.move`
+The strings are the public contract (DESIGN §5). `workflows.engine.transitions.move`
 is the only code that changes a status; it consults `check` below.
 """
 

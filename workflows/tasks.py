@@ -4,7 +4,8 @@ The queue only says "look now"; each task re-reads the database and does
 just what is due, so duplicated or late deliveries are harmless.
 """
 
-from workflows import execution, notifications
+from workflows.engine import execution
+from workflows.operations import notifications
 
 
 def run_workflow(workflow_id: str) -> int:

@@ -13,7 +13,8 @@ def seal_existing_decisions(apps, schema_editor):
     it listed, was granting something else, stays unsealed and never counts.
     The key is asked for only when there is something to seal, so a fresh
     database migrates without one."""
-    from workflows import binding, keys
+    from workflows.audit import keys
+    from workflows.engine import binding
 
     Approval = apps.get_model("workflows", "Approval")
     Compensation = apps.get_model("workflows", "Compensation")

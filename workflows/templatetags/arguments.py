@@ -2,7 +2,7 @@
 
 from django import template
 
-from workflows import secrets
+from workflows.audit import secrets
 
 register = template.Library()
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from workflows import checkpoints
+from workflows.audit import checkpoints
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""`bench`: measure durable execution on this machine (see workflows.bench).
+"""`bench`: measure durable execution on this machine (see workflows.ops.bench).
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--skip a,b,...] [--json FILE]
@@ -18,7 +18,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import bench, processes
+from workflows.ops import processes
+from workflows.ops.bench import common, parts
+from workflows.ops.bench.report import report
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:
@@ -35,7 +37,7 @@ class Command(BaseCommand):
     help = "Measure raw and durable throughput, latency, recovery, page times and worker memory."
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=bench.MEMORY_STEPS,
+        parser.add_argument("--steps", type=int, default=common.MEMORY_STEPS,
                             help="noop steps per cluster run (b); memory (f) is judged from 100000 up")
         parser.add_argument("--steps-per-workflow", type=int, default=10)
         parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
@@ -48,20 +50,20 @@ class Command(BaseCommand):
         parser.add_argument("--seed-events", type=int, default=100_000)
         parser.add_argument("--page-requests", type=int, default=30)
         parser.add_argument("--lease-seconds", type=float, default=10.0, help="STEP_LEASE_SECONDS of the clusters")
-        parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(bench.SECTIONS)}")
+        parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
 
     def handle(self, *args, **opts):
         skip = frozenset(part.strip() for part in opts["skip"].split(",") if part.strip())
-        if skip - set(bench.SECTIONS):
-            raise CommandError(f"--skip takes some of {','.join(bench.SECTIONS)}; got {opts['skip']!r}")
+        if skip - set(common.SECTIONS):
+            raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
         if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
                opts["recovery_runs"], opts["page_requests"]) < 1 or opts["raw_seconds"] <= 0:
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         base = Path(settings.VAR_DIR) / "bench"
-        options = bench.Options(
+        options = common.Options(
             steps=opts["steps"], steps_per_workflow=opts["steps_per_workflow"],
             clusters=_numbers(opts["clusters"], "--clusters"), workers_per_cluster=opts["workers_per_cluster"],
             raw_seconds=opts["raw_seconds"], raw_clients=_numbers(opts["raw_clients"], "--raw-clients"),
@@ -72,7 +74,7 @@ class Command(BaseCommand):
             workdir=Path(opts["workdir"] or base / stamp),
         )
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one "Enqueued" line per approval otherwise
-        result = bench.run(options, log=self.stdout.write)
+        result = parts.run(options, log=self.stdout.write)
         json_path = Path(opts["json_path"] or base / f"bench-{stamp}.json")
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2, default=str))
@@ -81,63 +83,3 @@ class Command(BaseCommand):
         self.stdout.write(f"\nJSON: {json_path}")
         if result["errors"]:
             raise CommandError(f"part(s) {', '.join(result['errors'])} could not be measured: see above")
-
-
-def report(result: dict) -> str:
-    meta = result["meta"]
-    lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
-             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
-             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
-             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
-             + f", task broker {meta.get('broker', 'orm')}", ""]
-    rows = []
-    raw = result.get("raw", {}).get("steps_per_s", {})
-    if raw:
-        rows.append(("(a) raw 2-commit steps/s", ", ".join(f"{n} clients {v:,.0f}" for n, v in raw.items())))
-    throughput = result.get("throughput", {})
-    for mode, protocol in throughput.get("protocol", {}).items():
-        rows.append((f"(b) protocol per step, {mode} (in-process)",
-                     f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
-                     f"{protocol['serial_steps_per_s']:,.0f} steps/s serial"))
-    for run in throughput.get("runs", []):
-        ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
-        best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
-        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
-                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
-    latency = result.get("latency", {})
-    for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
-                       ("approval_to_complete_ms", "approval -> COMPLETE")):
-        if key in latency:
-            s = latency[key]
-            rows.append((f"(c) {label} ms", f"p50 {s['p50']}, p95 {s['p95']}, max {s['max']} ({s['n']} samples)"))
-    recovery = result.get("recovery", {})
-    for key, label in (("worker_respawned", "worker respawned"), ("cluster_restarted", "fresh cluster")):
-        if key in recovery:
-            r = recovery[key]
-            rows.append((f"(d) SIGKILL -> COMPLETE s, {label}", f"median {r['median_s']}, max {r['max_s']}"))
-    if pages := result.get("pages", {}).get("pages"):
-        scale = result["pages"]["scale"]
-        rows.append(("(e) scale", f"{scale['workflows']:,} workflows, {scale['audit_events']:,} audit events, "
-                                  f"{scale['dead_letters']:,} dead letters"))
-        for name, page in pages.items():
-            counts = f", {len(page['count_queries'])} COUNT" if page["count_queries"] else ""
-            url = "/workflows/<id>/" if name == "workflow" else page["url"]
-            rows.append((f"(e) {url} ms", f"p50 {page['p50']}, p95 {page['p95']} ({page['queries']} queries{counts})"))
-    for run in result.get("memory", {}).get("runs", []):
-        w, m = run["worker_rss_mib"], run["main_rss_mib"]
-        rows.append((f"(f) RSS MiB, {run['clusters']} cluster(s)",
-                     f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
-                     f"main {m['start']}/{m['peak']}/{m['end']}; "
-                     f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up"))
-        if timeline := run.get("worker_rss_mib_by_tenth"):
-            rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
-                         " ".join("-" if value is None else f"{value}" for value in timeline)))
-    width = max((len(name) for name, _ in rows), default=0)
-    lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
-    lines += ["", "goals (reported, not asserted):"]
-    for goal in result["goals"]:
-        met = {True: "met", False: "NOT met", None: "not judged at this size"}[goal["met"]]
-        lines.append(f"  ({goal['part']}) {goal['goal']}: {goal['value']} -> {met}")
-    for letter, error in result["errors"].items():
-        lines.append(f"  ({letter}) FAILED: {error}")
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""`chaos`: the soak of workflows.chaos against real clusters and a real desk.
+"""`chaos`: the soak of workflows.ops.chaos against real clusters and a real desk.
 
     python manage.py chaos --workflows 200 --clusters 2 --seconds 120 --kill-every 2.0 --seed 1
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import chaos, processes
+from workflows.ops import chaos, processes
 
 
 class Command(BaseCommand):

@@ -7,7 +7,8 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from workflows import keys, signing, worker
+from workflows.audit import keys, signing
+from workflows.engine import worker
 
 
 class Command(QClusterCommand):

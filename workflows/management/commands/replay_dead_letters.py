@@ -6,8 +6,8 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import deadletters
 from workflows.errors import DomainError
+from workflows.operations import deadletters
 
 AGE = re.compile(r"^(\d+)([smhd])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import tokens
+from workflows.operations import tokens
 
 
 class Command(BaseCommand):

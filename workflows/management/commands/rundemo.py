@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from workflows.management.commands.seed_demo import PASSWORD, USERS
+from workflows.ops.demo import PASSWORD, USERS
 
 
 def _die_with_parent() -> None:

@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import signing
+from workflows.audit import signing
 
 
 class Command(BaseCommand):

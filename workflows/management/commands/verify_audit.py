@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.models import AuditVerification
+from workflows.audit import journal
 
 
 class Command(BaseCommand):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, stream=None, checkpoint=None, jwks=None, **options):
         if jwks and not checkpoint:
             raise CommandError("--jwks verifies a checkpoint file: give --checkpoint FILE too")
-        check = AuditVerification.run(by="verify_audit", streams=stream, checkpoint=checkpoint, jwks=jwks)
+        check = journal.record_verification(by="verify_audit", streams=stream, checkpoint=checkpoint, jwks=jwks)
         result = check.result
         held = f"held to {result.checkpoint}" if result.checkpoint else "no signed checkpoint to hold it to"
         summary = f"{result.events} events in {result.streams} chains, {held}"

@@ -1,0 +1,108 @@
+"""Plan binding (DESIGN §18.3): an approval grants exactly the plan it saw.
+
+The plan hash is recomputed from the stored steps whenever a step is claimed,
+never taken from a stored column, so a step whose args were edited in the
+database no longer matches what was approved. Each approval is sealed with a
+MAC under the audit key (`workflows.audit.keys`, which never lives in the database)
+over what was decided, so a writer who also rewrites the stored hashes, or
+inserts an approval of their own, is caught as well: without the key they
+cannot seal another plan. A compensation's authorization is sealed the same
+way, over the undo steps it allowed.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import UTC
+
+from workflows.audit import keys
+from workflows.models import Approval, Compensation, Step, canonical_json, sha256_hex
+
+# Plans have one revision until revisions exist (§22); the seal names it so
+# that an approval of one revision can never pass for another.
+REVISION = 1
+
+
+def entry(key: str, action: str, args, compensation) -> dict:
+    """One step as the plan hash covers it: the shape plans were always
+    hashed in (`plans.canonical_plan`), so hashes stored before binding was
+    checked stay valid. A step's `gate` joins it, only when the step has
+    one, once steps have gates (§22)."""
+    return {"key": key, "action": action, "args": args, "compensation": compensation or None}
+
+
+def plan_hash(entries: list[dict]) -> str:
+    return sha256_hex(canonical_json(entries))
+
+
+def stored_hashes(lanes, manager=None) -> dict[tuple, str]:
+    """The plan hash of the stored steps of each `(workflow id, lane)`, in
+    one query whatever their number. Lane 0 is the plan reviewers approved;
+    a compensation's lane is the undo its authorizer allowed. (`manager`:
+    the Step manager to read, a migration's historical one.)"""
+    lanes = set(lanes)
+    if not lanes:
+        return {}
+    steps = (Step.objects if manager is None else manager).filter(
+        workflow_id__in={workflow for workflow, _ in lanes}, lane__in={lane for _, lane in lanes})
+    rows = steps.order_by("position").values_list("workflow_id", "lane", "key", "action", "args", "compensation")
+    plans: dict[tuple, list[dict]] = {lane: [] for lane in lanes}
+    for workflow_id, lane, key, action, args, compensation in rows:
+        if (workflow_id, lane) in plans:
+            plans[workflow_id, lane].append(entry(key, action, args, compensation))
+    return {lane: plan_hash(entries) for lane, entries in plans.items()}
+
+
+def compensation_hash(plan: list[dict]) -> str:
+    """The plan hash of a compensation's undo steps (`Compensation.plan`),
+    as `stored_hashes` recomputes it from its lane once they are stored."""
+    return plan_hash([entry(item["key"], item["action"], item["args"], None) for item in plan])
+
+
+def sealed_text(record: Approval | Compensation) -> str:
+    """What a record's MAC covers: for an approval, what the reviewer
+    decided on; for a compensation, the undo its authorizer allowed. The
+    `seal` label keeps a MAC made for one kind of record (or for anything
+    else signed with the audit key) from passing for another."""
+    if record._meta.model_name == "compensation":  # also a migration's historical model
+        return canonical_json({
+            "seal": "compensation",
+            "workflow": str(record.workflow_id),
+            "compensation": str(record.pk),
+            "lane": record.lane,
+            "plan_hash": record.plan_hash,
+            "requested_by": record.requested_by_id,
+            "authorized_by": record.authorized_by_id,
+            "at": _instant(record.decided_at),
+        })
+    return canonical_json({
+        "seal": "approval",
+        "workflow": str(record.workflow_id),
+        "revision": REVISION,
+        "plan_hash": record.plan_hash,
+        "reviewer": record.reviewer_id,
+        "decision": record.decision,
+        "at": _instant(record.created_at),
+        # Digests of the previews the reviewer was shown, once plans have them.
+        "previews": [],
+    })
+
+
+def _instant(at) -> str | None:
+    return at.astimezone(UTC).isoformat(timespec="microseconds") if at else None
+
+
+def seal(record, key: keys.AuditKey | None = None):
+    """Set the record's MAC under the current audit key (or `key`)."""
+    key = key or keys.current()
+    record.key_id, record.mac = key.kid, key.mac(sealed_text(record))
+    return record
+
+
+def verifies(record) -> bool:
+    """The record was sealed by a key still in AUDIT_KEYS and nothing its
+    MAC covers has changed since."""
+    key = keys.by_id(record.key_id) if record.key_id else None
+    # As bytes: compare_digest refuses a str that is not ASCII, and the
+    # stored value is whatever the database holds.
+    return key is not None and hmac.compare_digest(key.mac(sealed_text(record)).encode(), record.mac.encode())

@@ -1,0 +1,361 @@
+"""The checkpoint protocol for one step (DESIGN §6).
+
+    claim (lease + fence) ─► recheck policy ─► attempt REQUESTED committed
+      ─► perform(args, operation_key) ─► outcome committed (step VERIFYING)
+      ─► verify ─► step COMPLETE committed ─► next step
+
+Every function here re-reads the database and does only what is due, so a
+task delivered twice, late, or after a crash is harmless. Nothing is ever
+performed without a committed REQUESTED attempt, and an outcome is recorded
+only while the step still carries the fencing number of the claim
+(`leases`). Recording outcomes is `outcomes`; reconciling an earlier attempt
+whose outcome is unknown, and the sweep for vanished workers, `recovery`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import EmptyResultSet
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Subquery
+from django.utils import timezone
+
+from workflows import actions
+from workflows.actions import ActionError, Outcome
+from workflows.audit import journal
+from workflows.audit.redaction import redact_text
+from workflows.engine import failpoints, outcomes, policy, recovery, references
+from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
+from workflows.engine.transitions import move_many
+from workflows.models import Attempt, Step
+from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+
+log = logging.getLogger(__name__)
+
+
+# --- claiming ---------------------------------------------------------------
+
+
+READY_ORDER = ("next_attempt_at", "position", "id")
+
+
+def due_steps(workflow_id=None, window: int | None = None):
+    """Due steps (of one workflow, or a list of them), first due first. With
+    `window`, only among the first `window` ready steps, read off the ready
+    index in order by a statement of its own: a claim's cost does not grow
+    with the number of ready steps. (As a subquery, the planner may rescan
+    the window once per candidate row when its statistics lag, which made a
+    claim cost O(ready × window).) The step's own conditions are applied
+    again to the window, so a row claimed meanwhile (and re-read under its
+    lock) no longer matches."""
+    ready = Step.objects.due()
+    if isinstance(workflow_id, (list, tuple, set)):
+        ready = ready.filter(workflow_id__in=list(workflow_id))
+    elif workflow_id is not None:
+        ready = ready.filter(workflow_id=workflow_id)
+    steps = ready
+    if window is not None:
+        steps = ready.filter(pk__in=_first_ready(ready, window))
+    earlier_unfinished = Step.objects.filter(
+        workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
+    ).exclude(status=StepStatus.COMPLETE)
+    steps = steps.filter(~Exists(earlier_unfinished))
+    # Within a window, any order will do (it holds the first due steps), and
+    # none lets the query stop at its limit instead of checking all of them.
+    return steps.order_by() if window is not None else steps.order_by(*READY_ORDER)
+
+
+def _first_ready(ready, window: int) -> list[int]:
+    """The ids of the first `window` ready steps, read off the ready index
+    (`step_ready`) in its order. PostgreSQL's planner walks it by itself
+    (bitmap scans off, see `claim_batch`); SQLite's, without statistics,
+    would rather start from the running workflows or the status index and
+    sort every step they hold, so it is held to the index with INDEXED BY."""
+    first = ready.order_by(*READY_ORDER).values_list("pk", flat=True)[:window]
+    if connection.vendor != "sqlite":
+        return list(first)
+    try:
+        sql, params = first.query.sql_with_params()
+    except EmptyResultSet:
+        return []
+    table = connection.ops.quote_name(Step._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.replace(f"FROM {table} ", f"FROM {table} INDEXED BY step_ready ", 1), params)
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+CLAIM_BATCH = 64
+# Steps that run alone (anything that calls out) are taken a few at a time,
+# so that a short burst of them is spread over the workers.
+ALONE_BATCH = 8
+
+
+def claim(workflow_id=None) -> Step | None:
+    """Take the lease on one due step, for `execute`; None when nothing is due."""
+    steps = claim_batch(1, workflow_id, share=False)
+    return steps[0] if steps else None
+
+
+def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) -> list[Step]:
+    """Take leases on up to `limit` due steps in one transaction (one commit
+    for the lot), of which at most ALONE_BATCH run alone. On PostgreSQL,
+    rows another worker is claiming are skipped, not waited for; each claim
+    is still fenced.
+
+    With `share`, a step that can share its checkpoints
+    (`_shares_checkpoints`) has its policy rechecked and its REQUESTED
+    attempt written in this same transaction, under the claim's row lock: it
+    comes back with `attempt` set. Every other step comes back with `attempt` None and goes through
+    `execute`, which rechecks and requests on its own."""
+    lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
+    unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
+    latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # Walk the ready index in order and stop at the window: a bitmap
+            # scan would read every ready row first, and the planner picks
+            # one when its statistics lag behind (autovacuum behind or off).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL enable_bitmapscan = off")
+        candidates = due_steps(workflow_id, window=limit * 4).annotate(
+            open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
+        if connection.features.has_select_for_update_skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+        found = list(candidates.select_related("workflow")[:limit])
+        # Keep every step that shares its commits and a few that run alone;
+        # the rest stay due (their row locks go with this commit).
+        alone = [step for step in found if not (share and _shares_checkpoints(step))][:ALONE_BATCH]
+        claimed = [step for step in found if (share and _shares_checkpoints(step)) or step in alone]
+        if not claimed:
+            return []
+        # The rows are locked (or, on SQLite, the database is) since they
+        # were read as due: nothing can have changed them in between.
+        owner = worker_id()
+        expires = timezone.now() + lease
+        log: list[journal.Entry] = []
+        for status in (StepStatus.PENDING, StepStatus.WAITING_RETRY):
+            move_many(
+                [step for step in claimed if step.status == status],
+                StepStatus.RUNNING,
+                actor=WORKER,
+                verb="step.claimed",
+                locked=True,
+                log=log,
+                each=lambda step: {"fence": step.fence + 1},
+                data=lambda step: {"worker": owner, "fence": step.fence},
+                lease_owner=owner,
+                lease_expires_at=expires,
+                next_attempt_at=None,
+            )
+        starting = {step.workflow_id: step.workflow for step in claimed
+                    if step.workflow.status == WorkflowStatus.APPROVED}
+        started = {workflow.pk for workflow in move_many(
+            list(starting.values()), WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started", log=log)}
+        for step in claimed:
+            step.attempt = None
+            if step.workflow_id in started:
+                step.workflow.status = WorkflowStatus.RUNNING
+        if share:
+            _request_shared([step for step in claimed if _shares_checkpoints(step)], log)
+        journal.append_many(log)
+    return claimed
+
+
+def _shares_checkpoints(step: Step) -> bool:
+    """Steps of an idempotent in-process action with nothing to reconcile
+    share their checkpoint commits with the rest of their batch."""
+    action = actions.find(step.action)
+    return (action is not None and action.in_process and action.is_idempotent(step.args) and not step.lane
+            and not step.open_attempts)
+
+
+def _request_shared(steps: list[Step], log: list) -> None:
+    """Inside the claim's transaction: recheck policy, then write the
+    REQUESTED attempt (the checkpoint before the effect) of each step that
+    passes. A step that fails the recheck keeps no attempt; `execute` blocks it."""
+    if not steps:
+        return
+    checks = policy.evaluate_many(steps)
+    ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
+    versions = {name: p.version for name, p in policy.policies_for({step.action for step in ready}).items()}
+    attempts = [
+        Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
+                fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
+                policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
+        for step in ready
+    ]
+    Attempt.objects.bulk_create(attempts)
+    for attempt in attempts:
+        attempt.step.attempt = attempt
+        log.append(journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
+                               {"step": attempt.step.key, "number": attempt.number,
+                                "operation_key": attempt.operation_key, "fence": attempt.fence}))
+
+
+# --- running ----------------------------------------------------------------
+
+
+def run_workflow(workflow_id) -> int:
+    """Run every due step of one workflow (or a list of them), in order, in
+    shared batches where steps allow. Returns steps executed."""
+    done = 0
+    while batch := claim_batch(workflow_id=workflow_id):
+        run_batch(batch)
+        done += len(batch)
+    return done
+
+
+def drain(budget_seconds: float | None = None) -> int:
+    """Run due steps of any workflow until none is due or the budget is spent."""
+    budget = budget_seconds if budget_seconds is not None else settings.Q_CLUSTER["timeout"] / 2
+    stop_at = time.monotonic() + budget
+    done = recovery.finish_verifying()
+    while time.monotonic() < stop_at and (batch := claim_batch()):
+        run_batch(batch)
+        done += len(batch)
+    return done
+
+
+def run_batch(steps: list[Step]) -> None:
+    """Carry claimed steps through the checkpoint protocol: those that came
+    with a REQUESTED attempt together (`_run_shared`), every other step on
+    its own (`execute`). One heartbeat keeps every lease of the batch alive."""
+    shared = [step for step in steps if step.attempt is not None]
+    with LeaseKeeper(claims=[(step.pk, step.fence) for step in steps]):
+        if shared:
+            _run_shared(shared)
+        for step in steps:
+            if step.attempt is None:
+                execute(step)
+
+
+def _scope(step: Step) -> str:
+    return "compensation" if step.lane else ("replay" if step.retry_base else "")
+
+
+def _hit_each(point: str, steps) -> None:
+    if failpoints.enabled():
+        for step in steps:
+            failpoints.hit(point, scope=_scope(step))
+
+
+def _run_shared(steps: list[Step]) -> None:
+    """The checkpoint protocol for several steps at once, each with its own
+    attempt, operation key, fence and audit events. Their claims and
+    REQUESTED attempts committed together (so `after_claim` and
+    `after_requested` are one point here); then every perform(), then the
+    outcomes in one commit, then verification, then COMPLETE in one commit.
+    A crash anywhere leaves each step where a crash of `execute` at that
+    checkpoint would, and recovery treats it the same way."""
+    _hit_each(failpoints.AFTER_CLAIM, steps)
+    _hit_each(failpoints.AFTER_REQUESTED, steps)
+    answers, failures = {}, {}
+    for step in steps:
+        try:
+            answers[step.pk] = _perform(step, actions.get(step.action))
+        except ActionError as err:
+            failures[step.pk] = err
+    performed = [step for step in steps if step.pk in answers]
+    _hit_each(failpoints.AFTER_PERFORM, performed)
+    recorded = outcomes.record_outcomes(performed, answers)
+    for step in steps:
+        if step.pk in failures:
+            try:
+                outcomes.record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
+                                        policy.policy_for(step.action).max_attempts)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    _hit_each(failpoints.AFTER_RECORD, recorded)
+    verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
+                                                                 external_ref=step.external_ref))
+                for step in recorded}
+    _hit_each(failpoints.AFTER_VERIFY, recorded)
+    outcomes.complete([step for step in recorded if verdicts[step.pk]])
+    for step in recorded:
+        if not verdicts[step.pk]:
+            try:
+                outcomes.settle(step, False, step.fence)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def execute(step: Step) -> None:
+    """Carry one claimed step through the checkpoint protocol."""
+    fence = step.fence
+    scope = _scope(step)
+    failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
+    action = actions.find(step.action)
+    problems = policy.recheck(step) + references.problems(step)
+    if action is None or problems:
+        outcomes.block(step, fence, problems or [f"unknown action {step.action}"])
+        return
+    rules = policy.policy_for(step.action)
+    try:
+        if recovery.reconcile_earlier_attempts(step, action, fence):
+            return
+        attempt = _request_attempt(step, fence, rules.version, step.bound_plan_hash)
+        failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
+        try:
+            with LeaseKeeper(step.pk, fence):
+                outcome = _perform(step, action)
+        except ActionError as err:
+            outcomes.record_failure(step, attempt, action, err, fence, rules.max_attempts)
+            return
+        failpoints.hit(failpoints.AFTER_PERFORM, scope=scope)
+        outcomes.record_outcome(step, attempt, outcome, fence, AttemptStatus.SUCCEEDED)
+        failpoints.hit(failpoints.AFTER_RECORD, scope=scope)
+        outcomes.verify(step, action, fence, scope=scope)
+    except LeaseLost:
+        log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def _perform(step: Step, action) -> Outcome:
+    """The effect, with the step's arguments resolved. A bug in an action
+    (any other exception) must not kill the worker loop: it is an error of
+    unknown outcome, handled like any other."""
+    args = references.resolve_args(step)
+    try:
+        outcome = action.perform(args, step.operation_key)
+        # Results and error texts are redacted when recorded; this reference
+        # is recorded as it is, and a remote system may echo a secret into it.
+        outcome.external_ref = redact_text(outcome.external_ref)
+        return outcome
+    except ActionError:
+        raise
+    except Exception as exc:
+        log.exception("action %s raised an unclassified error", step.action)
+        raise ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
+                          outcome_unknown=True) from exc
+
+
+def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt:
+    """The checkpoint before the effect: committed before perform() is
+    called, with the plan hash the policy recheck bound the step to."""
+    with transaction.atomic():
+        assert_lease(step, fence, StepStatus.RUNNING)
+        number = (step.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        attempt = Attempt.objects.create(
+            step=step,
+            number=number,
+            operation_key=step.operation_key,
+            fence=fence,
+            worker=worker_id(),
+            lease_expires_at=step.lease_expires_at,
+            policy_version=policy_version,
+            plan_hash=plan_hash,
+        )
+        journal.append(
+            actor=WORKER,
+            verb="attempt.requested",
+            obj_type="attempt",
+            obj_id=attempt.pk,
+            workflow_id=step.workflow_id,
+            data={"step": step.key, "number": number, "operation_key": step.operation_key, "fence": fence},
+        )
+    return attempt
+
+

@@ -1,0 +1,31 @@
+"""Plans whose deadline passed before enough approvals: EXPIRED, by the
+worker loop's sweep or when a reviewer tries to approve one too late."""
+
+from django.db import transaction
+
+from workflows.engine.transitions import move
+from workflows.models import Workflow
+from workflows.states import WorkflowStatus
+
+
+def expire_overdue(limit: int = 200) -> int:
+    """PLANNED plans whose deadline passed can no longer be approved: EXPIRED."""
+    from django.utils import timezone
+
+    expired = 0
+    overdue = Workflow.objects.awaiting_review().filter(deadline__lte=timezone.now()).order_by("deadline")[:limit]
+    for workflow in overdue:
+        with transaction.atomic():
+            expired += int(move(workflow, WorkflowStatus.EXPIRED, actor="system",
+                                data={"reason": "the plan's deadline passed before enough approvals"}))
+    return expired
+
+
+def expire_one(workflow: Workflow) -> bool:
+    from django.utils import timezone
+
+    if workflow.deadline > timezone.now():
+        return False
+    with transaction.atomic():
+        return move(workflow, WorkflowStatus.EXPIRED, actor="system",
+                    data={"reason": "the plan's deadline passed before enough approvals"})

@@ -1,0 +1,182 @@
+"""Recording what an effect did: the commits after perform() (DESIGN §6, §7).
+
+Its outcome (the attempt SUCCEEDED, the step VERIFYING), its verification
+(COMPLETE, or IN_DOUBT), or its failure (a retry at its due time, IN_DOUBT,
+or a dead letter), and what each means for the workflow. Every write checks
+first that the claim still holds the step (`leases.assert_lease`).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from workflows.actions import ActionError, Outcome
+from workflows.audit import journal
+from workflows.audit.redaction import redact, redact_text
+from workflows.engine import compensating, failpoints, parking, retry
+from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
+from workflows.engine.transitions import move, move_many
+from workflows.models import Attempt, Step, Workflow
+from workflows.states import RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+
+
+def record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, attempt_status: str) -> None:
+    """The checkpoint after the effect: the attempt's outcome, the step VERIFYING."""
+    with transaction.atomic():
+        assert_lease(step, fence, StepStatus.RUNNING)
+        move(attempt, attempt_status, actor=WORKER, finished_at=timezone.now(),
+             data={"external_ref": outcome.external_ref})
+        moved = move(
+            step,
+            StepStatus.VERIFYING,
+            actor=WORKER,
+            guard={"fence": fence},
+            result=redact(outcome.result),
+            external_ref=outcome.external_ref,
+            failure_class="",
+            data={"external_ref": outcome.external_ref, "attempt": attempt.number},
+        )
+        if not moved:
+            raise LeaseLost()
+
+
+def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Step]:
+    """The outcomes of several performed steps, in one commit: each attempt
+    SUCCEEDED and its step VERIFYING, while the claim still holds."""
+    if not steps:
+        return []
+    with transaction.atomic():
+        held = still_held(steps, StepStatus.RUNNING)
+        log: list[journal.Entry] = []
+        move_many([step.attempt for step in held], AttemptStatus.SUCCEEDED, actor=WORKER, locked=True, log=log,
+                  finished_at=timezone.now(), data=lambda a: {"external_ref": outcomes[a.step_id].external_ref})
+        moved = move_many(
+            held, StepStatus.VERIFYING, actor=WORKER, locked=True, log=log, failure_class="",
+            each=lambda step: {"result": redact(outcomes[step.pk].result),
+                               "external_ref": outcomes[step.pk].external_ref},
+            data=lambda step: {"external_ref": outcomes[step.pk].external_ref, "attempt": step.attempt.number},
+        )
+        journal.append_many(log)
+    return moved
+
+
+def verify(step: Step, action, fence: int, scope: str = "") -> None:
+    """Establish the outcome before COMPLETE; a failed check is in doubt, not done."""
+    outcome = Outcome(result=step.result or {}, external_ref=step.external_ref)
+    ok = action.verify(outcome)
+    failpoints.hit(failpoints.AFTER_VERIFY, scope=scope)
+    settle(step, ok, fence)
+
+
+def settle(step: Step, ok: bool, fence: int) -> None:
+    """A verified step is COMPLETE (and its workflow with its last step); a
+    step whose outcome failed verification is IN_DOUBT."""
+    with transaction.atomic():
+        assert_lease(step, fence, StepStatus.VERIFYING)
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        if ok:
+            move(step, StepStatus.COMPLETE, actor=WORKER, guard={"fence": fence}, lease_expires_at=None)
+            Step.objects.ready_after([step])
+            if step.lane:
+                compensating.step_complete(workflow, step)
+            elif not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
+                move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
+        else:
+            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
+                 data={"reason": "the recorded outcome did not pass verification"})
+            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
+
+
+def complete(steps: list[Step]) -> None:
+    """VERIFYING to COMPLETE for several verified forward steps in one
+    commit, and each workflow whose steps are now all COMPLETE with them."""
+    if not steps:
+        return
+    with transaction.atomic():
+        log: list[journal.Entry] = []
+        done = move_many(still_held(steps, StepStatus.VERIFYING), StepStatus.COMPLETE, actor=WORKER, locked=True,
+                         log=log, lease_expires_at=None)
+        Step.objects.ready_after(done)
+        touched = {step.workflow_id for step in done}
+        unfinished = set(
+            Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
+            .order_by().values_list("workflow_id", flat=True).distinct()
+        )
+        finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
+        move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
+        journal.append_many(log)
+
+
+def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
+    """Stop the workflow's run after `step` failed or went in doubt. A
+    compensation's step halts the compensation instead."""
+    if step.lane:
+        compensating.halt(workflow, step, **data)
+        return
+    if workflow.status in (WorkflowStatus.RUNNING, WorkflowStatus.APPROVED):
+        if workflow.status == WorkflowStatus.APPROVED:
+            move(workflow, WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started")
+        move(workflow, target, actor=WORKER, data=data or None)
+
+
+def block(step: Step, fence: int, problems: list[str]) -> None:
+    """The policy recheck failed: BLOCKED with POLICY_FAILED, for a fresh approval."""
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        moved = move(
+            step,
+            StepStatus.BLOCKED,
+            actor=WORKER,
+            guard={"fence": fence},
+            failure_class=FailureClass.POLICY_FAILED,
+            lease_expires_at=None,
+            data={"failure_class": FailureClass.POLICY_FAILED, "problems": problems},
+        )
+        if moved:
+            workflow_to(workflow, step, WorkflowStatus.FAILED, reason="policy recheck failed")
+
+
+def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int,
+                   max_attempts: int = retry.MAX_ATTEMPTS) -> None:
+    """A failed attempt, by its class: a retry at its due time when the class
+    and the action allow one and the deadline leaves room; IN_DOUBT when the
+    outcome is unknown and repeating is not safe; otherwise a dead letter."""
+    now = timezone.now()
+    with transaction.atomic():
+        assert_lease(step, fence, StepStatus.RUNNING)
+        attempt_status = AttemptStatus.UNKNOWN if err.outcome_unknown else AttemptStatus.FAILED
+        move(attempt, attempt_status, actor=WORKER, finished_at=now, failure_class=err.failure_class,
+             error=redact_text(err.message)[:2000], data={"failure_class": err.failure_class})
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        if err.outcome_unknown and not action.is_safe_to_repeat(step.args):
+            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
+                 lease_expires_at=None, data={"failure_class": err.failure_class, "attempt": attempt.number})
+            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
+            return
+        retryable = err.failure_class in RETRYABLE_CLASSES or (
+            err.failure_class == FailureClass.TIMEOUT and action.is_safe_to_repeat(step.args)
+        )
+        due = None
+        if retryable and action.is_safe_to_repeat(step.args):
+            due = retry.next_attempt_at(now, attempt.number - step.retry_base, deadline_of(step), err.retry_after,
+                                        max_attempts=max_attempts)
+        if due is not None:
+            move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence}, next_attempt_at=due,
+                 failure_class=err.failure_class, lease_expires_at=None,
+                 data={"failure_class": err.failure_class, "attempt": attempt.number,
+                       "retry_in_seconds": round((due - now).total_seconds(), 3)})
+            return
+        move(step, StepStatus.DEAD_LETTERED, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
+             lease_expires_at=None, data={"failure_class": err.failure_class, "attempts": attempt.number})
+        attempt.refresh_from_db()
+        parking.park(step, attempt, err.failure_class, err.message)
+        workflow_to(workflow, step, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")
+
+
+def deadline_of(step: Step):
+    """One deadline caps each operation: the workflow's for its own steps, the
+    compensation's (set when authorized) for undo steps."""
+    if step.lane:
+        return step.compensation_run.deadline
+    return step.workflow.deadline

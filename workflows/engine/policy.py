@@ -1,0 +1,233 @@
+"""Resume with current policy: an old checkpoint is not a permanent grant.
+
+`evaluate` runs before every attempt (first, retry, recovery, replay) and for
+replay previews. Any failed check blocks the step with POLICY_FAILED; only a
+fresh approval lets it go on. Plan binding is one of the checks: the plan's
+hash is recomputed from its stored steps, and only approvals sealed for that
+hash count (`workflows.engine.binding`).
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from workflows import actions, roles
+from workflows.engine import binding
+from workflows.models import ActionPolicy, Approval, Step, Workflow
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def policies_for(names) -> dict[str, ActionPolicy]:
+    """Current policies of several actions in one query (created if missing)."""
+    names = set(names)
+    found = {p.action: p for p in ActionPolicy.objects.filter(action__in=names)}
+    for name in names - set(found):
+        found[name] = policy_for(name)
+    return found
+
+
+def policy_for(action: str) -> ActionPolicy:
+    """The action's policy row, created with safe defaults on first use."""
+    policy = ActionPolicy.objects.filter(action=action).first()
+    if policy is None:
+        try:
+            with transaction.atomic():
+                policy = ActionPolicy.objects.create(action=action)
+        except IntegrityError:
+            policy = ActionPolicy.objects.get(action=action)
+    return policy
+
+
+def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) -> list[Approval]:
+    """Approvals that still count: sealed by the audit key, for this exact
+    plan as its steps are stored now, by a reviewer who is still active and
+    still a reviewer, not the submitter, within the TTL of the strictest
+    high-risk action. One per reviewer."""
+    return valid_approvals_many([workflow], {workflow.pk: policies}, now)[workflow.pk]
+
+
+def valid_approvals_many(workflows: list[Workflow], policies: dict, now=None) -> dict:
+    """`valid_approvals` of several workflows (`policies`: each workflow's
+    plan policies) in three queries, whatever their number."""
+    return {pk: tally.valid for pk, tally in _tally_approvals(workflows, policies, now).items()}
+
+
+@dataclass
+class Tally:
+    valid: list[Approval]
+    # Set aside by plan binding: approvals of a plan other than the stored
+    # steps, and approvals whose seal does not verify.
+    other_plan: int = 0
+    unsealed: int = 0
+
+
+def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes: dict | None = None) -> dict:
+    """Each workflow's approvals that count, and how many binding set aside.
+    `hashes`: each workflow's plan hash recomputed from its stored steps, as
+    `binding.stored_hashes` gives it (read here when not given)."""
+    now = now or timezone.now()
+    if hashes is None:
+        hashes = binding.stored_hashes((workflow.pk, 0) for workflow in workflows)
+    oldest = {}
+    for workflow in workflows:
+        ttls = [p.approval_ttl_seconds for p in policies[workflow.pk]
+                if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
+        oldest[workflow.pk] = now - timedelta(seconds=min(ttls)) if ttls else None
+    approvals = list(Approval.objects.filter(workflow__in=[w.pk for w in workflows],
+                                             decision=Approval.Decision.APPROVE)
+                     .select_related("reviewer").order_by("-created_at"))
+    # The approvers' current accounts and roles, so that a deactivated
+    # approver or one removed from the reviewers no longer counts. Asked
+    # apart: joined into the query above, the planner may walk a busy
+    # reviewer's every approval instead of these workflows' few.
+    reviewers = set(get_user_model().objects.filter(
+        pk__in={approval.reviewer_id for approval in approvals}, is_active=True, groups__name=roles.REVIEWERS,
+    ).values_list("pk", flat=True)) if approvals else set()
+    by_pk = {workflow.pk: workflow for workflow in workflows}
+    tallies = {pk: Tally([]) for pk in by_pk}
+    counted = {pk: {} for pk in by_pk}
+    for approval in approvals:
+        workflow = by_pk[approval.workflow_id]
+        tally = tallies[workflow.pk]
+        if not approval.plan_hash == workflow.plan_hash == hashes[workflow.pk, 0]:
+            tally.other_plan += 1
+        elif not binding.verifies(approval):
+            tally.unsealed += 1
+        elif (approval.reviewer_id in reviewers and approval.reviewer_id != workflow.submitted_by_id
+              and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
+            counted[workflow.pk].setdefault(approval.reviewer_id, approval)
+    for pk, by_reviewer in counted.items():
+        tallies[pk].valid = list(by_reviewer.values())
+    return tallies
+
+
+def evaluate(step: Step) -> list[Check]:
+    return evaluate_many([step])[step.pk]
+
+
+def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
+    """The checks of several steps, with a fixed number of queries (one reads
+    the stored steps of every plan involved, to recompute its hash). Each
+    step comes back with `bound_plan_hash`: the hash of its lane's stored
+    steps, which its attempt records as the plan it ran under."""
+    now = timezone.now()
+    hashes = binding.stored_hashes((step.workflow_id, step.lane) for step in steps)
+    plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
+    current = policies_for(set().union({step.action for step in steps}, *plan_actions.values()))
+    forward = {step.workflow_id: step.workflow for step in steps if not step.lane}
+    plan_policies = {step.workflow_id: [current[name] for name in plan_actions[step.pk]]
+                     for step in steps if not step.lane}
+    tallies = _tally_approvals(list(forward.values()), plan_policies, now, hashes) if forward else {}
+    results = {}
+    for step in steps:
+        step.bound_plan_hash = hashes[step.workflow_id, step.lane]
+        checks = []
+        known = actions.find(step.action) is not None
+        checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
+        policy = current[step.action]
+        checks.append(Check("action enabled", policy.enabled,
+                            f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
+        if step.lane:
+            results[step.pk] = checks + _compensation_checks(step, now)
+            continue
+        workflow = step.workflow
+        checks.append(Check("deadline not passed", workflow.deadline > now,
+                            f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
+        unchanged = step.bound_plan_hash == workflow.plan_hash
+        checks.append(Check(
+            "plan as approved", unchanged,
+            f"its stored steps hash to {step.bound_plan_hash[:12]}…" if unchanged else
+            f"the plan no longer matches what was approved: its stored steps hash to "
+            f"{step.bound_plan_hash[:12]}…, the approved plan to {workflow.plan_hash[:12]}…",
+        ))
+        required = max([p.approvals_required for p in plan_policies[workflow.pk]] + [1])
+        tally = tallies[workflow.pk]
+        names = ", ".join(sorted(a.reviewer.get_username() for a in tally.valid)) or "none"
+        checks.append(Check(
+            "approvals still valid",
+            len(tally.valid) >= required,
+            f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
+            f"reviewer, plan hash unchanged, within lifetime){_set_aside(tally)}",
+        ))
+        results[step.pk] = checks
+    return results
+
+
+def _set_aside(tally: Tally) -> str:
+    aside = []
+    if tally.other_plan:
+        aside.append(f"{tally.other_plan} for another plan (the plan no longer matches what was approved)")
+    if tally.unsealed:
+        aside.append(f"{tally.unsealed} whose seal does not verify (altered, or not recorded by the console)")
+    return "; not counted: " + ", ".join(aside) if aside else ""
+
+
+def _compensation_checks(step: Step, now) -> list[Check]:
+    """An undo runs on its own authorization, not on the plan's approval:
+    sealed for the undo steps as they are stored now (`binding`)."""
+    comp = step.compensation_run
+    authorizer = comp.authorized_by
+    still_valid = authorizer is not None and roles.is_reviewer(authorizer) and authorizer.pk != comp.requested_by_id
+    if comp.plan_hash != step.bound_plan_hash:
+        authorized = f"{comp.plan_hash[:12]}…" if comp.plan_hash else "nothing sealed"
+        bound = (f"the undo no longer matches what was authorized: its stored steps hash to "
+                 f"{step.bound_plan_hash[:12]}…, the authorized undo to {authorized}")
+    elif not binding.verifies(comp):
+        bound = "the authorization's seal does not verify (altered, or not recorded by the console)"
+    else:
+        bound = ""
+    return [
+        Check("compensation authorized", still_valid,
+              f"authorized by {authorizer.get_username() if authorizer else 'nobody'}"
+              + ("" if still_valid else ": no longer an active reviewer")),
+        Check("compensation as authorized", not bound,
+              bound or f"its stored steps hash to {step.bound_plan_hash[:12]}…, sealed by the authorizer"),
+        Check("deadline not passed", comp.deadline is not None and comp.deadline > now,
+              f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline"),
+    ]
+
+
+def problems(checks: list[Check]) -> list[str]:
+    return [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+
+
+def recheck(step: Step) -> list[str]:
+    return problems(evaluate(step))
+
+
+EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts")
+
+
+def update(action: str, *, by, **changes) -> ActionPolicy:
+    """Change an action's policy: a new version, audited with what changed."""
+    from django.db.models import F
+
+    from workflows.audit import journal
+
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise ValueError(f"not editable: {sorted(unknown)}")
+    current = policy_for(action)
+    with transaction.atomic():
+        ActionPolicy.objects.filter(pk=current.pk).update(
+            version=F("version") + 1, updated_by=_actor(by), updated_at=timezone.now(), **changes
+        )
+        current.refresh_from_db()
+        journal.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
+                     data={"action": action, "version": current.version, "changed": changes})
+    return current
+
+
+def _actor(user) -> str:
+    from workflows.audit.journal import actor_name
+
+    return actor_name(user)

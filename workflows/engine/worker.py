@@ -1,0 +1,128 @@
+"""The worker's own loop, beside the django-q2 cluster.
+
+django-q2's scheduler ticks about every 30 s, too coarse to notice a retry
+that is due or a lease that expired. This loop runs in the cluster's main
+process (after the cluster forked its workers) and, every tick, recovers
+expired leases and asks the cluster to drain when work is due; and, every
+AUDIT_CHECKPOINT_MINUTES, writes a signed audit checkpoint unless another
+worker already did. It never performs an effect itself.
+"""
+
+import logging
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.db.utils import DatabaseError
+from django_q.brokers import get_broker
+from django_q.signals import pre_execute
+from django_q.tasks import async_task
+
+from workflows.audit import checkpoints
+from workflows.engine import execution, expiry, recovery
+from workflows.models import Step
+from workflows.states import StepStatus
+
+log = logging.getLogger(__name__)
+
+# When a worker of this cluster last took a task off the cluster's queue:
+# shared memory made at import, before the cluster forks, so every worker
+# process of the cluster writes to the same place.
+_last_pickup = multiprocessing.RawValue("d", 0.0)
+
+
+def _task_taken(**kwargs) -> None:
+    _last_pickup.value = time.time()
+
+
+pre_execute.connect(_task_taken, dispatch_uid="workflows.engine.worker.task_taken")
+
+
+class StallWatch:
+    """Tells a cluster that looks alive but takes no work. A worker killed
+    while it waited on the cluster's task queue dies holding the queue's lock,
+    and every other worker then blocks on it for good (DESIGN §17), while
+    this loop keeps ticking. Work due for longer than any task may run, with
+    no task taken meanwhile, means the cluster is wedged."""
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.due_since: float | None = None
+        self.stalled = False
+
+    def check(self, due: bool, now: float) -> bool:
+        self.due_since = (self.due_since or now) if due else None
+        stalled = due and now - max(self.due_since, _last_pickup.value) > self.limit
+        if stalled and not self.stalled:
+            log.error("no worker took a task for %.0f s while work was due: the cluster is wedged; "
+                      "withholding the heartbeat so that the supervisor restarts the process group", self.limit)
+        self.stalled = stalled
+        return stalled
+
+
+def work_is_due() -> bool:
+    return (
+        execution.due_steps(window=execution.CLAIM_BATCH).exists()
+        or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
+    )
+
+
+def tick(broker) -> bool:
+    """Expire overdue plans, recover expired leases and wake the cluster;
+    True when work is due."""
+    expiry.expire_overdue()
+    recovered = recovery.recover_expired_leases()
+    if recovered:
+        log.info("recovered %d step(s) whose worker lease expired", recovered)
+    due = work_is_due()
+    if due:
+        wanted = settings.Q_CLUSTER["workers"] - broker.queue_size()
+        for _ in range(max(0, wanted)):
+            async_task("workflows.tasks.drain", task_name="drain", broker=broker)
+    return due
+
+
+def heartbeat() -> None:
+    """Touch the liveness file a supervisor watches (WORKER_HEARTBEAT_FILE):
+    a stale file means this loop stopped, or the cluster's workers stopped
+    taking work, and the process group should be restarted."""
+    path = os.environ.get("WORKER_HEARTBEAT_FILE")
+    if path:
+        Path(path).write_text(f"{os.getpid()} {time.time():.3f}\n")
+
+
+def checkpoint() -> float:
+    """Write the audit checkpoint if due; seconds until the next look. A
+    checkpoint that cannot be signed must not stop recovery: it is logged
+    and tried again a minute later."""
+    try:
+        return checkpoints.write_if_due()
+    except DatabaseError:
+        raise
+    except Exception:
+        log.exception("writing the audit checkpoint failed; trying again in a minute")
+        return 60.0
+
+
+def loop(should_run) -> None:
+    broker = get_broker()
+    interval = settings.WORKER_TICK_SECONDS
+    # A task runs at most `timeout` seconds before django-q replaces its worker.
+    watch = StallWatch(settings.Q_CLUSTER["timeout"] + 5)
+    next_checkpoint = 0.0
+    while should_run():
+        try:
+            if not watch.check(tick(broker), time.time()):
+                heartbeat()
+            if time.time() >= next_checkpoint:
+                next_checkpoint = time.time() + checkpoint()
+        except DatabaseError:
+            # A dropped connection (server restart, terminated backend) must not
+            # stop recovery: drop it and try again on the next tick.
+            log.exception("worker tick failed; reconnecting")
+            connection.close()
+        close_old_connections()
+        time.sleep(interval)

@@ -1,0 +1,192 @@
+"""Accepting a plan from an agent: validate everything, store it PLANNED.
+
+The plan is untrusted input. It is checked as a whole before anything is
+written and stored exactly as submitted: a credential in it is refused, not
+rewritten (secrets travel as `{"$secret": NAME}` references, resolved only
+by the worker). It is deduplicated by the submitter's `submission_key` so
+an agent that retries its submission gets the same workflow back.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from workflows import actions
+from workflows.audit import journal, secrets
+from workflows.audit.redaction import credential_fields, find_credential, redact
+from workflows.engine import binding, wakeups
+from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
+
+STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_STEPS = 50
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600
+
+
+class PlanInvalid(Exception):
+    def __init__(self, fields: dict[str, str]):
+        super().__init__("The plan is not valid.")
+        self.fields = fields
+
+
+class SubmissionConflict(Exception):
+    """The submission key was already used for a different plan."""
+
+
+@dataclass
+class Submission:
+    workflow: Workflow
+    created: bool
+
+
+def validate(body: dict) -> dict[str, str]:
+    """Field errors keyed by dotted path (`steps.1.action`); empty when valid."""
+    errors: dict[str, str] = {}
+    steps = body.get("steps") or []
+    if not steps:
+        errors["steps"] = "A plan needs at least one step."
+    if len(steps) > MAX_STEPS:
+        errors["steps"] = f"A plan may have at most {MAX_STEPS} steps."
+    deadline = body.get("deadline_seconds")
+    if deadline is not None and not (1 <= deadline <= MAX_DEADLINE_SECONDS):
+        errors["deadline_seconds"] = f"Must be between 1 and {MAX_DEADLINE_SECONDS}."
+    for field in ("name", "submission_key"):
+        if kind := find_credential(body.get(field) or ""):
+            errors[field] = f"This looks like a credential ({kind}): remove it."
+    seen: list[str] = []
+    for index, step in enumerate(steps):
+        where = f"steps.{index}"
+        key = step["key"]
+        if not STEP_KEY.match(key):
+            errors[f"{where}.key"] = "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
+        elif key in seen:
+            errors[f"{where}.key"] = f"Duplicate step key {key!r}."
+        elif kind := find_credential(key):
+            errors[f"{where}.key"] = f"This looks like a credential ({kind}): remove it."
+        try:
+            action = actions.get(step["action"])
+        except KeyError:
+            errors[f"{where}.action"] = f"Unknown action. Known actions: {', '.join(actions.names())}."
+            action = None
+        if action is not None:
+            for field, message in action.validate(step["args"]).items():
+                errors[f"{where}.args.{field}"] = message
+        errors.update(credential_fields(step["args"], f"{where}.args"))
+        errors.update(secrets.check(step["args"], action, f"{where}.args"))
+        for path, ref in _references(step["args"], f"{where}.args"):
+            source, _, rest = ref.partition(".result")
+            if source not in seen or (rest and not rest.startswith(".")):
+                errors[path] = "A $from reference must name an earlier step: '<step key>.result.<field>'."
+        compensation = step.get("compensation")
+        if compensation is not None:
+            undo = actions.find(compensation["action"])
+            if undo is None:
+                errors[f"{where}.compensation.action"] = "Unknown action."
+            undo_args = compensation.get("args") or {}
+            errors.update(credential_fields(undo_args, f"{where}.compensation.args"))
+            errors.update(secrets.check(undo_args, undo, f"{where}.compensation.args"))
+        seen.append(key)
+    return errors
+
+
+def _references(value, path):
+    if actions.is_reference(value):
+        yield path, value[actions.FROM]
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _references(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _references(item, f"{path}.{index}")
+
+
+def canonical_plan(steps: list[dict]) -> list[dict]:
+    """The steps as hashed and stored: exactly as submitted."""
+    return [
+        {
+            "key": step["key"],
+            "action": step["action"],
+            "args": step["args"],
+            "compensation": step["compensation"] if step.get("compensation") else None,
+        }
+        for step in steps
+    ]
+
+
+def submit(user, body: dict) -> Submission:
+    """Record a plan as PLANNED, or return the workflow this submission
+    already created. Raises PlanInvalid or SubmissionConflict."""
+    errors = validate(body)
+    if errors:
+        raise PlanInvalid(errors)
+    plan = canonical_plan(body["steps"])
+    plan_hash = sha256_hex(canonical_json(plan))
+    context = redact(body.get("context") or {}, prompts=True)
+    deadline_seconds = body.get("deadline_seconds") or settings.DEFAULT_DEADLINE_SECONDS
+    submission_hash = sha256_hex(
+        canonical_json({"name": body["name"], "plan": plan, "context": context, "deadline_seconds": deadline_seconds})
+    )
+    existing = _existing(user, body["submission_key"], submission_hash)
+    if existing:
+        return Submission(existing, created=False)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            workflow = Workflow.objects.create(
+                name=body["name"],
+                submitted_by=user,
+                submission_key=body["submission_key"],
+                submission_hash=submission_hash,
+                plan=plan,
+                plan_hash=plan_hash,
+                context=context,
+                deadline=now + timedelta(seconds=deadline_seconds),
+                created_at=now,
+                updated_at=now,
+            )
+            Step.objects.bulk_create(
+                Step(
+                    workflow=workflow,
+                    position=index,
+                    key=step["key"],
+                    action=step["action"],
+                    args=step["args"],
+                    compensation=step["compensation"],
+                    operation_key=operation_key_for(workflow.id, step["key"]),
+                )
+                for index, step in enumerate(plan)
+            )
+            # Approvals bind to the hash every claim recomputes: that of the
+            # steps as the database gives them back (PostgreSQL's jsonb
+            # returns 1e+16 as an integer and -0.0 as 0.0).
+            plan_hash = binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]
+            if plan_hash != workflow.plan_hash:
+                Workflow.objects.filter(pk=workflow.pk).update(plan_hash=plan_hash)
+                workflow.plan_hash = plan_hash
+            journal.append(
+                actor=user,
+                verb="workflow.submitted",
+                obj_type="workflow",
+                obj_id=workflow.pk,
+                workflow_id=workflow.pk,
+                data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
+            )
+            # Queued with the submission (same database): commits or rolls back with it.
+            wakeups.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+    except IntegrityError:
+        # A concurrent submission with the same key won the race.
+        existing = _existing(user, body["submission_key"], submission_hash)
+        if existing:
+            return Submission(existing, created=False)
+        raise
+    return Submission(workflow, created=True)
+
+
+def _existing(user, submission_key: str, submission_hash: str) -> Workflow | None:
+    workflow = Workflow.objects.filter(submitted_by=user, submission_key=submission_key).first()
+    if workflow is not None and workflow.submission_hash != submission_hash:
+        raise SubmissionConflict(f"submission_key {submission_key!r} was already used for a different plan")
+    return workflow

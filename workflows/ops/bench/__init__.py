@@ -1,0 +1,27 @@
+"""What durable execution costs on this machine, measured in one run
+(`python manage.py bench`).
+
+    a  raw ceiling: the database alone, looping two commits per step (insert
+       the attempt, then update its outcome) from 1, 4 and 8 client threads
+    b  durable steps per second: `noop` plans approved in one transaction and
+       run by real `qcluster` processes (one cluster, then two) through the
+       whole checkpoint protocol; first the protocol's queries and commits
+       per step, counted in this process
+    c  approval-to-first-effect latency: one-step plans approved one at a time
+       while a cluster idles
+    d  recovery: a worker SIGKILLed mid-step (failpoint `after_requested`)
+       until the step is COMPLETE, once with the cluster respawning the
+       worker, once with the whole cluster killed and a fresh one started
+    e  server time and query count of the console's pages at a seeded scale
+    f  RSS of every cluster process, sampled four times a second during b
+
+Goals are reported, never asserted. Every process started here is stopped
+in a `finally`; a part that fails is recorded under `errors` and the rest
+still runs.
+
+Bench (`parts`) runs the parts in turn; the raw ceiling (a) is measured
+in `raw`, the RSS of (f) sampled in `memory`, queries and commits are
+counted in `counting`; the options, personas and goals are in `common`.
+Ops tooling: it may import anything in workflows/, and only the
+management commands import it.
+"""

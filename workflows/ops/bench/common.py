@@ -1,0 +1,91 @@
+"""What every part of the bench shares: its options, personas and goals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from workflows import roles
+
+AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
+SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory"}
+# (f) is judged only over runs of at least this many steps.
+MEMORY_STEPS = 100_000
+
+
+class BenchError(Exception):
+    """A part could not measure what it set out to."""
+
+
+@dataclass
+class Options:
+    steps: int = MEMORY_STEPS
+    steps_per_workflow: int = 10
+    clusters: tuple[int, ...] = (1, 2)
+    workers_per_cluster: int = 0  # 0: Q_WORKERS
+    raw_seconds: float = 5.0
+    raw_clients: tuple[int, ...] = (1, 4, 8)
+    latency_samples: int = 50
+    recovery_runs: int = 3
+    seed_workflows: int = 10_000
+    seed_events: int = 100_000
+    page_requests: int = 30
+    lease_seconds: float = 10.0
+    skip: frozenset[str] = frozenset()
+    database_url: str = ""
+    workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
+
+
+def personas():
+    """The submitter and the reviewer of benchmarked (and seeded) plans."""
+    User = get_user_model()
+    agent, _ = User.objects.get_or_create(username=AGENT)
+    reviewer, _ = User.objects.get_or_create(username=REVIEWER)
+    # get_or_create: a flushed test database has lost the groups the migration made.
+    reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
+    return agent, reviewer
+
+
+def console_user():
+    """One user in every role, so that every page shows all it can."""
+    user, _ = get_user_model().objects.get_or_create(username=CONSOLE)
+    user.groups.add(*(Group.objects.get_or_create(name=role)[0] for role in roles.ALL))
+    return user
+
+
+# --- goals ------------------------------------------------------------------------
+
+
+def goals(result: dict) -> list[dict]:
+    rows = []
+
+    def add(part, goal, value, met):
+        rows.append({"part": part, "goal": goal, "value": value, "met": met})
+
+    if runs := result.get("throughput", {}).get("runs"):
+        best = max(run["steps_per_s"] for run in runs)
+        add("b", ">= 600 durable steps/s", best, best >= 600)
+    if "approval_to_requested_ms" in result.get("latency", {}):
+        p50 = result["latency"]["approval_to_requested_ms"]["p50"]
+        add("c", "approval -> first effect p50 <= 150 ms", p50, p50 <= 150)
+    if "worker_respawned" in result.get("recovery", {}):
+        worst = result["recovery"]["worker_respawned"]["max_s"]
+        add("d", "recovery after SIGKILL mid-step <= 5 s", worst, worst <= 5)
+    if pages := result.get("pages", {}).get("pages"):
+        worst = max(page["p95"] for page in pages.values())
+        scale = result["pages"]["scale"]
+        at_scale = scale["workflows"] >= 100_000 and scale["audit_events"] >= 1_000_000
+        add("e", "page p95 <= 100 ms at 100k workflows / 1M events", worst,
+            worst <= 100 if at_scale else None)
+    if runs := result.get("memory", {}).get("runs"):
+        growth = max(run["growth_mib_per_10k_steps"] for run in runs)
+        # The goal speaks of 100k steps; over a short run the first-use
+        # caches still dominate the slope.
+        long_enough = min(run["steps"] for run in runs) >= MEMORY_STEPS
+        add("f", f"no worker memory growth (<= 1 MiB per 10k steps, over >= {MEMORY_STEPS:,} steps)", growth,
+            growth <= 1 if long_enough else None)
+    return rows

@@ -1,0 +1,438 @@
+"""The Bench: one run of the parts (a) to (e) in turn, (f) sampled during
+(b), each part's figures recorded under its section of the result, each
+part's failure under `errors` (see workflows.ops.bench)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import time
+import uuid
+import warnings
+from io import StringIO
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.models import Count, Max, Min
+from django.test import Client
+from django.test.utils import override_settings
+from django.utils import timezone
+from django_q.brokers import get_broker
+
+from workflows.audit import keys, signing
+from workflows.engine import execution, failpoints
+from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
+from workflows.operations import approvals, plans
+from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
+from workflows.ops.bench.counting import counting_commits, recording_queries
+from workflows.ops.bench.memory import RssSampler
+from workflows.ops.bench.raw import raw_clients, raw_rate
+from workflows.ops.processes import Cluster, database_url, gone
+from workflows.states import StepStatus, WorkflowStatus
+
+PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
+# A plan with a parked step stops in one of these.
+STOPPED = (WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION)
+
+
+def _setting(name: str) -> str | None:
+    """A PostgreSQL server setting (e.g. autovacuum: when off, statistics go stale and dead rows pile up)."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {name}")
+        return cursor.fetchone()[0]
+
+
+def spread(values: list[float], digits: int = 1) -> dict:
+    """n, p50, p95 (nearest rank) and max."""
+    ordered = sorted(values)
+
+    def rank(p):
+        return round(ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)], digits)
+
+    return {"n": len(ordered), "p50": rank(50), "p95": rank(95), "max": round(ordered[-1], digits)}
+
+
+# --- processes ----------------------------------------------------------------
+
+
+class Fleet:
+    """The clusters one part started; every one is stopped on exit, whatever happened."""
+
+    def __init__(self, workdir: Path, env: dict[str, str]):
+        self.workdir, self.env = workdir, env
+        self.started: list[Cluster] = []
+
+    def start(self, name: str, **env) -> Cluster:
+        cluster = Cluster(name, self.workdir, {**self.env, "PGAPPNAME": f"bench:{name}", **env})
+        self.started.append(cluster)
+        return cluster.start()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for cluster in self.started:
+            cluster.stop(timeout=10)
+
+
+def _vacuum() -> None:
+    """What autovacuum would have done by now: clear the dead rows earlier
+    runs left in the hot tables and refresh the planner's statistics (a
+    server may run with autovacuum off; `meta.autovacuum` says)."""
+    if connection.vendor != "postgresql":
+        return
+    tables = [model._meta.db_table for model in (Workflow, Step, Attempt, Approval)]
+    tables += ["workflows_audithead", "django_q_ormq"]
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+        cursor.execute(f"ANALYZE {AuditEvent._meta.db_table}")
+
+
+# --- the bench ------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, options: Options, log=print):
+        self.o, self.log = options, log
+        self.workers = options.workers_per_cluster or settings.Q_CLUSTER["workers"]
+        self.tag = uuid.uuid4().hex[:8]
+        self.workdir = Path(options.workdir)
+        # Workers as in production: DEBUG off (no per-query log), so they need the key that signs tasks,
+        # and the audit and checkpoint keys of this process (under DEBUG, the generated ones: made now).
+        signing.keyset()
+        self.cluster_env = {"DATABASE_URL": options.database_url or database_url(), "DEBUG": "0",
+                            "SECRET_KEY": settings.SECRET_KEY, "Q_WORKERS": str(self.workers),
+                            "STEP_LEASE_SECONDS": str(options.lease_seconds), "AUDIT_KEYS": keys.as_setting(),
+                            "SIGNING_KEYS_FILE": str(signing.keys_path())}
+        self.result: dict = {"errors": {}}
+
+    def run(self) -> dict:
+        self.agent, self.reviewer = personas()
+        self.result["meta"] = {
+            "vendor": connection.vendor, "database": str(connection.settings_dict["NAME"]),
+            "started": timezone.now().isoformat(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
+            "workers_per_cluster": self.workers, "lease_seconds": self.o.lease_seconds,
+            "autovacuum": _setting("autovacuum"), "broker": settings.Q_BROKER,
+            "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
+                        if k not in ("database_url", "workdir")},
+        }
+        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages)]
+        for letter, measure in parts:
+            if letter in self.o.skip:
+                self.result[SECTIONS[letter]] = {"skipped": True}
+                continue
+            self.log(f"({letter}) {SECTIONS[letter]} ...")
+            began = time.monotonic()
+            try:
+                self.result[SECTIONS[letter]] = measure()
+            except Exception as exc:  # one part failing must not lose the others' figures
+                self.result["errors"][letter] = f"{type(exc).__name__}: {exc}"
+                self.log(f"({letter}) failed: {exc}")
+            self.log(f"({letter}) done in {time.monotonic() - began:.1f} s")
+        if {"b", "f"} & self.o.skip:
+            self.result["memory"] = {"skipped": True}
+        self.result["meta"]["load_after"] = os.getloadavg()
+        self.result["goals"] = goals(self.result)
+        return self.result
+
+    # -- helpers -----------------------------------------------------------
+
+    def submit(self, count: int, steps: int, label: str) -> list:
+        """PLANNED `noop` plans, submitted as an agent would, 200 per transaction."""
+        ids = []
+        for first in range(0, count, 200):
+            with transaction.atomic():
+                for n in range(first, min(count, first + 200)):
+                    body = {"name": f"bench {label} {n}", "submission_key": f"bench-{self.tag}-{label}-{n}",
+                            "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)]}
+                    ids.append(plans.submit(self.agent, body).workflow.pk)
+        return ids
+
+    def approve_all(self, ids: list) -> None:
+        """One transaction: every plan becomes due at the same commit."""
+        with transaction.atomic():
+            for workflow in Workflow.objects.filter(pk__in=ids):
+                approvals.approve(workflow, by=self.reviewer)
+
+    def wait_queue_idle(self, stalled_after: float = 60.0) -> None:
+        """Until no queued task is ready: the submissions' reviewer notices,
+        and wake-ups a burst of approvals left behind once its work was done
+        (a task that finds nothing due). However long the queue, it must keep
+        draining: no progress for `stalled_after` seconds is an error."""
+        broker = get_broker()
+        left, progress_at = broker.queue_size(), time.monotonic()
+        while left:
+            time.sleep(0.5)
+            now_left = broker.queue_size()
+            if now_left < left:
+                progress_at = time.monotonic()
+            elif time.monotonic() - progress_at > stalled_after:
+                raise BenchError(f"the task queue stopped draining: {now_left} task(s) left")
+            left = now_left
+        time.sleep(0.5)  # the task in hand finishes
+
+    def wait_steps(self, ids: list, total: int, clusters, timeout: float) -> None:
+        """Until every step of these plans is COMPLETE. Polls the plans'
+        statuses (a tenth of the rows their steps are) once a second, so that
+        the bench takes little of the CPU it measures; the rate comes from the
+        rows' own timestamps, not from when this loop noticed."""
+        workflows = Workflow.objects.filter(pk__in=ids).order_by()
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = dict(workflows.values_list("status").annotate(n=Count("id")))
+            if counts.get(WorkflowStatus.COMPLETE, 0) >= len(ids):
+                done = Step.objects.filter(workflow_id__in=ids, status=StepStatus.COMPLETE).count()
+                if done != total:
+                    raise BenchError(f"every plan is COMPLETE but only {done}/{total} of their steps")
+                return
+            if stopped := {status: counts[status] for status in STOPPED if counts.get(status)}:
+                raise BenchError(f"plans stopped instead of completing: {stopped}")
+            if dead := [cluster.name for cluster in clusters if not cluster.alive]:
+                raise BenchError(f"cluster(s) {dead} exited; see the logs in {self.workdir}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"plans not COMPLETE after {timeout:.0f} s: {counts}")
+            time.sleep(1.0)
+
+    def wait_step(self, workflow_id, timeout: float) -> Step:
+        """The (only) step of a one-step plan, once COMPLETE."""
+        deadline = time.monotonic() + timeout
+        while True:
+            step = Step.objects.filter(workflow_id=workflow_id).first()
+            if step.status == StepStatus.COMPLETE:
+                return step
+            if step.status in PARKED:
+                raise BenchError(f"step of {workflow_id} went {step.status}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"step of {workflow_id} still {step.status} after {timeout:.0f} s")
+            time.sleep(0.02)
+
+    # -- (a) ---------------------------------------------------------------
+
+    def raw(self) -> dict:
+        rates = {}
+        with raw_clients() as client:
+            for threads in self.o.raw_clients:
+                rates[str(threads)] = round(raw_rate(client, threads, self.o.raw_seconds), 1)
+                self.log(f"    {threads} client(s): {rates[str(threads)]:,.0f} steps/s")
+        return {"seconds_per_run": self.o.raw_seconds, "steps_per_s": rates}
+
+    # -- (b) + (f) ---------------------------------------------------------
+
+    def throughput(self) -> dict:
+        # Recorded as they come: a run that fails keeps the figures of those before it.
+        result = self.result["throughput"] = {"protocol": self.protocol_cost(), "runs": []}
+        memory = self.result["memory"] = {"runs": []}
+        for count in self.o.clusters:
+            run, sampled = self.cluster_run(count)
+            result["runs"].append(run)
+            if sampled:
+                try:
+                    memory["runs"].append({"clusters": count, "steps": run["steps"], **sampled()})
+                except BenchError as exc:  # the throughput still counts
+                    self.result["errors"]["f"] = f"{type(exc).__name__}: {exc}"
+        return result
+
+    def protocol_cost(self) -> dict:
+        """Queries and commits per step of the checkpoint protocol, in this
+        process, with no queue and no concurrency: 100 steps one at a time
+        (one 10-step plan after another: every batch holds one step), then
+        100 steps in shared batches (a drain of 50 two-step plans)."""
+        alone = self.submit(10, 10, "protocol-alone")
+        self.approve_all(alone)
+        shared = self.submit(50, 2, "protocol-shared")
+        result = {"alone": self._count(lambda: sum(execution.run_workflow(pk) for pk in alone))}
+        self.approve_all(shared)
+        result["shared"] = self._count(lambda: execution.run_workflow(shared))
+        return result
+
+    def _count(self, run) -> dict:
+        # DEBUG off, as in a worker: no query log.
+        with override_settings(DEBUG=False), counting_commits() as counter, recording_queries() as queries:
+            began = time.perf_counter()
+            done = run()
+            elapsed = time.perf_counter() - began
+        if done != 100:
+            raise BenchError(f"in-process run completed {done} of 100 steps")
+        return {"steps": done, "queries_per_step": round(len(queries) / done, 2),
+                "commits_per_step": round(counter["commits"] / done, 2), "serial_steps_per_s": round(done / elapsed, 1)}
+
+    def cluster_run(self, count: int):
+        """The run's figures, and (unless f is skipped) a callable summing up its memory samples."""
+        per = self.o.steps_per_workflow
+        ids = self.submit(math.ceil(self.o.steps / per), per, f"b{count}")
+        total = len(ids) * per
+        # Every claim looks past the PENDING steps of plans that are not running (the inbox, failed plans).
+        backlog = Step.objects.filter(status=StepStatus.PENDING).exclude(workflow_id__in=ids).count()
+        self.log(f"    {count} cluster(s): {len(ids)} plans of {per} steps submitted; "
+                 f"{backlog:,} other steps PENDING in the database")
+        _vacuum()
+        sampler = None
+        with Fleet(self.workdir, self.cluster_env) as fleet:
+            clusters = [fleet.start(f"b{count}-{n + 1}") for n in range(count)]
+            self.wait_queue_idle()
+            try:
+                began = time.time()
+                self.approve_all(ids)
+                approved = time.time()
+                if "f" not in self.o.skip:  # from the moment the work is due: idle time is not warm-up
+                    sampler = RssSampler(clusters)
+                    sampler.start()
+                self.wait_steps(ids, total, clusters, timeout=max(120.0, total / 20))
+            finally:
+                if sampler:
+                    sampler.stop()
+        attempts = Attempt.objects.filter(step__workflow_id__in=ids)
+        first = attempts.aggregate(t=Min("started_at"))["t"]
+        last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
+        seconds = (last - first).total_seconds()
+        run = {"clusters": count, "workers": count * self.workers, "workflows": len(ids), "steps": total,
+               "other_pending_steps": backlog,
+               "approve_seconds": round(approved - began, 2), "seconds": round(seconds, 2),
+               "steps_per_s": round(total / seconds, 1),
+               "seconds_from_approval_commit": round(last.timestamp() - approved, 2)}
+        if raw := self.result.get("raw", {}).get("steps_per_s"):
+            if "4" in raw:
+                run["ratio_to_raw_4"] = round(run["steps_per_s"] / raw["4"], 3)
+            run["ratio_to_raw_best"] = round(run["steps_per_s"] / max(raw.values()), 3)
+        self.log(f"    {count} cluster(s): {run['steps_per_s']:,.0f} steps/s ({total} steps in {seconds:.1f} s)")
+        if sampler is None:
+            return run, None
+        # "<host>:<pid>": every attempt of these plans was made by a worker of these clusters.
+        steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
+                        attempts.values_list("worker").annotate(n=Count("id"))}
+        return run, lambda: sampler.summary(steps_by_pid)
+
+    # -- (c) ---------------------------------------------------------------
+
+    def latency(self) -> dict:
+        ids = self.submit(self.o.latency_samples, 1, "c")
+        rng = random.Random(1)
+        requested, complete, approve_ms = [], [], []
+        with Fleet(self.workdir, self.cluster_env) as fleet:
+            fleet.start("c-1")
+            self.wait_queue_idle()
+            for workflow in Workflow.objects.filter(pk__in=ids):
+                time.sleep(rng.uniform(0.1, 0.3))  # the workers go idle between samples
+                began = time.perf_counter()
+                approvals.approve(workflow, by=self.reviewer)
+                committed = timezone.now()
+                approve_ms.append((time.perf_counter() - began) * 1000)
+                step = self.wait_step(workflow.pk, timeout=20)
+                attempt = step.attempts.order_by("number").first()
+                requested.append((attempt.started_at - committed).total_seconds() * 1000)
+                complete.append((step.updated_at - committed).total_seconds() * 1000)
+        return {"approval_to_requested_ms": spread(requested), "approval_to_complete_ms": spread(complete),
+                "approve_call_ms": spread(approve_ms)}
+
+    # -- (d) ---------------------------------------------------------------
+
+    def recovery(self) -> dict:
+        marker = self.workdir / f"failpoint-{self.tag}.marker"
+        failing = {"FAILPOINTS": failpoints.AFTER_REQUESTED, "FAILPOINT_MARKER": str(marker)}
+        ids = iter(self.submit(2 * self.o.recovery_runs, 1, "d"))
+        respawned, restarted = [], []
+        with Fleet(self.workdir, self.cluster_env) as fleet:
+            fleet.start("d-respawn", **failing)
+            self.wait_queue_idle()
+            for _ in range(self.o.recovery_runs):
+                respawned.append(self.recovered(self.kill_mid_step(next(ids), marker)))
+        for n in range(self.o.recovery_runs):
+            with Fleet(self.workdir, self.cluster_env) as fleet:
+                crashing = fleet.start(f"d-crash-{n + 1}", **failing)
+                self.wait_queue_idle()
+                killed = self.kill_mid_step(next(ids), marker)
+                crashing.kill()
+                fleet.start(f"d-fresh-{n + 1}")
+                restarted.append(self.recovered(killed))
+
+        def summary(runs):
+            seconds = [run["seconds"] for run in runs]
+            return {"median_s": round(statistics.median(seconds), 3), "max_s": max(seconds), "runs": runs}
+
+        return {"worker_respawned": summary(respawned), "cluster_restarted": summary(restarted)}
+
+    def kill_mid_step(self, workflow_id, marker: Path) -> tuple:
+        """Approve a one-step plan into a worker that dies by SIGKILL right
+        after its attempt is REQUESTED: (workflow id, time of death, pid)."""
+        marker.unlink(missing_ok=True)  # re-arms the failpoint
+        approvals.approve(Workflow.objects.get(pk=workflow_id), by=self.reviewer)
+        deadline = time.monotonic() + 30
+        while not (marker.exists() and marker.read_text().strip()):
+            if time.monotonic() > deadline:
+                raise BenchError("the failpoint did not fire within 30 s")
+            time.sleep(0.01)
+        pid = int(marker.read_text().split()[0])
+        if not gone([pid]):
+            raise BenchError(f"worker {pid} hit the failpoint but is still alive")
+        return workflow_id, marker.stat().st_mtime, pid
+
+    def recovered(self, killed: tuple) -> dict:
+        workflow_id, killed_at, pid = killed
+        step = self.wait_step(workflow_id, timeout=60)
+        return {"seconds": round(step.updated_at.timestamp() - killed_at, 3), "killed_pid": pid,
+                "attempts": step.attempts.count()}
+
+    # -- (e) ---------------------------------------------------------------
+
+    def pages(self) -> dict:
+        scale = self.seed()
+        user = console_user()
+        target = (Workflow.objects.filter(status=WorkflowStatus.FAILED).order_by("-created_at").first()
+                  or Workflow.objects.order_by("-created_at").first())
+        urls = {"inbox": "/", "workflows": "/workflows/", "workflow": f"/workflows/{target.pk}/",
+                "dead_letters": "/dead-letters/", "audit": "/audit/"}
+        pages = {}
+        # As served in production (DEBUG off: no query log), by the test client's host, over plain HTTP;
+        # WhiteNoise warns that static files were never collected, which these pages do not need.
+        with (override_settings(DEBUG=False, ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False),
+              warnings.catch_warnings()):
+            warnings.filterwarnings("ignore", "No directory at", UserWarning)
+            client = Client()
+            client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
+            for name, url in urls.items():
+                pages[name] = self.time_page(client, url)
+                self.log(f"    {url}: p50 {pages[name]['p50']} ms, p95 {pages[name]['p95']} ms, "
+                         f"{pages[name]['queries']} queries")
+        return {"scale": scale, "pages": pages}
+
+    def seed(self) -> dict:
+        """Seed the shortfall up to --seed-workflows / --seed-events."""
+        workflows, events = Workflow.objects.count(), AuditEvent.objects.count()
+        add_events = max(0, self.o.seed_events - events)
+        add_workflows = max(self.o.seed_workflows - workflows, math.ceil(add_events / 10))
+        seeded = None
+        if add_workflows or add_events:
+            self.log(f"    seeding {add_workflows:,} workflows and {add_events:,} audit events")
+            began = time.monotonic()
+            call_command("seed_scale", workflows=add_workflows, events=add_events, batch=5000, stdout=StringIO())
+            seeded = {"workflows": add_workflows, "events": add_events,
+                      "seconds": round(time.monotonic() - began, 1)}
+        return {"workflows": Workflow.objects.count(), "audit_events": AuditEvent.objects.count(),
+                "dead_letters": DeadLetter.objects.count(), "seeded": seeded}
+
+    def time_page(self, client: Client, url: str) -> dict:
+        def get():
+            response = client.get(url)
+            if response.status_code != 200:
+                raise BenchError(f"{url} answered {response.status_code}")
+
+        get()
+        with recording_queries() as queries:
+            get()
+        times = []
+        for _ in range(self.o.page_requests):
+            began = time.perf_counter()
+            get()
+            times.append((time.perf_counter() - began) * 1000)
+        counting = [sql for sql in queries if "COUNT(" in sql.upper()]
+        return {"url": url, "queries": len(queries), "count_queries": counting, **spread(times)}
+
+
+def run(options: Options, log=print) -> dict:
+    return Bench(options, log).run()

@@ -1,0 +1,61 @@
+"""The bench's printed table, from its result."""
+
+
+def report(result: dict) -> str:
+    meta = result["meta"]
+    lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
+             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
+             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
+             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
+             + f", task broker {meta.get('broker', 'orm')}", ""]
+    rows = []
+    raw = result.get("raw", {}).get("steps_per_s", {})
+    if raw:
+        rows.append(("(a) raw 2-commit steps/s", ", ".join(f"{n} clients {v:,.0f}" for n, v in raw.items())))
+    throughput = result.get("throughput", {})
+    for mode, protocol in throughput.get("protocol", {}).items():
+        rows.append((f"(b) protocol per step, {mode} (in-process)",
+                     f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
+                     f"{protocol['serial_steps_per_s']:,.0f} steps/s serial"))
+    for run in throughput.get("runs", []):
+        ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
+        best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
+        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
+                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
+    latency = result.get("latency", {})
+    for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
+                       ("approval_to_complete_ms", "approval -> COMPLETE")):
+        if key in latency:
+            s = latency[key]
+            rows.append((f"(c) {label} ms", f"p50 {s['p50']}, p95 {s['p95']}, max {s['max']} ({s['n']} samples)"))
+    recovery = result.get("recovery", {})
+    for key, label in (("worker_respawned", "worker respawned"), ("cluster_restarted", "fresh cluster")):
+        if key in recovery:
+            r = recovery[key]
+            rows.append((f"(d) SIGKILL -> COMPLETE s, {label}", f"median {r['median_s']}, max {r['max_s']}"))
+    if pages := result.get("pages", {}).get("pages"):
+        scale = result["pages"]["scale"]
+        rows.append(("(e) scale", f"{scale['workflows']:,} workflows, {scale['audit_events']:,} audit events, "
+                                  f"{scale['dead_letters']:,} dead letters"))
+        for name, page in pages.items():
+            counts = f", {len(page['count_queries'])} COUNT" if page["count_queries"] else ""
+            url = "/workflows/<id>/" if name == "workflow" else page["url"]
+            rows.append((f"(e) {url} ms", f"p50 {page['p50']}, p95 {page['p95']} ({page['queries']} queries{counts})"))
+    for run in result.get("memory", {}).get("runs", []):
+        w, m = run["worker_rss_mib"], run["main_rss_mib"]
+        rows.append((f"(f) RSS MiB, {run['clusters']} cluster(s)",
+                     f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
+                     f"main {m['start']}/{m['peak']}/{m['end']}; "
+                     f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up"))
+        if timeline := run.get("worker_rss_mib_by_tenth"):
+            rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
+                         " ".join("-" if value is None else f"{value}" for value in timeline)))
+    width = max((len(name) for name, _ in rows), default=0)
+    lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
+    lines += ["", "goals (reported, not asserted):"]
+    for goal in result["goals"]:
+        met = {True: "met", False: "NOT met", None: "not judged at this size"}[goal["met"]]
+        lines.append(f"  ({goal['part']}) {goal['goal']}: {goal['value']} -> {met}")
+    for letter, error in result["errors"].items():
+        lines.append(f"  ({letter}) FAILED: {error}")
+    return "\n".join(lines)

@@ -1,0 +1,502 @@
+"""Chaos soak: many workflows while worker processes die and their database
+sessions are cut.
+
+The driver submits and approves three-step ticket plans while, every few
+seconds, it picks a cluster at random and does one of:
+
+- `worker`: SIGKILL a django-q worker that holds a step's lease (mid-step);
+- `child`: SIGKILL a random child of the cluster's sentinel (a worker, the
+  pusher or the monitor, often idle);
+- `group`: SIGKILL the cluster's whole process group, then start it again;
+- `sessions` (PostgreSQL only): `pg_terminate_backend` on every session the
+  cluster holds (recognised by its `application_name`).
+
+The kinds come in seeded, shuffled rounds, so every kind happens once per
+round. The driver is also the clusters' supervisor (DESIGN §17): a cluster
+whose main process exited or whose heartbeat went stale is killed as a group
+and started again.
+
+After each kill it measures the time to recover: until the steps the killed
+processes held are out of their hands (reclaimed, finished or parked) and
+progress resumed (one more step COMPLETE than at the kill, or nothing left
+to do). At the end every workflow must be settled (terminal, or waiting for
+an operator), the desk's ledger must hold each effect at most once, every
+effect must follow a REQUESTED attempt of its operation key, no step may
+have two SUCCEEDED attempts, and the audit trail must verify.
+
+Used by `manage.py chaos` and tests/test_chaos.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+import requests
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.db.models import Count, Min
+
+from workflows import roles
+from workflows.audit import journal
+from workflows.models import Attempt, Step, Workflow
+from workflows.operations import approvals, plans
+from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+
+KINDS = ("worker", "child", "group", "sessions")
+# Environment of the clusters under chaos. Short task timeouts bound how long
+# a wedged cluster takes to withhold its heartbeat (workflows.engine.worker.StallWatch).
+CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "ACTION_TIMEOUT_SECONDS": "3", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
+IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
+UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
+# A workflow is settled when no worker will touch it again without a person.
+SETTLED = frozenset(WorkflowStatus) - {WorkflowStatus.PLANNED, WorkflowStatus.APPROVED, WorkflowStatus.RUNNING,
+                                       WorkflowStatus.COMPENSATING}
+
+
+def ticket_plan(key: str) -> dict:
+    """Open a ticket, comment on it, close it: later steps use $from."""
+    ticket = {"$from": "open.result.id"}
+    return {
+        "name": f"chaos {key}",
+        "submission_key": key,
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": f"Chaos {key}", "body": "soak"}},
+            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": ticket, "body": "still here"}},
+            {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket}},
+        ],
+    }
+
+
+# --- sessions ---------------------------------------------------------------
+
+
+def terminate_sessions(cluster_name: str) -> list[int]:
+    """pg_terminate_backend every session of one chaos cluster on this database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = %s",
+            [session_name(cluster_name)],
+        )
+        return [pid for pid, terminated in cursor.fetchall() if terminated]
+
+
+# --- results ----------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    number: int
+    kind: str
+    cluster: str
+    at: float  # seconds since the soak began
+    targets: list[int]  # pids killed, or backend pids terminated
+    proven: bool  # the processes are gone, or the backends were terminated
+    orphans: dict[int, int] = field(default_factory=dict)  # step id -> fence held by the killed processes
+    completed_before: int = 0
+    recovery_seconds: float | None = None
+
+
+@dataclass
+class Restart:
+    cluster: str
+    reason: str  # "group kill", "exited", "stale heartbeat"
+    at: float
+
+
+@dataclass
+class SoakResult:
+    vendor: str
+    workflows: int
+    steps: int
+    clusters: int
+    seconds: float
+    kill_every: float
+    seed: int
+    elapsed: float = 0.0
+    workflow_statuses: dict[str, int] = field(default_factory=dict)
+    step_statuses: dict[str, int] = field(default_factory=dict)
+    kills: list[Kill] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
+    unsettled: list[str] = field(default_factory=list)
+    effects: int = 0
+    duplicates: list[str] = field(default_factory=list)
+    unrequested: list[str] = field(default_factory=list)
+    keyless_effects: int = 0
+    ticket_problems: list[str] = field(default_factory=list)
+    double_successes: list[str] = field(default_factory=list)
+    repeated_attempts: int = 0
+    audit_ok: bool = False
+    audit_events: int = 0
+    audit_problems: list[str] = field(default_factory=list)
+
+    @property
+    def unrecovered(self) -> int:
+        return sum(k.recovery_seconds is None for k in self.kills)
+
+    def recovery_summary(self, orphaning_only: bool = False) -> dict[str, float | None]:
+        """min/median/p95/max seconds to recover, over every kill or only
+        over those that left steps in the killed processes' hands."""
+        times = sorted(k.recovery_seconds for k in self.kills
+                       if k.recovery_seconds is not None and (k.orphans or not orphaning_only))
+        if not times:
+            return {"min": None, "median": None, "p95": None, "max": None}
+        p95 = statistics.quantiles(times, n=20, method="inclusive")[18] if len(times) > 1 else times[0]
+        return {"min": times[0], "median": statistics.median(times), "p95": p95, "max": times[-1]}
+
+    @property
+    def terminated_sessions(self) -> int:
+        return sum(len(k.targets) for k in self.kills if k.kind == "sessions")
+
+    @property
+    def passed(self) -> bool:
+        return not (self.unsettled or self.duplicates or self.unrequested or self.ticket_problems
+                    or self.double_successes or self.keyless_effects or not self.audit_ok)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "recovery": self.recovery_summary(),
+                "recovery_with_orphans": self.recovery_summary(orphaning_only=True), "unrecovered": self.unrecovered,
+                "terminated_sessions": self.terminated_sessions, "passed": self.passed}
+
+    def report(self) -> str:
+        def spread(summary):
+            return "  ".join(f"{name} {'-' if summary[name] is None else f'{summary[name]:.2f}'}"
+                             for name in ("min", "median", "p95", "max"))
+
+        kinds = Counter(k.kind for k in self.kills)
+        reasons = Counter(r.reason for r in self.restarts)
+        rows = [
+            ("database", self.vendor),
+            ("soak", f"{self.seconds:.0f} s, kill every {self.kill_every} s, seed {self.seed}, "
+                     f"{self.clusters} clusters, {self.elapsed:.1f} s in all"),
+            ("workflows", f"{self.workflows}: " + _counts(self.workflow_statuses)),
+            ("steps", f"{self.steps}: " + _counts(self.step_statuses)),
+            ("kills", f"{len(self.kills)}: " + _counts(kinds, KINDS)
+             + f"; proven {sum(k.proven for k in self.kills)}/{len(self.kills)}"),
+            ("sessions terminated", str(self.terminated_sessions)),
+            ("restarts", f"{len(self.restarts)}: " + (_counts(reasons) or "none")),
+            ("recovery (s)", f"{spread(self.recovery_summary())}  (unrecovered {self.unrecovered})"),
+            ("  orphaning kills", f"{spread(self.recovery_summary(orphaning_only=True))}  "
+                                  f"({sum(bool(k.orphans) for k in self.kills)} kills left "
+                                  f"{sum(len(k.orphans) for k in self.kills)} steps behind)"),
+            ("effects", f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; without an earlier "
+                        f"REQUESTED attempt {len(self.unrequested)}; without a key {self.keyless_effects}"),
+            ("repeated attempts", f"{self.repeated_attempts} (absorbed by idempotency keys or reconciled)"),
+            ("double successes", str(len(self.double_successes))),
+            ("ticket problems", str(len(self.ticket_problems))),
+            ("unsettled", str(len(self.unsettled))),
+            ("audit", f"{'OK' if self.audit_ok else 'BROKEN'} ({self.audit_events} events)"),
+            ("result", "PASS" if self.passed else "FAIL"),
+        ]
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name.ljust(width)}  {value}" for name, value in rows]
+        for title, items in (("duplicate", self.duplicates), ("unrequested", self.unrequested),
+                             ("ticket", self.ticket_problems), ("double success", self.double_successes),
+                             ("unsettled", self.unsettled), ("audit", self.audit_problems)):
+            lines += [f"  {title}: {item}" for item in items[:20]]
+        return "\n".join(lines)
+
+
+def _counts(counter, order=None) -> str:
+    keys = order or sorted(counter)
+    return "  ".join(f"{key} {counter.get(key, 0)}" for key in keys if order or counter.get(key))
+
+
+# --- the soak ---------------------------------------------------------------
+
+
+def personas() -> tuple[User, list[User]]:
+    """An agent that submits and two reviewers that approve (four eyes)."""
+    reviewers_group, _ = Group.objects.get_or_create(name=roles.REVIEWERS)
+    agent, _ = User.objects.get_or_create(username="chaos-agent")
+    reviewers = []
+    for name in ("chaos-reviewer", "chaos-reviewer2"):
+        reviewer, _ = User.objects.get_or_create(username=name)
+        reviewer.groups.add(reviewers_group)
+        reviewers.append(reviewer)
+    return agent, reviewers
+
+
+class Soak:
+    """One run: workload, faults, supervision and recovery timing in a single
+    polling loop, then the verdict. Use `soak()`."""
+
+    def __init__(self, clusters, *, desk_url: str, workflows: int, seconds: float, kill_every: float, seed: int,
+                 settle_seconds: float, stale_after: float, desk_faults, kinds, log):
+        self.clusters = list(clusters)
+        self.desk_url = desk_url.rstrip("/")
+        self.seconds, self.kill_every, self.settle_seconds = seconds, kill_every, settle_seconds
+        self.stale_after = stale_after
+        self.desk_faults = list(desk_faults)
+        self.rng = random.Random(seed)
+        self.log = log
+        if set(kinds) - set(KINDS):
+            raise ValueError(f"unknown kinds of kill {sorted(set(kinds) - set(KINDS))}; known: {', '.join(KINDS)}")
+        # Only PostgreSQL has sessions to terminate.
+        self.kinds = [kind for kind in kinds if kind != "sessions" or connection.vendor == "postgresql"]
+        self.planned = workflows
+        self.tag = f"{seed}-{uuid.uuid4().hex[:8]}"
+        self.workflow_ids: list = []
+        self.pending: list[Kill] = []
+        self.restarting: dict[str, threading.Thread] = {}
+        self.result = SoakResult(vendor=connection.vendor, workflows=workflows, steps=0, clusters=len(self.clusters),
+                                 seconds=seconds, kill_every=kill_every, seed=seed)
+
+    def now(self) -> float:
+        return time.monotonic() - self.began
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> SoakResult:
+        self.agent, self.reviewers = personas()
+        injected = [requests.post(f"{self.desk_url}/_faults", json=spec, timeout=10).json()
+                    for spec in self.desk_faults]
+        try:
+            return self._run()
+        finally:
+            for fault in injected:
+                requests.delete(f"{self.desk_url}/_faults/{fault['id']}", timeout=10)
+
+    def _run(self) -> SoakResult:
+        self.began = time.monotonic()
+        kinds = self._kind_rounds()
+        next_kill = self.kill_every
+        while self.now() < self.seconds:
+            self._submit_due()
+            self._supervise()
+            self._observe()
+            if self.now() >= next_kill:
+                self._kill(next(kinds))
+                next_kill = self.now() + self.kill_every * self.rng.uniform(0.5, 1.5)
+            time.sleep(0.05)
+        self._submit(self.planned - len(self.workflow_ids))
+        settle_by = time.monotonic() + self.settle_seconds
+        while time.monotonic() < settle_by and not (self._settled() and not self.pending and not self.restarting):
+            self._supervise()
+            self._observe()
+            time.sleep(0.1)
+        for thread in list(self.restarting.values()):
+            thread.join()
+        self.result.elapsed = self.now()
+        self._check()
+        return self.result
+
+    def _kind_rounds(self):
+        """Every kind once per round, in a seeded random order."""
+        while True:
+            round_ = list(self.kinds)
+            self.rng.shuffle(round_)
+            yield from round_
+
+    # -- workload -----------------------------------------------------------
+
+    def _submit_due(self) -> None:
+        # Spread the workflows over the first 60% of the soak, so that kills
+        # land while work is in flight rather than after it has all finished.
+        share = min(1.0, 0.15 + self.now() / (0.6 * self.seconds))
+        self._submit(round(self.planned * share) - len(self.workflow_ids))
+
+    def _submit(self, count: int) -> None:
+        for _ in range(max(0, count)):
+            key = f"chaos-{self.tag}-{len(self.workflow_ids)}"
+            workflow = plans.submit(self.agent, ticket_plan(key)).workflow
+            for reviewer in self.reviewers:
+                workflow = approvals.approve(workflow, by=reviewer)
+                if workflow.status != WorkflowStatus.PLANNED:
+                    break
+            self.workflow_ids.append(workflow.pk)
+
+    def _steps(self):
+        return Step.objects.filter(workflow_id__in=self.workflow_ids)
+
+    def _settled(self) -> bool:
+        return len(self.workflow_ids) == self.planned and not Workflow.objects.filter(
+            pk__in=self.workflow_ids).exclude(status__in=SETTLED).exists()
+
+    # -- faults -------------------------------------------------------------
+
+    def _kill(self, kind: str) -> None:
+        candidates = [c for c in self.clusters if c.name not in self.restarting and c.process is not None]
+        if not candidates:
+            return
+        cluster = self.rng.choice(candidates)
+        if kind == "worker":
+            busy = self._busy_worker(candidates)
+            if busy is None:
+                kind = "child"
+            else:
+                cluster, victim = busy
+        pgid = cluster.process.pid
+        if kind == "child":
+            children = sentinel_children(pgid)
+            if not children:
+                return
+            victim = self.rng.choice(children)
+        in_flight = list(self._steps().filter(status__in=IN_FLIGHT).values_list("pk", "lease_owner", "fence"))
+        completed = self._steps().filter(status=StepStatus.COMPLETE).count()
+        kill = Kill(number=len(self.result.kills) + 1, kind=kind, cluster=cluster.name, at=round(self.now(), 3),
+                    targets=[], proven=False, completed_before=completed)
+        if kind in ("worker", "child"):
+            os.kill(victim, signal.SIGKILL)
+            kill.targets, kill.proven = [victim], gone([victim])
+            held = {victim}
+        elif kind == "group":
+            held = group_pids(pgid)
+            cluster.kill()
+            kill.targets, kill.proven = sorted(held), gone(held)
+            self._restart(cluster, "group kill")
+        else:
+            held = group_pids(pgid)
+            kill.targets = terminate_sessions(cluster.name)
+            kill.proven = bool(kill.targets)
+        kill.orphans = {pk: fence for pk, owner, fence in in_flight if owner_pid(owner) in held}
+        self.result.kills.append(kill)
+        self.pending.append(kill)
+        self.log(f"{kill.at:7.2f}s kill #{kill.number} {kind} on {cluster.name}: {kill.targets}"
+                 f" (orphaned steps {len(kill.orphans)}, proven {kill.proven})")
+
+    def _busy_worker(self, clusters, wait: float = 1.5):
+        """(cluster, pid) of a worker that holds a step's lease right now."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            owners = {owner_pid(owner) for owner in
+                      self._steps().filter(status=StepStatus.RUNNING).values_list("lease_owner", flat=True)}
+            busy = [(cluster, pid) for cluster in clusters for pid in sentinel_children(cluster.process.pid)
+                    if pid in owners]
+            if busy:
+                return self.rng.choice(busy)
+            self._observe()  # keep timing the recoveries under way
+            time.sleep(0.02)
+        return None
+
+    # -- supervision --------------------------------------------------------
+
+    def _supervise(self) -> None:
+        for name, thread in list(self.restarting.items()):
+            if not thread.is_alive():
+                del self.restarting[name]
+        for cluster in self.clusters:
+            if cluster.name in self.restarting:
+                continue
+            if cluster.process is None or cluster.process.poll() is not None:
+                self._restart(cluster, "exited")
+                continue
+            try:
+                age = time.time() - cluster.heartbeat_file.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age > self.stale_after:
+                # Alive but not working, e.g. a worker killed while it held the
+                # task queue's lock: only a restart of the whole group helps.
+                cluster.kill()
+                self._restart(cluster, "stale heartbeat")
+
+    def _restart(self, cluster, reason: str) -> None:
+        self.result.restarts.append(Restart(cluster.name, reason, round(self.now(), 3)))
+        self.log(f"{self.now():7.2f}s restart {cluster.name} ({reason})")
+
+        def start():
+            cluster.kill()
+            try:
+                cluster.start()
+            except Exception as exc:  # the next supervision round tries again
+                self.log(f"{self.now():7.2f}s {cluster.name} failed to start: {exc}")
+
+        thread = threading.Thread(target=start, name=f"restart-{cluster.name}", daemon=True)
+        self.restarting[cluster.name] = thread
+        thread.start()
+
+    # -- recovery -----------------------------------------------------------
+
+    def _observe(self) -> None:
+        if not self.pending:
+            return
+        completed = self._steps().filter(status=StepStatus.COMPLETE).count()
+        idle = not self._steps().filter(
+            status__in=UNFINISHED, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING]).exists()
+        orphans = set().union(*(kill.orphans for kill in self.pending))
+        now_held = {pk: (status, fence) for pk, status, fence in
+                    Step.objects.filter(pk__in=orphans).values_list("pk", "status", "fence")}
+        for kill in list(self.pending):
+            released = all(now_held[pk][0] not in IN_FLIGHT or now_held[pk][1] != fence
+                           for pk, fence in kill.orphans.items())
+            if released and (idle or completed > kill.completed_before):
+                kill.recovery_seconds = round(self.now() - kill.at, 3)
+                self.pending.remove(kill)
+
+    # -- verdict ------------------------------------------------------------
+
+    def _check(self) -> None:
+        result = self.result
+        workflows = Workflow.objects.filter(pk__in=self.workflow_ids)
+        result.workflow_statuses = dict(workflows.values_list("status").annotate(n=Count("id")))
+        result.step_statuses = dict(self._steps().values_list("status").annotate(n=Count("id")))
+        result.steps = sum(result.step_statuses.values())
+        result.unsettled = [f"{pk} {status}" for pk, status in workflows.exclude(status__in=SETTLED)
+                            .values_list("pk", "status")]
+        self._check_effects()
+        attempts = Attempt.objects.filter(step__workflow_id__in=self.workflow_ids)
+        result.repeated_attempts = attempts.filter(number__gt=1).count()
+        result.double_successes = [
+            f"{row['step__operation_key']}: {row['n']} SUCCEEDED attempts"
+            for row in attempts.filter(status=AttemptStatus.SUCCEEDED).values("step__operation_key")
+            .annotate(n=Count("id")).filter(n__gt=1)
+        ]
+        verdict = journal.verify(streams=[str(pk) for pk in self.workflow_ids])
+        result.audit_ok = verdict.ok and verdict.streams == len(self.workflow_ids)
+        result.audit_events, result.audit_problems = verdict.events, verdict.problems[:50]
+        if verdict.streams != len(self.workflow_ids):
+            result.audit_problems.append(f"{verdict.streams} audit streams for {len(self.workflow_ids)} workflows")
+
+    def _check_effects(self) -> None:
+        result = self.result
+        steps = {key: (action, status, ref) for key, action, status, ref in
+                 self._steps().values_list("operation_key", "action", "status", "external_ref")}
+        ledger = requests.get(f"{self.desk_url}/_ledger", timeout=30).json()
+        ours = [entry for entry in ledger if entry["idempotency_key"] in steps]
+        result.effects = len(ours)
+        result.keyless_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
+        per_key = Counter(entry["idempotency_key"] for entry in ours)
+        result.duplicates = [f"{key}: {n} effects in the ledger" for key, n in per_key.items() if n > 1]
+        first_request = dict(Attempt.objects.filter(operation_key__in=list(per_key))
+                             .values("operation_key").annotate(first=Min("started_at"))
+                             .values_list("operation_key", "first"))
+        for entry in ours:
+            at = datetime.fromisoformat(entry["at"])
+            first = first_request.get(entry["idempotency_key"])
+            if first is None or first >= at:
+                result.unrequested.append(f"{entry['method']} {entry['path']} {entry['idempotency_key']} at {at}"
+                                          f" (first REQUESTED attempt: {first})")
+        tickets = requests.get(f"{self.desk_url}/tickets", timeout=30).json()
+        by_key: dict[str, list[dict]] = {}
+        for ticket in tickets:
+            by_key.setdefault(ticket["idempotency_key"], []).append(ticket)
+        for key, (action, status, ref) in steps.items():
+            if action != "ticket.create":
+                continue
+            held = by_key.get(key, [])
+            if len(held) > 1 or (status == StepStatus.COMPLETE and len(held) != 1):
+                result.ticket_problems.append(f"{key} ({status}): {len(held)} tickets on the desk")
+            elif status == StepStatus.COMPLETE and ref != f"ticket:{held[0]['id']}":
+                result.ticket_problems.append(f"{key}: step says {ref!r}, desk holds ticket {held[0]['id']}")
+
+
+def soak(clusters, *, desk_url: str, workflows: int = 12, seconds: float = 20.0, kill_every: float = 1.5,
+         seed: int = 1, settle_seconds: float = 60.0, stale_after: float = 6.0, desk_faults=(), kinds=KINDS,
+         log=None) -> SoakResult:
+    """Run the soak against started clusters (`processes.Cluster`); the
+    caller stops them. `desk_faults` are injected into the desk for the soak (POST /_faults
+    specs), e.g. latency, so that more kills land while an effect is in flight."""
+    return Soak(clusters, desk_url=desk_url, workflows=workflows, seconds=seconds, kill_every=kill_every, seed=seed,
+                settle_seconds=settle_seconds, stale_after=stale_after, desk_faults=desk_faults,
+                kinds=kinds, log=log or (lambda line: None)).run()

@@ -1,0 +1,565 @@
+"""The JSON API (DESIGN §12): agents submit plans; people decide over HTTP."""
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.http import Http404, HttpRequest
+from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+from pydantic import StrictInt
+
+from workflows import roles
+from workflows.errors import DomainError, NotAllowed
+from workflows.models import Compensation, DeadLetter, Workflow
+from workflows.operations import approvals, compensation, deadletters, plans, tokens
+from workflows.states import FailureClass, WorkflowStatus
+from workflows.web.jsonparse import BadJSON, DepthLimitedParser
+from workflows.web.pagination import page_by_created
+
+
+class BearerToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str):
+        user = tokens.authenticate(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+ERROR_RESPONSES = {
+    "400": "Invalid input: see error.fields",
+    "401": "Missing or invalid bearer token",
+    "403": "Not allowed for your role",
+    "404": "No such object (or not visible to you)",
+    "409": "Conflict with the object's current state",
+    "413": "Request body too large",
+}
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "fields": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }},
+}
+
+
+class DurableAPI(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """Every operation documents the error shape it may answer with."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for code, description in ERROR_RESPONSES.items():
+                    responses.setdefault(code, {
+                        "description": description,
+                        "content": {"application/json": {"schema": ERROR_SCHEMA}},
+                    })
+        return schema
+
+
+api = DurableAPI(
+    title="Durable Console API",
+    version="1",
+    auth=BearerToken(),
+    urls_namespace="api",
+    parser=DepthLimitedParser(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+)
+
+
+# --- errors: always {"error": {"code", "message", "fields"?}} ---------------
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    fields: dict[str, str] | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+def error(request, status: int, code: str, message: str, fields: dict | None = None):
+    body: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    return api.create_response(request, {"error": body}, status=status)
+
+
+def _field_path(loc) -> str:
+    parts = [str(p) for p in loc]
+    # ninja reports ("body", "<param name>", ...field path)
+    if len(parts) > 2 and parts[0] == "body":
+        parts = parts[2:]
+    elif parts and parts[0] in ("body", "query", "path"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request, exc: ValidationError):
+    fields = {}
+    for item in exc.errors:
+        fields.setdefault(_field_path(item.get("loc", ())), item.get("msg", "Invalid value."))
+    return error(request, 400, "invalid", "The request is not valid.", fields)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request, exc):
+    return error(request, 401, "unauthorized", "A valid bearer token is required.")
+
+
+@api.exception_handler(DomainError)
+def on_domain_error(request, exc: DomainError):
+    return error(request, exc.status, exc.code, exc.message, exc.fields)
+
+
+@api.exception_handler(plans.PlanInvalid)
+def on_plan_invalid(request, exc: plans.PlanInvalid):
+    return error(request, 400, "invalid", "The plan is not valid.", exc.fields)
+
+
+@api.exception_handler(plans.SubmissionConflict)
+def on_conflict(request, exc):
+    return error(request, 409, "conflict", str(exc))
+
+
+@api.exception_handler(Http404)
+def on_not_found(request, exc):
+    return error(request, 404, "not_found", "No such object.")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    code = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "error")
+    # ninja words every body the parser refused "Cannot parse request body"; the parser says why.
+    message = str(exc.__cause__) if isinstance(exc.__cause__, BadJSON) else str(exc)
+    return error(request, exc.status_code, code, message)
+
+
+# --- schemas --------------------------------------------------------------
+
+Text = Field(..., min_length=1, max_length=200)
+
+
+class CompensationIn(Schema):
+    action: str = Field(..., min_length=1, max_length=64)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepIn(Schema):
+    key: str = Field(..., min_length=1, max_length=64)
+    action: str = Field(..., min_length=1, max_length=64)
+    args: dict[str, Any] = Field(default_factory=dict)
+    compensation: CompensationIn | None = None
+
+
+class PlanIn(Schema):
+    name: str = Text
+    submission_key: str = Text
+    # Strict: "5" or 5.0 is refused, not read as 5.
+    deadline_seconds: StrictInt | None = None
+    context: dict[str, Any] | None = None
+    steps: list[StepIn] = Field(..., min_length=1)
+
+
+class AttemptOut(Schema):
+    number: int
+    status: str
+    failure_class: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+class StepOut(Schema):
+    key: str
+    action: str
+    status: str
+    operation_key: str
+    external_ref: str | None
+    result: dict[str, Any] | None
+    attempts: list[AttemptOut]
+
+
+class CompensationStepOut(StepOut):
+    compensates: str | None
+
+
+class WorkflowOut(Schema):
+    id: UUID
+    name: str
+    status: str
+    plan_hash: str
+    submitted_by: str
+    deadline: datetime
+    created_at: datetime
+    updated_at: datetime
+    steps: list[StepOut]
+    compensation_steps: list[CompensationStepOut]
+
+
+class WorkflowPage(Schema):
+    items: list[WorkflowOut]
+    next: str | None
+
+
+class DecisionIn(Schema):
+    comment: str = Field("", max_length=4000)
+
+
+def _step_out(step) -> dict:
+    return {
+        "key": step.key,
+        "action": step.action,
+        "status": step.status,
+        "operation_key": step.operation_key,
+        "external_ref": step.external_ref or None,
+        "result": step.result,
+        "attempts": [
+            {
+                "number": a.number,
+                "status": a.status,
+                "failure_class": a.failure_class or None,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+            }
+            for a in step.attempts.all()
+        ],
+    }
+
+
+def workflow_out(workflow: Workflow) -> dict:
+    steps = list(workflow.steps.all())
+    return {
+        "id": workflow.pk,
+        "name": workflow.name,
+        "status": workflow.status,
+        "plan_hash": workflow.plan_hash,
+        "submitted_by": workflow.submitted_by.get_username(),
+        "deadline": workflow.deadline,
+        "created_at": workflow.created_at,
+        "updated_at": workflow.updated_at,
+        "steps": [_step_out(step) for step in steps if step.lane == 0],
+        "compensation_steps": [
+            {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}
+            for step in steps if step.lane
+        ],
+    }
+
+
+def visible_workflows(user):
+    return Workflow.objects.visible_to(user).select_related("submitted_by").prefetch_related("steps__attempts", "steps__compensates")
+
+
+def _get_workflow(request, workflow_id: UUID) -> Workflow:
+    workflow = visible_workflows(request.user).filter(pk=workflow_id).first()
+    if workflow is None:
+        raise Http404
+    return workflow
+
+
+# --- endpoints ------------------------------------------------------------
+
+
+@api.post("/workflows", response={200: WorkflowOut, 201: WorkflowOut}, summary="Submit a plan")
+def submit_workflow(request, payload: PlanIn):
+    submission = plans.submit(request.user, payload.dict())
+    workflow = _get_workflow(request, submission.workflow.pk)
+    return Status(201 if submission.created else 200, workflow_out(workflow))
+
+
+@api.get("/workflows", response=WorkflowPage, summary="List workflows, newest first")
+def list_workflows(request, status: WorkflowStatus | None = None, cursor: str | None = None,
+                   limit: int = Query(50, ge=1, le=200)):
+    workflows = visible_workflows(request.user)
+    if status:
+        workflows = workflows.filter(status=status)
+    rows, next_cursor = page_by_created(workflows, cursor, limit)
+    return {"items": [workflow_out(w) for w in rows], "next": next_cursor}
+
+
+@api.get("/workflows/{workflow_id}", response=WorkflowOut, summary="One workflow with its steps and attempts")
+def get_workflow(request, workflow_id: UUID):
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/approve", response=WorkflowOut, summary="Approve a plan (reviewers)")
+def approve_workflow(request, workflow_id: UUID, payload: DecisionIn):
+    workflow = _get_workflow(request, workflow_id)
+    approvals.approve(workflow, by=request.user, comment=payload.comment)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/reject", response=WorkflowOut, summary="Reject a plan (reviewers)")
+def reject_workflow(request, workflow_id: UUID, payload: DecisionIn):
+    workflow = _get_workflow(request, workflow_id)
+    approvals.reject(workflow, by=request.user, comment=payload.comment)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+# --- dead letters -----------------------------------------------------------
+
+
+class DeadLetterOut(Schema):
+    id: UUID
+    workflow_id: UUID
+    step_key: str
+    action: str
+    failure_class: str
+    attempt_count: int
+    status: str
+    trace_id: UUID
+    created_at: datetime
+    resolved_at: datetime | None
+    resolved_by: str | None
+    resolution_reason: str
+
+
+class DeadLetterPage(Schema):
+    items: list[DeadLetterOut]
+    next: str | None
+
+
+class CheckOut(Schema):
+    name: str
+    ok: bool
+    detail: str
+
+
+class ReplayPreviewOut(Schema):
+    dead_letter_id: UUID
+    workflow_id: UUID
+    step_key: str
+    action: str
+    operation_key: str
+    args: dict[str, Any]
+    checks: list[CheckOut]
+    will_run: bool
+
+
+class ReasonIn(Schema):
+    reason: str = Field(..., max_length=2000)
+
+
+def dead_letter_out(entry: DeadLetter) -> dict:
+    return {
+        "id": entry.pk,
+        "workflow_id": entry.workflow_id,
+        "step_key": entry.step_key,
+        "action": entry.action,
+        "failure_class": entry.failure_class,
+        "attempt_count": entry.attempt_count,
+        "status": entry.status,
+        "trace_id": entry.trace_id,
+        "created_at": entry.created_at,
+        "resolved_at": entry.resolved_at,
+        "resolved_by": entry.resolved_by.get_username() if entry.resolved_by else None,
+        "resolution_reason": entry.resolution_reason,
+    }
+
+
+def _require(request, *allowed) -> None:
+    if not any(roles.has_role(request.user, role) for role in allowed):
+        raise NotAllowed("Your role does not allow this.")
+
+
+def _get_dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    entry = DeadLetter.objects.select_related("resolved_by").filter(pk=dead_letter_id).first()
+    if entry is None:
+        raise Http404
+    return entry
+
+
+@api.get("/dead-letters", response=DeadLetterPage, summary="List dead letters (operators, auditors)")
+def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.Status | None = None,
+                      action: str | None = None, failure_class: FailureClass | None = None,
+                      cursor: str | None = None, limit: int = Query(50, ge=1, le=200)):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    entries = DeadLetter.objects.select_related("resolved_by")
+    if workflow:
+        entries = entries.filter(workflow_id=workflow)
+    if status:
+        entries = entries.filter(status=status)
+    if action:
+        entries = entries.filter(action=action)
+    if failure_class:
+        entries = entries.filter(failure_class=failure_class)
+    rows, next_cursor = page_by_created(entries, cursor, limit)
+    return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
+
+
+@api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut, summary="One dead letter")
+def get_dead_letter(request, dead_letter_id: UUID):
+    return dead_letter_out(_get_dead_letter(request, dead_letter_id))
+
+
+@api.get("/dead-letters/{dead_letter_id}/preview", response=ReplayPreviewOut,
+         summary="Exactly what a replay would run, and the policy checks as they stand now")
+def preview_dead_letter(request, dead_letter_id: UUID):
+    entry = _get_dead_letter(request, dead_letter_id)
+    return deadletters.preview([entry])[0].as_dict()
+
+
+@api.post("/dead-letters/{dead_letter_id}/replay", response={202: DeadLetterOut},
+          summary="Replay with the original operation key (operators)")
+def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
+    _require(request, roles.OPERATORS)
+    entry = _get_dead_letter(request, dead_letter_id)
+    entry = deadletters.replay(entry, by=request.user, reason=payload.reason)
+    return Status(202, dead_letter_out(entry))
+
+
+@api.post("/dead-letters/{dead_letter_id}/discard", response=DeadLetterOut,
+          summary="Close without running anything (operators)")
+def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
+    _require(request, roles.OPERATORS)
+    entry = _get_dead_letter(request, dead_letter_id)
+    return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))
+
+
+# --- compensations ----------------------------------------------------------
+
+
+class CompensationRequestIn(Schema):
+    reason: str = Field(..., max_length=2000)
+    steps: list[str] | None = None
+
+
+class DecisionReasonIn(Schema):
+    reason: str = Field("", max_length=2000)
+
+
+class UndoOut(Schema):
+    compensates: str
+    key: str
+    action: str
+    status: str | None
+    operation_key: str | None
+
+
+class IrreversibleOut(Schema):
+    key: str
+    action: str
+    why: str
+
+
+class CompensationOut(Schema):
+    id: UUID
+    workflow_id: UUID
+    status: str
+    requested_by: str
+    authorized_by: str | None
+    reason: str
+    decision_reason: str
+    steps: list[UndoOut]
+    irreversible: list[IrreversibleOut]
+    created_at: datetime
+
+
+def compensation_out(comp: Compensation) -> dict:
+    created = {s.key: s for s in comp.steps.all()}
+    return {
+        "id": comp.pk,
+        "workflow_id": comp.workflow_id,
+        "status": comp.status,
+        "requested_by": comp.requested_by.get_username(),
+        "authorized_by": comp.authorized_by.get_username() if comp.authorized_by else None,
+        "reason": comp.reason,
+        "decision_reason": comp.decision_reason,
+        "steps": [
+            {**item, "status": created[item["key"]].status if item["key"] in created else None,
+             "operation_key": created[item["key"]].operation_key if item["key"] in created else None}
+            for item in comp.plan
+        ],
+        "irreversible": comp.irreversible,
+        "created_at": comp.created_at,
+    }
+
+
+def _get_compensation(request, compensation_id: UUID) -> Compensation:
+    _require(request, roles.OPERATORS, roles.REVIEWERS, roles.AUDITORS)
+    comp = Compensation.objects.select_related("requested_by", "authorized_by").filter(pk=compensation_id).first()
+    if comp is None:
+        raise Http404
+    return comp
+
+
+@api.post("/workflows/{workflow_id}/compensations", response={201: CompensationOut},
+          summary="Request a compensation of completed steps (operators)")
+def request_compensation(request, workflow_id: UUID, payload: CompensationRequestIn):
+    _require(request, roles.OPERATORS)
+    workflow = _get_workflow(request, workflow_id)
+    comp = compensation.request(workflow, by=request.user, reason=payload.reason, step_keys=payload.steps)
+    return Status(201, compensation_out(comp))
+
+
+@api.get("/compensations/{compensation_id}", response=CompensationOut, summary="One compensation")
+def get_compensation(request, compensation_id: UUID):
+    return compensation_out(_get_compensation(request, compensation_id))
+
+
+@api.post("/compensations/{compensation_id}/authorize", response=CompensationOut,
+          summary="Authorize a compensation (reviewers, not the requester)")
+def authorize_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+    comp = compensation.authorize(_get_compensation(request, compensation_id), by=request.user,
+                                  reason=payload.reason)
+    return compensation_out(_get_compensation(request, comp.pk))
+
+
+@api.post("/compensations/{compensation_id}/decline", response=CompensationOut,
+          summary="Decline a compensation (reviewers, not the requester)")
+def decline_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+    comp = compensation.decline(_get_compensation(request, compensation_id), by=request.user,
+                                reason=payload.reason)
+    return compensation_out(_get_compensation(request, comp.pk))
+
+
+# --- audit ------------------------------------------------------------------
+
+from workflows.web.pagination import page_by_id  # noqa: E402
+from workflows.web.views_audit import event_row, select_events  # noqa: E402
+
+
+class AuditEventOut(Schema):
+    id: int
+    stream: str
+    seq: int
+    at: str = Field(..., description="ISO-8601 UTC with microseconds, exactly as hashed")
+    actor: str
+    verb: str
+    object_type: str
+    object_id: str
+    workflow_id: UUID | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+    hash_alg: str = Field(..., description="`hmac-sha256` (under the audit key `key_id`), or `sha256` for events "
+                                           "written before keyed audit")
+    key_id: str
+
+
+class AuditEventPage(Schema):
+    items: list[AuditEventOut]
+    next: str | None
+
+
+@api.get("/audit", response=AuditEventPage,
+         summary="Audit events, newest first (auditors); `since` inclusive, `until` exclusive, naive times are UTC")
+def list_audit_events(request, workflow: UUID | None = None, actor: str = "", verb: str = "",
+                      since: datetime | None = None, until: datetime | None = None,
+                      cursor: str | None = None, limit: int = Query(100, ge=1, le=500)):
+    _require(request, roles.AUDITORS)
+    events = select_events(actor=actor, verb=verb, workflow=workflow, since=since, until=until)
+    rows, next_cursor = page_by_id(events, cursor, limit)
+    return {"items": [event_row(event) for event in rows], "next": next_cursor}

@@ -1,0 +1,242 @@
+"""The console: thin function-based views over the named operations.
+
+HTMX requests get the partial they asked for; plain form posts get a
+redirect, so every action also works without JavaScript.
+"""
+
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from workflows import actions, roles
+from workflows.engine import policy
+from workflows.errors import DomainError
+from workflows.models import Approval, AuditEvent, Workflow
+from workflows.operations import approvals, compensation, resolution
+from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from workflows.web.pages import act
+from workflows.web.pagination import page_by_created
+
+PAGE_SIZE = 50
+RISK_ORDER = ["LOW", "MEDIUM", "HIGH"]
+
+
+def roles_context(request: HttpRequest) -> dict:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {
+        "is_reviewer": roles.is_reviewer(user),
+        "is_operator": roles.is_operator(user),
+        "is_auditor": roles.is_auditor(user),
+    }
+
+
+def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
+    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by"), pk=workflow_id)
+
+
+@login_required
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    awaiting, next_cursor = [], None
+    if roles.is_reviewer(request.user):
+        try:
+            awaiting, next_cursor = page_by_created(
+                Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
+                request.GET.get("cursor") or None, PAGE_SIZE,
+            )
+        except DomainError as exc:
+            return HttpResponseBadRequest(exc.message)
+    template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
+    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
+
+
+def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
+    """What a reviewer weighs, per step: the action, its arguments (secrets
+    only as references), its risk under current policy, and how it would be undone —
+    or that it cannot be. Two queries for the whole page."""
+    current = policy.policies_for({step["action"] for w in workflows for step in w.plan})
+    counts = dict(
+        Approval.objects.filter(workflow__in=workflows, decision=Approval.Decision.APPROVE)
+        .values("workflow").annotate(n=Count("id")).values_list("workflow", "n")
+    )
+    for workflow in workflows:
+        workflow.review_steps = []
+        for step in workflow.plan:
+            rules = current[step["action"]]
+            if step.get("compensation"):
+                undo = step["compensation"]["action"]
+            else:
+                try:
+                    undo = actions.get(step["action"]).compensation
+                except KeyError:
+                    undo = None
+            workflow.review_steps.append({**step, "risk": rules.risk, "undo": undo, "enabled": rules.enabled})
+        workflow.required = max([current[s["action"]].approvals_required for s in workflow.plan] + [1])
+        workflow.approvals_so_far = counts.get(workflow.pk, 0)
+        workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
+    return workflows
+
+
+@login_required
+@require_GET
+def workflow_list(request: HttpRequest) -> HttpResponse:
+    workflows = Workflow.objects.visible_to(request.user).select_related("submitted_by")
+    status = request.GET.get("status", "")
+    if status in WorkflowStatus.values:
+        workflows = workflows.filter(status=status)
+    try:
+        rows, next_cursor = page_by_created(workflows, request.GET.get("cursor") or None, PAGE_SIZE)
+    except DomainError as exc:
+        return HttpResponseBadRequest(exc.message)
+    context = {"workflows": rows, "next_cursor": next_cursor, "status": status, "statuses": WorkflowStatus.values}
+    template = "workflows/workflow_list.html#rows" if request.htmx else "workflows/workflow_list.html"
+    return render(request, template, context)
+
+
+def _approval_progress(workflow: Workflow) -> dict:
+    """Distinct approvals that still count, of those the plan needs: a
+    2-of-2 plan stays PLANNED after the first one."""
+    plan_policies = list(policy.policies_for(step["action"] for step in workflow.plan).values())
+    return {"counted": len(policy.valid_approvals(workflow, plan_policies)),
+            "required": max([p.approvals_required for p in plan_policies] + [1])}
+
+
+TIMELINE_WIDTH = 800
+ROW_HEIGHT = 22
+
+
+def timeline(steps) -> dict | None:
+    """Geometry of the step/attempt timeline: one row per step, one bar per
+    attempt placed by its start and end, so retries and waits show as gaps."""
+    attempts = [a for step in steps for a in step.attempts.all()]
+    if not attempts:
+        return None
+    now = timezone.now()
+    start = min(a.started_at for a in attempts)
+    end = max(a.finished_at or now for a in attempts)
+    span = max((end - start).total_seconds(), 0.001)
+    label_width = 160
+    scale = (TIMELINE_WIDTH - label_width - 10) / span
+    rows = []
+    for index, step in enumerate(steps):
+        bars = []
+        for attempt in step.attempts.all():
+            begin = (attempt.started_at - start).total_seconds()
+            length = ((attempt.finished_at or now) - attempt.started_at).total_seconds()
+            bars.append({
+                "x": round(label_width + begin * scale, 1), "w": max(round(length * scale, 1), 2),
+                "status": attempt.status.lower(), "number": attempt.number,
+                "ms": int(length * 1000), "failure_class": attempt.failure_class,
+                "offset_ms": int(begin * 1000),
+            })
+        rows.append({"y": index * ROW_HEIGHT, "label": step.key, "bars": bars, "retries": max(len(bars) - 1, 0)})
+    return {"rows": rows, "width": TIMELINE_WIDTH, "height": len(rows) * ROW_HEIGHT + 20,
+            "span_ms": int(span * 1000), "label_width": label_width, "axis_y": len(rows) * ROW_HEIGHT + 14}
+
+
+def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
+    steps = list(workflow.steps.prefetch_related("attempts"))
+    events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
+    compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
+    return {
+        "workflow": workflow,
+        "steps": steps,
+        "timeline": timeline(steps),
+        "compensations": compensations,
+        "can_request_compensation": (
+            roles.is_operator(request.user)
+            and workflow.status in compensation.COMPENSABLE_WORKFLOW
+            and not any(c.status in compensation.OPEN for c in compensations)
+            and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
+        ),
+        "events": events,
+        "approvals": workflow.approvals.select_related("reviewer"),
+        "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
+        "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
+        "can_decide": (
+            workflow.status == WorkflowStatus.PLANNED
+            and roles.is_reviewer(request.user)
+            and workflow.submitted_by_id != request.user.pk
+        ),
+        # A step blocked by the policy recheck goes on only with a fresh approval.
+        "can_reapprove": (
+            workflow.status == WorkflowStatus.FAILED
+            and any(step.status == StepStatus.BLOCKED for step in steps)
+            and roles.is_reviewer(request.user)
+            and workflow.submitted_by_id != request.user.pk
+        ),
+    }
+
+
+@login_required
+@require_GET
+def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    workflow = _get_workflow_for_user(request, workflow_id)
+    template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"
+    return render(request, template, _detail_context(request, workflow))
+
+
+def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    comment = request.POST.get("comment", "")[:4000]
+    return act(request, lambda: decision(workflow, by=request.user, comment=comment), done=f"{done}: {workflow.name}",
+               back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+def _detail_url(workflow: Workflow) -> str:
+    return reverse("workflow_detail", kwargs={"workflow_id": workflow.pk})
+
+
+def _live(request: HttpRequest, workflow: Workflow) -> HttpResponse:
+    workflow.refresh_from_db()
+    return render(request, "workflows/workflow_detail.html#live", _detail_context(request, workflow))
+
+
+@login_required
+@require_POST
+def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    if not roles.is_operator(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    step = get_object_or_404(workflow.steps, key=step_key)
+
+    def resolve() -> None:
+        resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
+                           reason=request.POST.get("reason", ""), external_ref=request.POST.get("external_ref", ""))
+
+    return act(request, resolve, done=f"Resolved step {step.key}.", back=_detail_url(workflow),
+               partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_POST
+def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _decide(request, workflow_id, approvals.approve, "Approved")
+
+
+@login_required
+@require_POST
+def reject(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _decide(request, workflow_id, approvals.reject, "Rejected")
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:
+        return JsonResponse({"status": "error", "database": "unreachable"}, status=503)
+    return JsonResponse({"status": "ok"})
