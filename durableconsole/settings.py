@@ -202,6 +202,10 @@ ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 RECONCILE_GRACE_SECONDS = env_float("RECONCILE_GRACE_SECONDS", 2.0, minimum=0.0)
 DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
 WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
+# Remote effects each worker process keeps in flight at once (DESIGN §19):
+# threads that hold no database connection; claims, REQUESTED attempts and
+# outcomes are committed in groups on the worker's own connection.
+WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 64, minimum=1)
 # Secrets by reference (workflows.audit.secrets): which actions and hosts may
 # receive each named secret; values only ever in the worker's environment
 # (SECRET_<NAME>) or in SECRETS_DIR/<NAME>.

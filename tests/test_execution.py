@@ -16,7 +16,7 @@ from django.utils import timezone
 from tests.conftest import run_until, ticket_plan
 from workflows import actions, tasks
 from workflows.actions import Outcome
-from workflows.engine import execution, leases, outcomes, recovery
+from workflows.engine import execution, inflight, leases, outcomes, recovery
 from workflows.models import Attempt, AuditEvent, Step
 from workflows.operations import approvals, plans
 from workflows.ops import processes
@@ -114,30 +114,32 @@ def checking_plans(people, action: str, count: int) -> list:
     return started
 
 
-def spy(monkeypatch, name: str) -> list:
-    """Record the steps each call of `execution.<name>` ran."""
-    calls, real = [], getattr(execution, name)
+def spy(monkeypatch, owner, name: str) -> list:
+    """Record the steps each call of `owner.<name>` ran."""
+    calls, real = [], getattr(owner, name)
 
-    def recording(steps):
+    def recording(*args):
+        steps = args[-1]
         calls.append([step.pk for step in (steps if isinstance(steps, list) else [steps])])
-        return real(steps)
+        return real(*args)
 
-    monkeypatch.setattr(execution, name, recording)
+    monkeypatch.setattr(owner, name, recording)
     return calls
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", ["execute", "_run_shared"])
+@pytest.mark.parametrize("path", ["in flight", "_run_shared"])
 def test_the_requested_attempt_is_committed_before_perform_runs(people, monkeypatch, path):
     """Not a timestamp: the action itself, inside perform(), finds its
     REQUESTED attempt from another connection, so the checkpoint was
-    committed before the effect began, on the path a step runs alone
-    (`execute`) and on the one where a batch shares its commits
-    (`_run_shared`). The control below shows the same check fails when the
-    checkpoint is written but not committed."""
+    committed before the effect began, on the path remote steps take, many
+    in flight at once (`inflight.Effects`), and on the one where a batch of
+    in-process steps shares its commits (`_run_shared`). The control below
+    shows the same check fails when the checkpoint is written but not
+    committed."""
     OBSERVED.clear()
-    action = {"execute": ChecksItsCheckpoint, "_run_shared": ChecksItsCheckpointInProcess}[path].name
-    ran = spy(monkeypatch, path)
+    action = {"in flight": ChecksItsCheckpoint, "_run_shared": ChecksItsCheckpointInProcess}[path].name
+    ran = spy(monkeypatch, *{"in flight": (inflight.Effects, "start"), "_run_shared": (execution, "_run_shared")}[path])
     workflows = checking_plans(people, action, 3)
     for workflow in workflows:
         run_until(workflow.pk, "COMPLETE")

@@ -25,14 +25,13 @@ from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from workflows import actions
-from workflows.actions import ActionError, Outcome
+from workflows.actions import ActionError
 from workflows.audit import journal
-from workflows.audit.redaction import redact_text
-from workflows.engine import failpoints, outcomes, policy, recovery, references
+from workflows.engine import failpoints, inflight, outcomes, policy, recovery, references, wakeups
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,8 @@ def _first_ready(ready, window: int) -> list[int]:
 
 
 CLAIM_BATCH = 64
-# Steps that run alone (anything that calls out) are taken a few at a time,
-# so that a short burst of them is spread over the workers.
+# Steps that run alone (anything that calls out), taken by one claim when the
+# caller does not say how many it has room for.
 ALONE_BATCH = 8
 
 
@@ -100,9 +99,10 @@ def claim(workflow_id=None) -> Step | None:
     return steps[0] if steps else None
 
 
-def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) -> list[Step]:
+def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, alone: int = ALONE_BATCH) -> list[Step]:
     """Take leases on up to `limit` due steps in one transaction (one commit
-    for the lot), of which at most ALONE_BATCH run alone. On PostgreSQL,
+    for the lot), of which at most `alone` run alone (remote effects, each
+    with its own commits; a drain asks for as many as it has room in flight). On PostgreSQL,
     rows another worker is claiming are skipped, not waited for; each claim
     is still fenced.
 
@@ -128,8 +128,8 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True) 
         found = list(candidates.select_related("workflow")[:limit])
         # Keep every step that shares its commits and a few that run alone;
         # the rest stay due (their row locks go with this commit).
-        alone = [step for step in found if not (share and _shares_checkpoints(step))][:ALONE_BATCH]
-        claimed = [step for step in found if (share and _shares_checkpoints(step)) or step in alone]
+        solo = [step for step in found if not (share and _shares_checkpoints(step))][:alone]
+        claimed = [step for step in found if (share and _shares_checkpoints(step)) or step in solo]
         if not claimed:
             return []
         # The rows are locked (or, on SQLite, the database is) since they
@@ -209,84 +209,90 @@ def run_workflow(workflow_id) -> int:
     return done
 
 
+def claim_seconds() -> float:
+    """How long a drain keeps claiming. It must return before django-q's
+    task timeout would kill its worker with effects in flight: the last
+    effect it sends may take the connect timeout plus ACTION_TIMEOUT_SECONDS."""
+    timeout = settings.Q_CLUSTER["timeout"]
+    effect = settings.ACTION_TIMEOUT_SECONDS + min(2.0, settings.ACTION_TIMEOUT_SECONDS)
+    return max(timeout / 4, timeout - effect - 1)
+
+
+# While effects are in flight, claim again once this many slots are free (or
+# every POLL seconds), so that claims and REQUESTED attempts go in groups.
+CLAIM_GROUP = 8
+POLL = 0.05
+
+
 def drain(budget_seconds: float | None = None) -> int:
-    """Run due steps of any workflow until none is due or the budget is spent."""
-    budget = budget_seconds if budget_seconds is not None else settings.Q_CLUSTER["timeout"] / 2
-    stop_at = time.monotonic() + budget
+    """Run due steps of any workflow until none is due or the claiming
+    budget is spent, with up to WORKER_CONCURRENCY remote effects in flight
+    (`inflight`). A drain stopped by its budget with work still due queues
+    the next drain. Returns steps claimed."""
+    stop_at = time.monotonic() + (budget_seconds if budget_seconds is not None else claim_seconds())
     done = recovery.finish_verifying()
-    while time.monotonic() < stop_at and (batch := claim_batch()):
-        run_batch(batch)
-        done += len(batch)
+    with LeaseKeeper() as keeper:
+        effects = inflight.Effects(keeper)
+        while True:
+            batch = []
+            claiming = time.monotonic() < stop_at
+            if claiming and (effects.room >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
+                batch = claim_batch(alone=effects.room)
+            if batch:
+                done += len(batch)
+                _run_claimed(batch, keeper, effects)
+            elif not effects.busy:
+                break
+            effects.collect(timeout=0 if batch else POLL)
+    if not claiming and due_steps(window=1).exists():
+        wakeups.enqueue("workflows.tasks.drain", name="drain")
     return done
 
 
 def run_batch(steps: list[Step]) -> None:
     """Carry claimed steps through the checkpoint protocol: those that came
-    with a REQUESTED attempt together (`_run_shared`), every other step on
-    its own (`execute`). One heartbeat keeps every lease of the batch alive."""
+    with a REQUESTED attempt together (`_run_shared`), the remote ones all in
+    flight at once (`inflight`). One heartbeat keeps every lease alive."""
+    with LeaseKeeper() as keeper:
+        effects = inflight.Effects(keeper, limit=max(1, len(steps)))
+        _run_claimed(steps, keeper, effects)
+        effects.finish()
+
+
+def _run_claimed(steps: list[Step], keeper: LeaseKeeper, effects: inflight.Effects) -> None:
     shared = [step for step in steps if step.attempt is not None]
-    with LeaseKeeper(claims=[(step.pk, step.fence) for step in steps]):
-        if shared:
+    if shared:
+        claims = [(step.pk, step.fence) for step in shared]
+        keeper.hold(claims)
+        try:
             _run_shared(shared)
-        for step in steps:
-            if step.attempt is None:
-                execute(step)
-
-
-def _scope(step: Step) -> str:
-    return "compensation" if step.lane else ("replay" if step.retry_base else "")
-
-
-def _hit_each(point: str, steps) -> None:
-    if failpoints.enabled():
-        for step in steps:
-            failpoints.hit(point, scope=_scope(step))
+        finally:
+            keeper.release([pk for pk, _ in claims])
+    effects.start([step for step in steps if step.attempt is None])
 
 
 def _run_shared(steps: list[Step]) -> None:
-    """The checkpoint protocol for several steps at once, each with its own
-    attempt, operation key, fence and audit events. Their claims and
-    REQUESTED attempts committed together (so `after_claim` and
+    """The checkpoint protocol for several in-process steps at once, each
+    with its own attempt, operation key, fence and audit events. Their claims
+    and REQUESTED attempts committed together (so `after_claim` and
     `after_requested` are one point here); then every perform(), then the
-    outcomes in one commit, then verification, then COMPLETE in one commit.
-    A crash anywhere leaves each step where a crash of `execute` at that
-    checkpoint would, and recovery treats it the same way."""
-    _hit_each(failpoints.AFTER_CLAIM, steps)
-    _hit_each(failpoints.AFTER_REQUESTED, steps)
+    outcomes (`outcomes.record_performed`)."""
+    failpoints.hit_each(failpoints.AFTER_CLAIM, steps)
+    failpoints.hit_each(failpoints.AFTER_REQUESTED, steps)
     answers, failures = {}, {}
     for step in steps:
         try:
-            answers[step.pk] = _perform(step, actions.get(step.action))
+            answer = inflight.perform(actions.get(step.action), references.resolve_args(step), step.operation_key)
         except ActionError as err:
-            failures[step.pk] = err
-    performed = [step for step in steps if step.pk in answers]
-    _hit_each(failpoints.AFTER_PERFORM, performed)
-    recorded = outcomes.record_outcomes(performed, answers)
-    for step in steps:
-        if step.pk in failures:
-            try:
-                outcomes.record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
-                                        policy.policy_for(step.action).max_attempts)
-            except LeaseLost:
-                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
-    _hit_each(failpoints.AFTER_RECORD, recorded)
-    verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
-                                                                 external_ref=step.external_ref))
-                for step in recorded}
-    _hit_each(failpoints.AFTER_VERIFY, recorded)
-    outcomes.complete([step for step in recorded if verdicts[step.pk]])
-    for step in recorded:
-        if not verdicts[step.pk]:
-            try:
-                outcomes.settle(step, False, step.fence)
-            except LeaseLost:
-                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+            answer = err
+        (failures if isinstance(answer, ActionError) else answers)[step.pk] = answer
+    outcomes.record_performed(steps, answers, failures)
 
 
 def execute(step: Step) -> None:
-    """Carry one claimed step through the checkpoint protocol."""
+    """Carry one claimed step through the checkpoint protocol, alone."""
     fence = step.fence
-    scope = _scope(step)
+    scope = failpoints.scope_of(step)
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = actions.find(step.action)
     problems = policy.recheck(step) + references.problems(step)
@@ -301,35 +307,18 @@ def execute(step: Step) -> None:
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
             with LeaseKeeper(step.pk, fence):
-                outcome = _perform(step, action)
+                answer = inflight.perform(action, references.resolve_args(step), step.operation_key)
         except ActionError as err:
-            outcomes.record_failure(step, attempt, action, err, fence, rules.max_attempts)
+            answer = err
+        if isinstance(answer, ActionError):
+            outcomes.record_failure(step, attempt, action, answer, fence, rules.max_attempts)
             return
         failpoints.hit(failpoints.AFTER_PERFORM, scope=scope)
-        outcomes.record_outcome(step, attempt, outcome, fence, AttemptStatus.SUCCEEDED)
+        outcomes.record_outcome(step, attempt, answer, fence, AttemptStatus.SUCCEEDED)
         failpoints.hit(failpoints.AFTER_RECORD, scope=scope)
         outcomes.verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
-
-
-def _perform(step: Step, action) -> Outcome:
-    """The effect, with the step's arguments resolved. A bug in an action
-    (any other exception) must not kill the worker loop: it is an error of
-    unknown outcome, handled like any other."""
-    args = references.resolve_args(step)
-    try:
-        outcome = action.perform(args, step.operation_key)
-        # Results and error texts are redacted when recorded; this reference
-        # is recorded as it is, and a remote system may echo a secret into it.
-        outcome.external_ref = redact_text(outcome.external_ref)
-        return outcome
-    except ActionError:
-        raise
-    except Exception as exc:
-        log.exception("action %s raised an unclassified error", step.action)
-        raise ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
-                          outcome_unknown=True) from exc
 
 
 def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt:

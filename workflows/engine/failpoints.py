@@ -50,3 +50,14 @@ def hit(name: str, *, scope: str = "") -> None:
             os.fsync(fh.fileno())
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def scope_of(step) -> str:
+    """The scope a step's points fire in: its compensation, its replay, or none."""
+    return "compensation" if step.lane else ("replay" if step.retry_base else "")
+
+
+def hit_each(point: str, steps) -> None:
+    if enabled():
+        for step in steps:
+            hit(point, scope=scope_of(step))

@@ -55,12 +55,16 @@ class LeaseKeeper:
     """Extends the claims' leases while their worker is busy (a heartbeat), so
     recovery does not take over a step whose worker is alive and waiting.
     Extends a lease only while the step still carries that claim's fencing
-    number."""
+    number. One keeper serves a whole drain: claims join it (`hold`) when
+    taken and leave it (`release`) when their outcome is recorded, and one
+    statement per beat, on the keeper's own connection, extends them all."""
 
     def __init__(self, step_id: int | None = None, fence: int | None = None, *, claims=()):
-        self.claims = list(claims) or [(step_id, fence)]
+        claims = list(claims) or ([(step_id, fence)] if step_id is not None else [])
+        self.claims: dict[int, int] = dict(claims)
+        self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"lease-{self.claims[0][0]}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
 
     def __enter__(self):
         self.thread.start()
@@ -70,13 +74,26 @@ class LeaseKeeper:
         self.stopped.set()
         self.thread.join()
 
+    def hold(self, claims) -> None:
+        with self.lock:
+            self.claims.update(claims)
+
+    def release(self, step_ids) -> None:
+        with self.lock:
+            for step_id in step_ids:
+                self.claims.pop(step_id, None)
+
     def _beat(self) -> None:
         lease = settings.STEP_LEASE_SECONDS
-        held = Q()
-        for step_id, fence in self.claims:
-            held |= Q(pk=step_id, fence=fence)
         try:
             while not self.stopped.wait(lease / 3):
+                with self.lock:
+                    claims = list(self.claims.items())
+                if not claims:
+                    continue
+                held = Q()
+                for step_id, fence in claims:
+                    held |= Q(pk=step_id, fence=fence)
                 try:
                     Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).update(
                         lease_expires_at=timezone.now() + timedelta(seconds=lease)
@@ -84,8 +101,7 @@ class LeaseKeeper:
                 except DatabaseError:
                     # A dropped session or a busy SQLite must not end the
                     # heartbeat: reconnect and extend on the next beat.
-                    log.warning("lease heartbeat for step(s) %s failed; retrying",
-                                [step_id for step_id, _ in self.claims])
+                    log.warning("lease heartbeat for step(s) %s failed; retrying", [pk for pk, _ in claims])
                     connection.close()
         finally:
             connection.close()

@@ -8,17 +8,22 @@ first that the claim still holds the step (`leases.assert_lease`).
 
 from __future__ import annotations
 
+import logging
+
 from django.db import transaction
 from django.utils import timezone
 
+from workflows import actions
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
-from workflows.engine import compensating, failpoints, parking, retry
+from workflows.engine import compensating, failpoints, parking, policy, retry
 from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
 from workflows.engine.transitions import move, move_many
 from workflows.models import Attempt, Step, Workflow
 from workflows.states import RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+
+log = logging.getLogger(__name__)
 
 
 def record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, attempt_status: str) -> None:
@@ -59,6 +64,37 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
         )
         journal.append_many(log)
     return moved
+
+
+def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: dict[int, ActionError]) -> None:
+    """After perform(): the outcomes of several steps, each under its own
+    attempt and fence. The answered ones in one commit, then verified, then
+    COMPLETE in one commit (a compensation's step, or one that failed its
+    check, settles on its own); each failure by its class. A crash anywhere
+    leaves each step where a crash of the one-step path would."""
+    performed = [step for step in steps if step.pk in answers]
+    failpoints.hit_each(failpoints.AFTER_PERFORM, performed)
+    recorded = record_outcomes(performed, answers)
+    if failed := [step for step in steps if step.pk in failures]:
+        rules = policy.policies_for({step.action for step in failed})
+        for step in failed:
+            try:
+                record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
+                               rules[step.action].max_attempts)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    failpoints.hit_each(failpoints.AFTER_RECORD, recorded)
+    verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
+                                                                 external_ref=step.external_ref))
+                for step in recorded}
+    failpoints.hit_each(failpoints.AFTER_VERIFY, recorded)
+    complete([step for step in recorded if verdicts[step.pk] and not step.lane])
+    for step in recorded:
+        if step.lane or not verdicts[step.pk]:
+            try:
+                settle(step, verdicts[step.pk], step.fence)
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
 
 
 def verify(step: Step, action, fence: int, scope: str = "") -> None:

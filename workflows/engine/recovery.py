@@ -11,6 +11,7 @@ again; no lookup and not idempotent, the step waits IN_DOUBT for an operator.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -29,58 +30,90 @@ from workflows.engine.transitions import move
 from workflows.models import Step, Workflow
 from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
+log = logging.getLogger(__name__)
+
 
 def reconcile_earlier_attempts(step: Step, action, fence: int) -> bool:
     """Before a new attempt, settle any earlier one whose outcome is unknown
     (crash or timeout mid-effect). Returns True when the step moved on."""
-    open_attempts = list(step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]))
+    open_attempts = unsettled(step)
     if not open_attempts:
         return False
     if action.can_lookup:
-        try:
-            found = action.lookup(step.operation_key)
-        except ActionError as err:
-            # Cannot tell yet: park the step for a later try; never guess.
-            with transaction.atomic():
-                assert_lease(step, fence, StepStatus.RUNNING)
-                workflow = Workflow.objects.get(pk=step.workflow_id)
-                due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
-                if due is None:
-                    move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence},
-                         failure_class=err.failure_class, lease_expires_at=None,
-                         data={"reason": "reconciliation lookup kept failing"})
-                    workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
-                else:
-                    move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
-                         next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
-                         data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class})
-            return True
-        settled_at = _in_flight_until(open_attempts)
-        if found is None and settled_at > timezone.now():
-            # "Not found" only means "did not happen" once the earlier request
-            # can no longer land: a killed worker's request may still be in
-            # flight at the remote. Look again when its time is up.
-            with transaction.atomic():
-                assert_lease(step, fence, StepStatus.RUNNING)
-                move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
-                     next_attempt_at=settled_at, lease_expires_at=None,
-                     data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"})
-            return True
+        return settle_lookup(step, action, fence, open_attempts, look_up(action, step.operation_key))
+    return settle_without_lookup(step, action, fence, open_attempts)
+
+
+def unsettled(step: Step) -> list:
+    """The step's earlier attempts whose outcome is not known."""
+    return list(step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]))
+
+
+def look_up(action, operation_key: str) -> Outcome | None | ActionError:
+    """Ask the remote system whether the operation took effect. Touches no
+    database, so it may run in an effect thread (`inflight`); a failure
+    comes back as the error, never raised: any error means "cannot tell"."""
+    try:
+        return action.lookup(operation_key)
+    except ActionError as err:
+        return err
+    except Exception as exc:
+        log.exception("lookup of %s raised an unclassified error", action.name)
+        return ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500])
+
+
+def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) -> bool:
+    """What a lookup answered (`look_up`), recorded under the claim's fence.
+    Returns True when the step moved on; False when the earlier attempts
+    did not take effect and a new attempt may go ahead."""
+    if isinstance(found, ActionError):
+        err = found
+        # Cannot tell yet: park the step for a later try; never guess.
         with transaction.atomic():
             assert_lease(step, fence, StepStatus.RUNNING)
-            for attempt in open_attempts:
-                move(attempt, AttemptStatus.RECONCILED, actor=WORKER, verb="attempt.reconciled",
-                     finished_at=attempt.finished_at or timezone.now(),
-                     data={"found": found is not None, "external_ref": found.external_ref if found else ""})
-            if found is not None:
-                # In the commit that settles the attempts: were these two
-                # commits, a crash between them would leave no open attempt
-                # and no outcome, and the next worker would do the effect again.
-                _record_reconciled(step, found, fence)
-        if found is None:
-            return False
-        verify(step, action, fence)
+            workflow = Workflow.objects.get(pk=step.workflow_id)
+            due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
+            if due is None:
+                move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence},
+                     failure_class=err.failure_class, lease_expires_at=None,
+                     data={"reason": "reconciliation lookup kept failing"})
+                workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
+            else:
+                move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
+                     next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
+                     data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class})
         return True
+    settled_at = _in_flight_until(open_attempts)
+    if found is None and settled_at > timezone.now():
+        # "Not found" only means "did not happen" once the earlier request
+        # can no longer land: a killed worker's request may still be in
+        # flight at the remote. Look again when its time is up.
+        with transaction.atomic():
+            assert_lease(step, fence, StepStatus.RUNNING)
+            move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
+                 next_attempt_at=settled_at, lease_expires_at=None,
+                 data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"})
+        return True
+    with transaction.atomic():
+        assert_lease(step, fence, StepStatus.RUNNING)
+        for attempt in open_attempts:
+            move(attempt, AttemptStatus.RECONCILED, actor=WORKER, verb="attempt.reconciled",
+                 finished_at=attempt.finished_at or timezone.now(),
+                 data={"found": found is not None, "external_ref": found.external_ref if found else ""})
+        if found is not None:
+            # In the commit that settles the attempts: were these two
+            # commits, a crash between them would leave no open attempt
+            # and no outcome, and the next worker would do the effect again.
+            _record_reconciled(step, found, fence)
+    if found is None:
+        return False
+    verify(step, action, fence)
+    return True
+
+
+def settle_without_lookup(step: Step, action, fence: int, open_attempts: list) -> bool:
+    """Earlier attempts of an action that cannot be looked up: repeated with
+    the same key when that is harmless, otherwise IN_DOUBT for an operator."""
     if action.is_idempotent(step.args):
         # The same operation key again is harmless; the interrupted attempts'
         # own outcome stays unknown, and says so.

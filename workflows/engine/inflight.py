@@ -1,0 +1,215 @@
+"""Remote effects in flight: many per worker process (DESIGN §19).
+
+A worker keeps up to WORKER_CONCURRENCY remote effects in flight at once,
+each with its own claim, fencing number, committed REQUESTED attempt and
+lease. The effects run on threads, and an effect thread holds no database
+connection: it is handed the step's resolved arguments and its operation
+key and hands back an `Outcome` or an `ActionError`. Every read and write
+around it (policy recheck, REQUESTED attempts, outcomes, verification) is
+made by the worker's own thread on the worker's own connection, in groups:
+one commit for the REQUESTED attempts of the steps a claim took, one for
+the outcomes that arrived together. One heartbeat thread (`LeaseKeeper`,
+one more connection) extends every lease. So a worker process uses two
+database connections whatever its concurrency.
+
+Threads rather than asyncio: an action's `perform` is ordinary blocking
+code (the built-ins use requests; a team's own actions may use any client
+library), and a thread blocked on a socket costs little more than a
+coroutine at these numbers, while the action interface stays plain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connections, transaction
+
+from workflows import actions
+from workflows.actions import Action, ActionError, Outcome
+from workflows.audit import journal
+from workflows.audit.redaction import redact_text
+from workflows.engine import failpoints, outcomes, policy, recovery, references
+from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held
+from workflows.models import Attempt, Step
+from workflows.states import FailureClass, StepStatus
+
+log = logging.getLogger(__name__)
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid: int | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> ThreadPoolExecutor:
+    """This process's effect threads, made on first use: django-q forks its
+    workers, and threads do not survive a fork. Kept for the process's life,
+    so that each thread's HTTP keep-alive connections are reused."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(settings.WORKER_CONCURRENCY, thread_name_prefix="effect")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _detached(fn, *args):
+    """Run in an effect thread. An action that touched the ORM after all
+    would leave a connection open in a thread that lives on: close it, so
+    that the worker's connection budget stays fixed."""
+    try:
+        return fn(*args)
+    finally:
+        connections.close_all()
+
+
+def perform(action: Action, args: dict, operation_key: str) -> Outcome | ActionError:
+    """The effect itself, with no database. A bug in an action (any other
+    exception) is an error of unknown outcome, handled like any other."""
+    try:
+        outcome = action.perform(args, operation_key)
+    except ActionError as err:
+        return err
+    except Exception as exc:
+        log.exception("action %s raised an unclassified error", action.name)
+        return ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
+                           outcome_unknown=True)
+    # Results and error texts are redacted when recorded; this reference is
+    # recorded as it is, and a remote system may echo a secret into it.
+    outcome.external_ref = redact_text(outcome.external_ref)
+    return outcome
+
+
+@dataclass
+class Flight:
+    step: Step
+    action: Action
+    # When this flight is a reconciliation lookup: the attempts it settles.
+    settles: list | None = None
+
+
+class Effects:
+    """The remote effects one drain has in flight."""
+
+    def __init__(self, keeper: LeaseKeeper, limit: int | None = None):
+        self.keeper = keeper
+        self.limit = limit or settings.WORKER_CONCURRENCY
+        self.flights: dict[Future, Flight] = {}
+
+    @property
+    def room(self) -> int:
+        return self.limit - len(self.flights)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.flights)
+
+    def start(self, steps: list[Step]) -> None:
+        """Claimed remote steps: recheck policy, reconcile what an earlier
+        attempt left unknown, then request and send the rest."""
+        if not steps:
+            return
+        self.keeper.hold((step.pk, step.fence) for step in steps)
+        failpoints.hit_each(failpoints.AFTER_CLAIM, steps)
+        checks = policy.evaluate_many(steps)
+        ready = []
+        for step in steps:
+            action = actions.find(step.action)
+            problems = policy.problems(checks[step.pk]) + references.problems(step)
+            try:
+                if action is None or problems:
+                    outcomes.block(step, step.fence, problems or [f"unknown action {step.action}"])
+                elif step.open_attempts:
+                    settles = recovery.unsettled(step)
+                    if action.can_lookup:
+                        self._send(Flight(step, action, settles), recovery.look_up, action, step.operation_key)
+                        continue
+                    if not recovery.settle_without_lookup(step, action, step.fence, settles):
+                        ready.append(step)
+                        continue
+                else:
+                    ready.append(step)
+                    continue
+            except LeaseLost:
+                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+            self.keeper.release([step.pk])
+        self._request(ready)
+
+    def _request(self, steps: list[Step]) -> None:
+        """The checkpoint before the effects: every step's REQUESTED attempt
+        in one commit, while its claim still holds; then each is sent."""
+        if not steps:
+            return
+        versions = {name: p.version for name, p in policy.policies_for({s.action for s in steps}).items()}
+        with transaction.atomic():
+            held = still_held(steps, StepStatus.RUNNING)
+            attempts = [
+                Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
+                        fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
+                        policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
+                for step in held
+            ]
+            Attempt.objects.bulk_create(attempts)
+            journal.append_many([
+                journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
+                              {"step": attempt.step.key, "number": attempt.number,
+                               "operation_key": attempt.operation_key, "fence": attempt.fence})
+                for attempt in attempts
+            ])
+        self.keeper.release([step.pk for step in steps if step not in held])
+        for attempt in attempts:
+            attempt.step.attempt = attempt
+        failpoints.hit_each(failpoints.AFTER_REQUESTED, held)
+        for step in held:
+            action = actions.get(step.action)
+            try:
+                # References are resolved here, on the worker's connection:
+                # the effect thread gets plain values.
+                args = references.resolve_args(step)
+            except ActionError as err:
+                outcomes.record_performed([step], {}, {step.pk: err})
+                self.keeper.release([step.pk])
+                continue
+            self._send(Flight(step, action), perform, action, args, step.operation_key)
+
+    def _send(self, flight: Flight, fn, *args) -> None:
+        self.flights[pool().submit(_detached, fn, *args)] = flight
+
+    def collect(self, timeout: float | None) -> int:
+        """Record what has come back (waiting up to `timeout` for the
+        first): lookups settled, answers and failures recorded together."""
+        if not self.flights:
+            return 0
+        done, _ = wait(list(self.flights), timeout=timeout, return_when=FIRST_COMPLETED)
+        if not done:
+            return 0
+        back = [(self.flights.pop(future), future.result()) for future in done]
+        answers, failures, again = {}, {}, []
+        for flight, answer in back:
+            step = flight.step
+            if flight.settles is not None:
+                try:
+                    if not recovery.settle_lookup(step, flight.action, step.fence, flight.settles, answer):
+                        again.append(step)
+                        continue
+                except LeaseLost:
+                    log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+                self.keeper.release([step.pk])
+            elif isinstance(answer, ActionError):
+                failures[step.pk] = answer
+            else:
+                answers[step.pk] = answer
+        performed = [flight.step for flight, _ in back if flight.settles is None]
+        outcomes.record_performed(performed, answers, failures)
+        self.keeper.release([step.pk for step in performed])
+        self._request(again)
+        return len(back)
+
+    def finish(self) -> None:
+        """Wait for every effect in flight and record it."""
+        while self.flights:
+            self.collect(timeout=None)
