@@ -239,6 +239,12 @@ if Q_BROKER == "redis":
     Q_CLUSTER["redis"] = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 elif Q_BROKER != "orm":
     raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
+# On PostgreSQL the ORM broker is woken by NOTIFY from the approving
+# transaction (workflows.engine.wakeups); Q_LISTEN=0 turns that off, e.g.
+# behind a pooler in transaction mode, where LISTEN does not work.
+Q_LISTEN = env_bool("Q_LISTEN", True)
+if Q_BROKER == "orm" and Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

@@ -53,6 +53,7 @@ class TicketDesk:
         env: dict[str, str] | None = None,
         start_timeout: float = 10.0,
         request_timeout: float = 10.0,
+        threads: int | None = None,
     ):
         if data_path is None:
             data_path = Path(tempfile.mkdtemp(prefix="ticketdesk-")) / "ticketdesk.sqlite3"
@@ -63,6 +64,7 @@ class TicketDesk:
         self.env = env or {}
         self.start_timeout = start_timeout
         self.request_timeout = request_timeout
+        self.threads = threads
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self._stdout_path: Path | None = None
@@ -97,6 +99,7 @@ class TicketDesk:
             str(self.port),
             "--data",
             str(self.data_path),
+            *(["--threads", str(self.threads)] if self.threads else []),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:
@@ -202,6 +205,13 @@ class TicketDesk:
 
     def clear_faults(self) -> None:
         self._json("DELETE", "/_faults", (200,))
+
+    def concurrency(self) -> dict:
+        """``{"in_flight": {kind: n}, "max_in_flight": {kind: n}}`` (see the desk's docstring)."""
+        return self._json("GET", "/_concurrency", (200,))
+
+    def reset_concurrency(self) -> None:
+        self._json("DELETE", "/_concurrency", (200,))
 
     def reset(self) -> None:
         """Wipe tickets, ledger and faults."""

@@ -178,30 +178,98 @@ def test_keep_alive(desk):
         connection.close()
 
 
-def test_concurrent_posts_with_same_key_create_one_ticket(desk):
-    barrier = threading.Barrier(20)
-    results, errors = [], []
+def post_at_once(n, send):
+    """Call ``send(i)`` from n threads released together; (results, errors)."""
+    barrier = threading.Barrier(n)
+    results, errors = [None] * n, []
 
-    def post():
+    def run(i):
         barrier.wait()
         try:
-            response = create(desk, key="same")
-            results.append((response.status_code, response.json()["id"]))
-        except Exception as exc:  # noqa: BLE001 - reported below
+            results[i] = send(i)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=post) for _ in range(20)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(15)
+        thread.join(60)
+    return results, errors
+
+
+def test_concurrent_posts_with_same_key_create_one_ticket(desk):
+    # A latency fault holds every request inside the desk, so the twenty
+    # really are in flight together (the probe's mark shows it).
+    desk.fault(mode="latency", ms=2000)
+    desk.reset_concurrency()
+
+    def send(i):
+        response = create(desk, key="same", timeout=30)
+        return response.status_code, response.json()["id"]
+
+    results, errors = post_at_once(20, send)
 
     assert errors == []
-    assert len(results) == 20
+    assert desk.concurrency()["max_in_flight"]["POST /tickets"] == 20
     assert sorted(status for status, _ in results) == [200] * 19 + [201]
     assert len({ticket_id for _, ticket_id in results}) == 1
     assert len(desk.tickets()) == 1
     assert len(desk.ledger()) == 1
+
+
+def test_latency_fault_holds_no_lock_so_requests_wait_side_by_side(desk):
+    ticket = create(desk, key="base").json()
+    desk.fault(mode="latency", ms=3000)
+    desk.reset_concurrency()
+    kinds = [
+        ("POST /tickets", lambda i: create(desk, key=f"k{i}", timeout=60)),
+        ("POST /tickets/{id}/comments",
+         lambda i: desk.request("POST", f"/tickets/{ticket['id']}/comments", json={"body": f"c{i}"},
+                                headers={"Idempotency-Key": f"c{i}"}, timeout=60)),
+    ]
+    n = 100  # per kind: 200 requests in all, against the default pool of 256
+
+    def send(i):
+        kind, call = kinds[i % 2]
+        return kind, call(i // 2).status_code
+
+    results, errors = post_at_once(2 * n, send)
+
+    assert errors == []
+    assert sorted(results) == [("POST /tickets", 201)] * n + [("POST /tickets/{id}/comments", 201)] * n
+    marks = desk.concurrency()
+    assert marks["max_in_flight"]["POST /tickets"] == n
+    assert marks["max_in_flight"]["POST /tickets/{id}/comments"] == n
+    assert marks["in_flight"] == dict.fromkeys(marks["in_flight"], 0)
+    assert len(desk.ledger()) == 1 + 2 * n
+
+
+def test_threads_option_bounds_requests_in_flight_and_the_rest_wait_their_turn(tmp_path):
+    with TicketDesk(tmp_path / "desk.sqlite3", threads=4) as desk:
+        desk.fault(mode="latency", ms=1000)
+        results, errors = post_at_once(12, lambda i: create(desk, key=f"p{i}", timeout=60).status_code)
+        assert errors == []
+        assert results == [201] * 12
+        assert desk.concurrency()["max_in_flight"]["POST /tickets"] == 4
+        assert len(desk.tickets()) == 12
+
+
+def test_concurrency_probe_counts_each_kind_and_resets(desk):
+    probe = desk.concurrency()
+    assert set(probe) == {"in_flight", "max_in_flight"}
+    kinds = {"POST /tickets", "POST /tickets/{id}/comments", "POST /tickets/{id}/close", "GET /tickets"}
+    assert set(probe["in_flight"]) == kinds and set(probe["max_in_flight"]) == kinds
+    desk.reset_concurrency()
+    ticket = create(desk, key="probe").json()
+    desk.request("POST", f"/tickets/{ticket['id']}/comments", json={"body": "b"})
+    desk.request("POST", f"/tickets/{ticket['id']}/close")
+    desk.tickets("probe")
+    desk.ledger()  # not a probed kind
+    assert desk.concurrency() == {"in_flight": dict.fromkeys(kinds, 0), "max_in_flight": dict.fromkeys(kinds, 1)}
+    desk.reset_concurrency()
+    assert desk.concurrency()["max_in_flight"] == dict.fromkeys(kinds, 0)
+    assert_error(desk.request("POST", "/_concurrency"), 405)
 
 
 # -- faults -------------------------------------------------------------------

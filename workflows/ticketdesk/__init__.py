@@ -18,6 +18,10 @@ HTTP API (all bodies JSON, errors as ``{"error": {"code", "message"}}``):
     POST   /_faults                  inject a fault (see ``faults.parse_fault``)
     DELETE /_faults                  clear all faults (DELETE /_faults/{id}: one)
     POST   /_reset                   wipe tickets, comments, ledger and faults
+    GET    /_concurrency             {"in_flight": {kind: n}, "max_in_flight": {kind: n}} for the
+                                     kinds POST /tickets, POST /tickets/{id}/comments,
+                                     POST /tickets/{id}/close and GET /tickets
+    DELETE /_concurrency             start the high-water marks again
 
 Faults apply only to POST requests to ``/tickets`` paths.  Every such POST
 first sleeps for the active ``latency`` faults.  Then the oldest active
@@ -26,6 +30,10 @@ count-limited "answering" fault (``error``, ``rate_limit``,
 injecting ``error`` then ``commit_then_drop`` scripts "503, then a dropped
 commit".  ``ignore_idempotency`` (until cleared) makes ``POST /tickets``
 create a new ticket even for a repeated key.
+
+Concurrency: a thread per connection, at most ``--threads`` (default 256)
+requests served at once; a latency fault sleeps before the store is
+touched, so 200 requests under a 300 ms fault take about 300 ms, not 60 s.
 
 Storage: WAL mode, synchronous=FULL, one connection per request, and writes
 serialised by a lock plus ``BEGIN IMMEDIATE``.  A change and its ledger row

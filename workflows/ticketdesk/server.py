@@ -21,6 +21,9 @@ from workflows.ticketdesk.faults import parse_fault
 from workflows.ticketdesk.store import Desk
 
 MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_THREADS = 256
+# The request kinds the concurrency probe counts (GET /_concurrency).
+PROBED = ("POST /tickets", "POST /tickets/{id}/comments", "POST /tickets/{id}/close", "GET /tickets")
 
 
 def _verbose() -> bool:
@@ -42,6 +45,50 @@ def _ticket_id(raw: str) -> int:
     if not raw.isdigit() or len(raw) > 18:
         raise DeskError(404, "not_found", f"no ticket {raw}")
     return int(raw)
+
+
+def probe_kind(method: str, path: str) -> str | None:
+    """The probed kind of a request (``PROBED``), or None."""
+    parts = path.strip("/").split("/")
+    if parts == ["tickets"] and method in ("GET", "POST"):
+        return f"{method} /tickets"
+    if method == "POST" and len(parts) == 3 and parts[0] == "tickets" and parts[2] in ("comments", "close"):
+        return f"POST /tickets/{{id}}/{parts[2]}"
+    return None
+
+
+class Concurrency:
+    """Requests in flight per probed kind, and the most seen at once since
+    the last reset: how tests see that requests overlapped, without timing."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._now = dict.fromkeys(PROBED, 0)
+        self._max = dict.fromkeys(PROBED, 0)
+
+    @contextlib.contextmanager
+    def track(self, kind: str | None):
+        if kind is None:
+            yield
+            return
+        with self._lock:
+            self._now[kind] += 1
+            self._max[kind] = max(self._max[kind], self._now[kind])
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._now[kind] -= 1
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"in_flight": dict(self._now), "max_in_flight": dict(self._max)}
+
+    def reset(self) -> dict:
+        """Start the high-water marks again from what is in flight now."""
+        with self._lock:
+            self._max = dict(self._now)
+            return {"in_flight": dict(self._now), "max_in_flight": dict(self._max)}
 
 
 class DeskHandler(BaseHTTPRequestHandler):
@@ -160,14 +207,18 @@ class DeskHandler(BaseHTTPRequestHandler):
         self.dispatch()
 
     def dispatch(self) -> None:
+        split = urlsplit(self.path)
+        path = split.path.rstrip("/") or "/"
+        with self.server.slots, self.server.concurrency.track(probe_kind(self.command, path)):
+            self.answer(path, split.query)
+
+    def answer(self, path: str, raw_query: str) -> None:
         desk = self.server.desk
         drop = False
         try:
             try:
                 body = self.read_body()
-                split = urlsplit(self.path)
-                path = split.path.rstrip("/") or "/"
-                query = parse_qs(split.query, keep_blank_values=True)
+                query = parse_qs(raw_query, keep_blank_values=True)
                 if self.command == "POST" and (path == "/tickets" or path.startswith("/tickets/")):
                     drop = self.apply_faults(desk)
                 status, payload, headers = self.route(desk, path, query, body)
@@ -191,7 +242,9 @@ class DeskHandler(BaseHTTPRequestHandler):
                 self.send_json(500, {"error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}})
 
     def apply_faults(self, desk: Desk) -> bool:
-        """Apply faults to a POST on /tickets; returns True to drop the answer."""
+        """Apply faults to a POST on /tickets; returns True to drop the answer.
+        The latency sleeps before the store is touched, holding no lock, so
+        concurrent requests wait side by side rather than in turn."""
         delay = desk.faults.latency_ms()
         if delay:
             time.sleep(delay / 1000)
@@ -265,6 +318,12 @@ class DeskHandler(BaseHTTPRequestHandler):
                 raise DeskError(404, "not_found", f"no fault {parts[1]}")
             return 200, {"cleared": 1}, {}
 
+        if parts == ["_concurrency"]:
+            allow("GET", "DELETE")
+            if method == "GET":
+                return 200, self.server.concurrency.snapshot(), {}
+            return 200, self.server.concurrency.reset(), {}
+
         if parts == ["_reset"]:
             allow("POST")
             desk.reset()
@@ -274,14 +333,25 @@ class DeskHandler(BaseHTTPRequestHandler):
 
 
 class DeskServer(ThreadingHTTPServer):
+    """A thread per connection, and at most ``threads`` requests served at
+    once (a semaphore taken from reading a request to sending its answer).
+    Idle keep-alive connections cost a blocked thread but no slot, so
+    clients that keep connections open cannot starve the others; requests
+    beyond the bound wait for a slot."""
+
     daemon_threads = True
     allow_reuse_address = True
     # socketserver's default listen backlog is 5: a burst of concurrent
     # clients would see connection resets instead of waiting their turn.
-    request_queue_size = 128
+    request_queue_size = 1024
 
-    def __init__(self, address, desk: Desk):
+    def __init__(self, address, desk: Desk, threads: int = DEFAULT_THREADS):
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
         self.desk = desk
+        self.concurrency = Concurrency()
+        self.threads = threads
+        self.slots = threading.BoundedSemaphore(threads)
         super().__init__(address, DeskHandler)
 
     def handle_error(self, request, client_address):
@@ -291,12 +361,12 @@ class DeskServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(host: str, port: int, data_path: str | os.PathLike) -> ThreadingHTTPServer:
+def make_server(host: str, port: int, data_path: str | os.PathLike, threads: int = DEFAULT_THREADS) -> DeskServer:
     """Open (or create) the desk's storage and bind its HTTP server.
 
     ``port`` 0 picks a free port; read it back from ``server.server_address``.
     """
-    return DeskServer((host, port), Desk(data_path))
+    return DeskServer((host, port), Desk(data_path), threads)
 
 
 def serve(
@@ -304,10 +374,11 @@ def serve(
     port: int,
     data_path: str | os.PathLike,
     *,
-    on_ready: Callable[[ThreadingHTTPServer], None] | None = None,
+    threads: int = DEFAULT_THREADS,
+    on_ready: Callable[[DeskServer], None] | None = None,
 ) -> None:
     """Run the desk until SIGTERM or SIGINT, then close it and return."""
-    server = make_server(host, port, data_path)
+    server = make_server(host, port, data_path, threads)
     stopping = threading.Event()
 
     def stop(signum, frame):

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -108,6 +108,7 @@ def dashboard_context(now=None) -> dict:
     return {
         "steps_chart": _bars(steps), "steps_total": sum(v for _, v in steps),
         "failures_chart": _bars(by_class), "ages_chart": _bars(ages), "now": now,
+        "in_flight": sorted(effects_in_flight().items()),
     }
 
 
@@ -125,6 +126,52 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str, samples: lis
     for labels, value in samples:
         label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
         lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
+
+
+# Upper bounds (seconds) of the effect latency histogram, and its window.
+EFFECT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+EFFECT_WINDOW = timedelta(hours=1)
+
+
+def effects_in_flight() -> dict[str, int]:
+    """Steps RUNNING per action (a claimed step is one effect in flight or about to be)."""
+    return dict(Step.objects.filter(status=StepStatus.RUNNING).values("action").annotate(n=Count("id"))
+                .values_list("action", "n"))
+
+
+def effect_durations(now=None) -> dict[str, dict]:
+    """Per action, the attempts finished in the last EFFECT_WINDOW: cumulative
+    counts per bucket bound, the count and the sum of their durations. One
+    grouped query over the `attempt_finished` index range."""
+    since = (now or timezone.now()) - EFFECT_WINDOW
+    duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+    buckets = {f"le{n}": Count("id", filter=Q(duration__lte=timedelta(seconds=bound)))
+               for n, bound in enumerate(EFFECT_BUCKETS)}
+    rows = (Attempt.objects.filter(finished_at__gte=since).annotate(duration=duration)
+            .values("step__action").annotate(n=Count("id"), total=Sum("duration"), **buckets))
+    return {row["step__action"]: {"buckets": [row[f"le{n}"] for n in range(len(EFFECT_BUCKETS))],
+                                  "count": row["n"], "sum": (row["total"] or timedelta(0)).total_seconds()}
+            for row in rows}
+
+
+def _effect_metrics(lines: list[str]) -> None:
+    in_flight = effects_in_flight()
+    _metric(lines, "durableconsole_effects_in_flight", "gauge", "Steps RUNNING (effects in flight), per action.",
+            [({"action": a}, in_flight[a]) for a in sorted(in_flight)])
+    waits = dict(Step.objects.filter(status=StepStatus.WAITING_RETRY, failure_class=FailureClass.RATE_LIMITED)
+                 .values("action").annotate(n=Count("id")).values_list("action", "n"))
+    _metric(lines, "durableconsole_rate_limited_waits", "gauge",
+            "Steps waiting to retry after a RATE_LIMITED answer, per action.",
+            [({"action": a}, waits[a]) for a in sorted(waits)])
+    name = "durableconsole_effect_duration_seconds"
+    lines.append(f"# HELP {name} Duration of attempts finished in the last hour (started to finished), per action.")
+    lines.append(f"# TYPE {name} histogram")
+    for action, h in sorted(effect_durations().items()):
+        for bound, n in zip(EFFECT_BUCKETS, h["buckets"], strict=True):
+            lines.append(f'{name}_bucket{{action="{action}",le="{bound}"}} {n}')
+        lines.append(f'{name}_bucket{{action="{action}",le="+Inf"}} {h["count"]}')
+        lines.append(f'{name}_sum{{action="{action}"}} {round(h["sum"], 6)}')
+        lines.append(f'{name}_count{{action="{action}"}} {h["count"]}')
 
 
 @require_GET
@@ -158,4 +205,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
                                                                        AttemptStatus.RECONCILED]).count()
     _metric(lines, "durable_steps_completed_5m", "gauge", "Attempts that succeeded in the last five minutes.",
             [({}, done)])
+    _effect_metrics(lines)
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")

@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from workflows.ticketdesk import serve
+from workflows.ticketdesk.server import DEFAULT_THREADS
 
 
 class Command(BaseCommand):
@@ -24,7 +25,16 @@ class Command(BaseCommand):
             help="the desk's SQLite file (default ticketdesk.sqlite3 in settings.VAR_DIR, i.e. var/ under the project)",
         )
 
-    def handle(self, *args, host, port, data, **options):
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=DEFAULT_THREADS,
+            help=f"requests served at once; more wait their turn (default {DEFAULT_THREADS})",
+        )
+
+    def handle(self, *args, host, port, data, threads, **options):
+        if threads < 1:
+            raise CommandError("--threads must be at least 1")
         if data:
             data_path = Path(data)
         else:
@@ -35,7 +45,7 @@ class Command(BaseCommand):
 
         def ready(server):
             bound_port = server.server_address[1]
-            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path})")
+            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, {threads} threads)")
             self.stdout.flush()
 
-        serve(host, port, data_path, on_ready=ready)
+        serve(host, port, data_path, threads=threads, on_ready=ready)

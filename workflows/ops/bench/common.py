@@ -69,9 +69,14 @@ def goals(result: dict) -> list[dict]:
     if runs := result.get("throughput", {}).get("runs"):
         best = max(run["steps_per_s"] for run in runs)
         add("b", ">= 600 durable steps/s", best, best >= 600)
-    if "approval_to_requested_ms" in result.get("latency", {}):
-        p50 = result["latency"]["approval_to_requested_ms"]["p50"]
-        add("c", "approval -> first effect p50 <= 150 ms", p50, p50 <= 150)
+    if "approval_to_requested_ms" in (latency := result.get("latency", {})):
+        # The goals are PostgreSQL's (NOTIFY wake-ups); other setups report without judging.
+        judged = result.get("meta", {}).get("vendor") == "postgresql"
+        for label, key, goal in (("REQUESTED", "approval_to_requested_ms", 20),
+                                 ("COMPLETE", "approval_to_complete_ms", 60)):
+            p50 = latency[key]["p50"]
+            add("c", f"approval -> {label} p50 <= {goal} ms on PostgreSQL ({latency.get('broker', 'orm')} broker)",
+                p50, p50 <= goal if judged else None)
     if "worker_respawned" in result.get("recovery", {}):
         worst = result["recovery"]["worker_respawned"]["max_s"]
         add("d", "recovery after SIGKILL mid-step <= 5 s", worst, worst <= 5)

@@ -311,23 +311,35 @@ class Bench:
     # -- (c) ---------------------------------------------------------------
 
     def latency(self) -> dict:
+        """Approval to the attempt's REQUESTED and to COMPLETE, for one-step
+        `noop` plans approved through the API (the view, with a reviewer's
+        token) against a real cluster of this run's broker; the clock starts
+        when the approval's answer arrives, after its commit."""
+        from workflows.operations import tokens
+
         ids = self.submit(self.o.latency_samples, 1, "c")
+        reviewer = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(self.reviewer)}")
         rng = random.Random(1)
         requested, complete, approve_ms = [], [], []
-        with Fleet(self.workdir, self.cluster_env) as fleet:
+        with (Fleet(self.workdir, self.cluster_env) as fleet,
+              override_settings(ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False)):
             fleet.start("c-1")
             self.wait_queue_idle()
-            for workflow in Workflow.objects.filter(pk__in=ids):
+            for workflow_id in ids:
                 time.sleep(rng.uniform(0.1, 0.3))  # the workers go idle between samples
                 began = time.perf_counter()
-                approvals.approve(workflow, by=self.reviewer)
-                committed = timezone.now()
+                response = reviewer.post(f"/api/v1/workflows/{workflow_id}/approve", {"comment": "bench"},
+                                         content_type="application/json")
+                answered = timezone.now()
+                if response.status_code != 200:
+                    raise BenchError(f"approve answered {response.status_code}: {response.content[:200]!r}")
                 approve_ms.append((time.perf_counter() - began) * 1000)
-                step = self.wait_step(workflow.pk, timeout=20)
+                step = self.wait_step(workflow_id, timeout=20)
                 attempt = step.attempts.order_by("number").first()
-                requested.append((attempt.started_at - committed).total_seconds() * 1000)
-                complete.append((step.updated_at - committed).total_seconds() * 1000)
-        return {"approval_to_requested_ms": spread(requested), "approval_to_complete_ms": spread(complete),
+                requested.append((attempt.started_at - answered).total_seconds() * 1000)
+                complete.append((step.updated_at - answered).total_seconds() * 1000)
+        return {"broker": settings.Q_BROKER, "listen": "broker_class" in settings.Q_CLUSTER,
+                "approval_to_requested_ms": spread(requested), "approval_to_complete_ms": spread(complete),
                 "approve_call_ms": spread(approve_ms)}
 
     # -- (d) ---------------------------------------------------------------
