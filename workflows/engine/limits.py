@@ -117,7 +117,6 @@ def admit(steps: list[Step], held: HeldBack | None = None, now=None) -> list[Ste
     claim transaction) that may be claimed now, in their order; the rest
     stay due, untouched. Steps of actions outside `held.watched` pass
     without a query; without `held`, every action is looked up."""
-    now = now or timezone.now()
     names = {step.action for step in steps}
     if held is not None:
         names &= held.watched
@@ -125,6 +124,9 @@ def admit(steps: list[Step], held: HeldBack | None = None, now=None) -> list[Ste
         return list(steps)
     policies = {p.action: p for p in ActionPolicy.objects.filter(action__in=names)}
     throttles = _locked_throttles(sorted(names))
+    # Read once the rows are locked: a claimer that waited for the lock must
+    # not refill from a time before the refill of the one it waited for.
+    now = now or timezone.now()
     counts = in_flight(name for name, p in policies.items() if p.max_in_flight is not None)
     room: dict[str, float] = {}
     for name in names:
@@ -137,7 +139,8 @@ def admit(steps: list[Step], held: HeldBack | None = None, now=None) -> list[Ste
             room[name] = max(0, policy.max_in_flight - counts[name])
         if policy is not None and policy.rate_per_second is not None:
             throttle.tokens = level(throttle, policy.rate_per_second, now)
-            throttle.refilled_at = now
+            # Clocks of several hosts: the refill time never goes back.
+            throttle.refilled_at = max(now, throttle.refilled_at or now)
             room[name] = min(room[name], math.floor(throttle.tokens))
     admitted = []
     for step in steps:
