@@ -120,3 +120,15 @@ def test_auditors_cannot_change_or_decide(as_user):
     rules = policy.policy_for("ticket.create")
     assert as_user("auditor").post("/actions/ticket.create/policy", form(rules, enabled=None)).status_code == 403
     assert policy.policy_for("ticket.create").enabled is True
+
+
+def test_the_admin_cannot_change_a_policy_around_the_second_operator(as_user):
+    rules = policy.policy_for("ticket.create")
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="x"))
+    assert admin.get(f"/admin/workflows/actionpolicy/{rules.pk}/change/").status_code == 200  # it may look
+    answer = admin.post(f"/admin/workflows/actionpolicy/{rules.pk}/change/",
+                        {"action": "ticket.create", "enabled": "on", "risk": "LOW", "approvals_required": 0,
+                         "max_attempts": 50})
+    assert answer.status_code == 403
+    assert policy.policy_for("ticket.create").version == rules.version
