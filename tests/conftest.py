@@ -70,6 +70,9 @@ class ApiClient:
     def post(self, path, body=None):
         return self.client.post(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
 
+    def patch(self, path, body=None):
+        return self.client.patch(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
+
 
 @pytest.fixture
 def api(people):

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
-from workflows.operations import approvals, compensation, plans, tokens
+from workflows.operations import approvals, compensation, plans, policies, tokens
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -322,6 +322,8 @@ TEMPLATES = {
     "/compensations": {"reason": "r", "steps": ["open"]},
     "/authorize": {"reason": "r"},
     "/decline": {"reason": "r"},
+    "/policy": {"enabled": True, "risk": "HIGH", "approvals_required": 2, "approval_ttl_seconds": 600,
+                "max_attempts": 3, "max_in_flight": 4, "rate_per_second": 2.5, "reason": "r", "version": 1},
 }
 
 # The known nasty values, mixed with generated ones.
@@ -371,6 +373,8 @@ def world(people, desk):
     approvals.approve(failed, by=people["reviewer"])
     run_until(failed.pk, "FAILED")
     dead = DeadLetter.objects.get(workflow=failed)
+    policies.change("noop", by=people["operator"], reason="tighten", changes={"enabled": False})
+    loosen = policies.change("noop", by=people["operator"], reason="loosen", changes={"enabled": True}).request
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])
@@ -379,6 +383,8 @@ def world(people, desk):
         "step_key": ["open", "note"],
         "compensation_id": [str(comp.pk)],
         "dead_letter_id": [str(dead.pk)],
+        "name": ["ticket.create", "noop"],
+        "change_id": [str(loosen.pk)],
         "object_id": [str(people["admin"].pk), str(Group.objects.first().pk), str(ActionPolicy.objects.first().pk)],
         "id": [str(people["admin"].pk)],
         "content_type_id": [str(ContentType.objects.get_for_model(Workflow).pk)],

@@ -51,7 +51,7 @@ def test_illegal_step_transition_raises(workflow):
 def test_every_table_target_is_a_known_status():
     for kind, table in states.TRANSITIONS.items():
         known = {"workflow": WorkflowStatus, "step": StepStatus, "attempt": states.AttemptStatus,
-                 "compensation": states.CompensationStatus}[kind].values
+                 "compensation": states.CompensationStatus, "policy_change": states.PolicyChangeStatus}[kind].values
         assert set(table) == set(known), kind
         for targets in table.values():
             assert targets <= set(known)

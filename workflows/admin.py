@@ -3,25 +3,25 @@ from django.contrib.contenttypes.views import shortcut
 from django.core.exceptions import ValidationError
 from django.http import Http404
 
-from workflows.engine import policy
 from workflows.models import ActionPolicy
 
 
 @admin.register(ActionPolicy)
 class ActionPolicyAdmin(admin.ModelAdmin):
-    list_display = ("action", "enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts",
-                    "version", "updated_by", "updated_at")
-    readonly_fields = ("version", "updated_by", "updated_at")
+    """Read-only here: a change goes through the console or the API, where a
+    loosening waits for a second operator (`workflows.operations.policies`)."""
 
-    def save_model(self, request, obj, form, change):
-        """Every change is a new, audited version (see policy.update)."""
-        changes = {name: form.cleaned_data[name] for name in form.changed_data if name in policy.EDITABLE}
-        if not change:
-            obj.updated_by = request.user.get_username()
-            obj.save()
-            changes = {name: getattr(obj, name) for name in policy.EDITABLE}
-        policy.update(obj.action, by=request.user, **changes)
-        obj.refresh_from_db()
+    list_display = ("action", "enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts",
+                    "max_in_flight", "rate_per_second", "version", "updated_by", "updated_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.site.admin_view

@@ -64,7 +64,14 @@ class CompensationStatus(models.TextChoices):
     FAILED = "FAILED"
 
 
+class PolicyChangeStatus(models.TextChoices):
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+    DECLINED = "DECLINED"
+
+
 W, S, A, C = WorkflowStatus, StepStatus, AttemptStatus, CompensationStatus
+P = PolicyChangeStatus
 
 _WITH_EFFECTS = (W.RUNNING, W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION)
 
@@ -110,6 +117,11 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         C.FAILED: frozenset({C.RUNNING}),
         C.DECLINED: frozenset(),
         C.COMPENSATED: frozenset(),
+    },
+    "policy_change": {
+        P.PENDING: frozenset({P.APPLIED, P.DECLINED}),
+        P.APPLIED: frozenset(),
+        P.DECLINED: frozenset(),
     },
 }
 

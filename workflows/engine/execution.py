@@ -27,7 +27,7 @@ from django.utils import timezone
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
-from workflows.engine import failpoints, inflight, outcomes, policy, recovery, references, wakeups
+from workflows.engine import failpoints, inflight, limits, outcomes, policy, recovery, references, wakeups
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 READY_ORDER = ("next_attempt_at", "position", "id")
 
 
-def due_steps(workflow_id=None, window: int | None = None):
+def due_steps(workflow_id=None, window: int | None = None, exclude_actions=()):
     """Due steps (of one workflow, or a list of them), first due first. With
     `window`, only among the first `window` ready steps, read off the ready
     index in order by a statement of its own: a claim's cost does not grow
@@ -50,8 +50,11 @@ def due_steps(workflow_id=None, window: int | None = None):
     the window once per candidate row when its statistics lag, which made a
     claim cost O(ready × window).) The step's own conditions are applied
     again to the window, so a row claimed meanwhile (and re-read under its
-    lock) no longer matches."""
+    lock) no longer matches. Steps of `exclude_actions` are left out before
+    the window is taken (`limits.held_back`)."""
     ready = Step.objects.due()
+    if exclude_actions:
+        ready = ready.exclude(action__in=sorted(exclude_actions))
     if isinstance(workflow_id, (list, tuple, set)):
         ready = ready.filter(workflow_id__in=list(workflow_id))
     elif workflow_id is not None:
@@ -121,7 +124,8 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
             # one when its statistics lag behind (autovacuum behind or off).
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL enable_bitmapscan = off")
-        candidates = due_steps(workflow_id, window=limit * 4).annotate(
+        held = limits.held_back()
+        candidates = due_steps(workflow_id, window=limit * 4, exclude_actions=held).annotate(
             open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
@@ -130,6 +134,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
         # the rest stay due (their row locks go with this commit).
         solo = [step for step in found if not (share and _shares_checkpoints(step))][:alone]
         claimed = [step for step in found if (share and _shares_checkpoints(step)) or step in solo]
+        claimed = limits.admit(claimed, held)
         if not claimed:
             return []
         # The rows are locked (or, on SQLite, the database is) since they

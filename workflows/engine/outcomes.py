@@ -17,7 +17,7 @@ from workflows import actions
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
-from workflows.engine import compensating, failpoints, parking, policy, retry
+from workflows.engine import compensating, failpoints, limits, parking, policy, retry
 from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
 from workflows.engine.transitions import move, move_many
 from workflows.models import Attempt, Step, Workflow
@@ -180,6 +180,10 @@ def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence
     outcome is unknown and repeating is not safe; otherwise a dead letter."""
     now = timezone.now()
     with transaction.atomic():
+        if err.failure_class == FailureClass.RATE_LIMITED:
+            # First, so that this transaction takes the throttle's row lock
+            # before any other, as claims do (no deadlock between them).
+            limits.note_rate_limited(step.action, err.retry_after, now)
         assert_lease(step, fence, StepStatus.RUNNING)
         attempt_status = AttemptStatus.UNKNOWN if err.outcome_unknown else AttemptStatus.FAILED
         move(attempt, attempt_status, actor=WORKER, finished_at=now, failure_class=err.failure_class,

@@ -204,11 +204,15 @@ def recheck(step: Step) -> list[str]:
     return problems(evaluate(step))
 
 
-EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts")
+EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts", "max_in_flight",
+            "rate_per_second")
 
 
-def update(action: str, *, by, **changes) -> ActionPolicy:
-    """Change an action's policy: a new version, audited with what changed."""
+def update(action: str, *, by, reason: str = "", context: dict | None = None, **changes) -> ActionPolicy:
+    """Change an action's policy: a new version, audited with what changed
+    (and from what). The one place a policy version is written; who may
+    change what is `workflows.operations.policies`. `context` joins the
+    audit event (for example the request an authorization applies)."""
     from django.db.models import F
 
     from workflows.audit import journal
@@ -218,12 +222,17 @@ def update(action: str, *, by, **changes) -> ActionPolicy:
         raise ValueError(f"not editable: {sorted(unknown)}")
     current = policy_for(action)
     with transaction.atomic():
+        before = ActionPolicy.objects.select_for_update().get(pk=current.pk)
         ActionPolicy.objects.filter(pk=current.pk).update(
             version=F("version") + 1, updated_by=_actor(by), updated_at=timezone.now(), **changes
         )
         current.refresh_from_db()
+        data = {"action": action, "version": current.version, "changed": changes,
+                "previous": {name: getattr(before, name) for name in changes}}
+        if reason:
+            data["reason"] = reason
         journal.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
-                     data={"action": action, "version": current.version, "changed": changes})
+                       data={**data, **(context or {})})
     return current
 
 

@@ -10,10 +10,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.audit import journal
-from workflows.models import Attempt, Compensation, Step, Workflow, update_rows
+from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
 
-_KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation"}
+_KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation",
+         PolicyChange: "policy_change"}
 
 
 def _workflow_id(obj):
@@ -21,6 +22,8 @@ def _workflow_id(obj):
         return obj.pk
     if isinstance(obj, (Step, Compensation)):
         return obj.workflow_id
+    if isinstance(obj, PolicyChange):
+        return None
     return obj.step.workflow_id
 
 

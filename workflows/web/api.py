@@ -8,12 +8,13 @@ from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
-from pydantic import StrictInt
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
 
 from workflows import roles
 from workflows.errors import DomainError, NotAllowed
-from workflows.models import Compensation, DeadLetter, Workflow
-from workflows.operations import approvals, compensation, deadletters, plans, tokens
+from workflows.engine import limits
+from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
+from workflows.operations import approvals, compensation, deadletters, plans, policies, tokens
 from workflows.states import FailureClass, WorkflowStatus
 from workflows.web.jsonparse import BadJSON, DepthLimitedParser
 from workflows.web.pagination import page_by_created
@@ -523,6 +524,134 @@ def decline_compensation(request, compensation_id: UUID, payload: DecisionReason
     comp = compensation.decline(_get_compensation(request, compensation_id), by=request.user,
                                 reason=payload.reason)
     return compensation_out(_get_compensation(request, comp.pk))
+
+
+# --- action policies and their limits ----------------------------------------
+
+
+class PolicyChangeOut(Schema):
+    id: UUID
+    action: str
+    status: str
+    changes: dict[str, Any]
+    reason: str
+    base_version: int
+    applied_version: int | None
+    requested_by: str
+    decided_by: str | None
+    decision_reason: str
+    created_at: datetime
+    decided_at: datetime | None
+
+
+class PolicyOut(Schema):
+    action: str
+    enabled: bool
+    risk: str
+    approvals_required: int
+    approval_ttl_seconds: int | None
+    max_attempts: int
+    max_in_flight: int | None
+    rate_per_second: float | None
+    version: int
+    updated_by: str
+    updated_at: datetime
+    in_flight: int = Field(..., description="Steps of this action RUNNING now, cluster-wide")
+    paused_until: datetime | None = Field(..., description="Set while a remote's RATE_LIMITED answer pauses it")
+    pending: list[PolicyChangeOut] = Field(..., description="Loosening requests awaiting a second operator")
+
+
+class PolicyPatchIn(Schema):
+    """Any editable fields; null removes a limit or the approval lifetime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool | None = None
+    risk: ActionPolicy.Risk | None = None
+    approvals_required: StrictInt | None = None
+    approval_ttl_seconds: StrictInt | None = None
+    max_attempts: StrictInt | None = None
+    max_in_flight: StrictInt | None = None
+    rate_per_second: StrictFloat | StrictInt | None = None
+    reason: str = Field(..., max_length=2000)
+    version: StrictInt | None = Field(None, description="The version you looked at: 409 if the policy changed since")
+
+
+def policy_change_out(request: PolicyChange) -> dict:
+    return {
+        "id": request.pk,
+        "action": request.action,
+        "status": request.status,
+        "changes": request.changes,
+        "reason": request.reason,
+        "base_version": request.base_version,
+        "applied_version": request.applied_version,
+        "requested_by": request.requested_by.get_username(),
+        "decided_by": request.decided_by.get_username() if request.decided_by else None,
+        "decision_reason": request.decision_reason,
+        "created_at": request.created_at,
+        "decided_at": request.decided_at,
+    }
+
+
+def policy_out(rules: ActionPolicy) -> dict:
+    state = limits.state(rules.action)
+    return {
+        **{name: getattr(rules, name) for name in ("action", "version", "updated_by", "updated_at",
+                                                   *policies.EDITABLE)},
+        "in_flight": state["in_flight"],
+        "paused_until": state["paused_until"],
+        "pending": [policy_change_out(r) for r in policies.pending(rules.action)],
+    }
+
+
+def _get_policy_change(request, change_id: UUID) -> PolicyChange:
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    found = PolicyChange.objects.select_related("requested_by", "decided_by").filter(pk=change_id).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@api.get("/actions/{name}/policy", response=PolicyOut,
+         summary="An action's policy and limits, steps in flight, pause, pending changes (operators, auditors)")
+def get_policy(request, name: str):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    return policy_out(policies.get(name))
+
+
+@api.patch("/actions/{name}/policy", response={200: PolicyOut, 202: PolicyChangeOut},
+           summary="Change a policy (operators): 200 when it only tightens; 202 with the request a second "
+                   "operator must authorize when it loosens")
+def patch_policy(request, name: str, payload: PolicyPatchIn):
+    _require(request, roles.OPERATORS)
+    body = payload.dict(exclude_unset=True)
+    reason, version = body.pop("reason"), body.pop("version", None)
+    result = policies.change(name, by=request.user, reason=reason, changes=body, version=version)
+    if result.request is not None:
+        return Status(202, policy_change_out(result.request))
+    return policy_out(result.policy)
+
+
+@api.get("/policy-changes/{change_id}", response=PolicyChangeOut, summary="One policy change request")
+def get_policy_change(request, change_id: UUID):
+    return policy_change_out(_get_policy_change(request, change_id))
+
+
+@api.post("/policy-changes/{change_id}/authorize", response=PolicyChangeOut,
+          summary="Apply a loosening (operators, not the requester); 409 if the policy changed since")
+def authorize_policy_change(request, change_id: UUID, payload: DecisionReasonIn):
+    _require(request, roles.OPERATORS)
+    found = policies.authorize(_get_policy_change(request, change_id), by=request.user, reason=payload.reason)
+    return policy_change_out(_get_policy_change(request, found.pk))
+
+
+@api.post("/policy-changes/{change_id}/decline", response=PolicyChangeOut,
+          summary="Decline a loosening (operators, not the requester)")
+def decline_policy_change(request, change_id: UUID, payload: DecisionReasonIn):
+    _require(request, roles.OPERATORS)
+    found = policies.decline(_get_policy_change(request, change_id), by=request.user, reason=payload.reason)
+    return policy_change_out(_get_policy_change(request, found.pk))
 
 
 # --- audit ------------------------------------------------------------------

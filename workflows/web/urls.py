@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from workflows.web import views, views_audit, views_compensation, views_deadletters, views_ops
+from workflows.web import views, views_audit, views_compensation, views_deadletters, views_ops, views_policies
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
@@ -27,6 +27,12 @@ urlpatterns = [
     path("dead-letters/<uuid:dead_letter_id>/replay", views_deadletters.dead_letter_replay, name="dead_letter_replay"),
     path("dead-letters/<uuid:dead_letter_id>/discard", views_deadletters.dead_letter_discard,
          name="dead_letter_discard"),
+    path("actions/", views_policies.policy_list, name="policy_list"),
+    path("actions/<str:name>/policy", views_policies.policy_detail, name="policy_detail"),
+    path("policy-changes/<uuid:change_id>/authorize", views_policies.policy_change_authorize,
+         name="policy_change_authorize"),
+    path("policy-changes/<uuid:change_id>/decline", views_policies.policy_change_decline,
+         name="policy_change_decline"),
     path("attention/", views_ops.attention, name="attention"),
     path("dashboard/", views_ops.dashboard, name="dashboard"),
     path("audit/", views_audit.audit_list, name="audit_list"),
