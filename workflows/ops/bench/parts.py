@@ -31,6 +31,7 @@ from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_us
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
+from workflows.ops.bench.remote import RemotePart
 from workflows.ops.processes import Cluster, database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
@@ -122,7 +123,8 @@ class Bench:
             "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
                         if k not in ("database_url", "workdir")},
         }
-        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages)]
+        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
+                 ("g", self.remote)]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -377,6 +379,11 @@ class Bench:
         step = self.wait_step(workflow_id, timeout=60)
         return {"seconds": round(step.updated_at.timestamp() - killed_at, 3), "killed_pid": pid,
                 "attempts": step.attempts.count()}
+
+    # -- (g) ---------------------------------------------------------------
+
+    def remote(self) -> dict:
+        return RemotePart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

@@ -50,6 +50,14 @@ def report(result: dict) -> str:
         if timeline := run.get("worker_rss_mib_by_tenth"):
             rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
                          " ".join("-" if value is None else f"{value}" for value in timeline)))
+    for run in result.get("remote", {}).get("runs", []):
+        pool, desk, lat = run["ceilings"]["thread_pool"], run["ceilings"]["desk"], run["approval_to_effect_ms"]
+        rows.append((f"(g) remote steps/s, {run['latency_ms']} ms desk, {run['clusters']} cluster(s)",
+                     f"{run['steps_per_s']:,.1f} = {run['ratio_to_thread_pool']} x thread pool of {pool['threads']} "
+                     f"({pool['calls_per_s']:,.1f}/s; desk at {desk['threads']} threads {desk['calls_per_s']:,.1f}/s); "
+                     f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
+                     f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
+                     f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
