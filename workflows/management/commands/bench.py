@@ -49,7 +49,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--steps", type=int, default=common.MEMORY_STEPS,
                             help="noop steps per cluster run (b); memory (f) is judged from 100000 up")
-        parser.add_argument("--steps-per-workflow", type=int, default=10)
+        parser.add_argument("--steps-per-workflow", type=int, default=5)
         parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
         parser.add_argument("--workers-per-cluster", type=int, default=settings.Q_CLUSTER["workers"])
         parser.add_argument("--raw-seconds", type=float, default=5.0, help="per client count (a)")

@@ -21,7 +21,8 @@ def report(result: dict) -> str:
         ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
         best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
         rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
-                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
+                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s; "
+                     f"first effect {run['first_effect_after_start_s']} s after the cluster started)"))
     latency = result.get("latency", {})
     for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
                        ("approval_to_complete_ms", "approval -> COMPLETE")):
