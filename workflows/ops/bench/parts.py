@@ -28,11 +28,12 @@ from workflows.engine import execution, failpoints
 from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
+from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
-from workflows.ops.processes import Cluster, database_url, gone
+from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
@@ -47,39 +48,6 @@ def _setting(name: str) -> str | None:
     with connection.cursor() as cursor:
         cursor.execute(f"SHOW {name}")
         return cursor.fetchone()[0]
-
-
-def spread(values: list[float], digits: int = 1) -> dict:
-    """n, p50, p95 (nearest rank) and max."""
-    ordered = sorted(values)
-
-    def rank(p):
-        return round(ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)], digits)
-
-    return {"n": len(ordered), "p50": rank(50), "p95": rank(95), "max": round(ordered[-1], digits)}
-
-
-# --- processes ----------------------------------------------------------------
-
-
-class Fleet:
-    """The clusters one part started; every one is stopped on exit, whatever happened."""
-
-    def __init__(self, workdir: Path, env: dict[str, str]):
-        self.workdir, self.env = workdir, env
-        self.started: list[Cluster] = []
-
-    def start(self, name: str, **env) -> Cluster:
-        cluster = Cluster(name, self.workdir, {**self.env, "PGAPPNAME": f"bench:{name}", **env})
-        self.started.append(cluster)
-        return cluster.start()
-
-    def __enter__(self) -> Fleet:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        for cluster in self.started:
-            cluster.stop(timeout=10)
 
 
 # --- the bench ------------------------------------------------------------------

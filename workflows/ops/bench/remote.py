@@ -32,6 +32,7 @@ from django.db.models import Count, F, Max, Min
 from workflows.models import Attempt, Step, Workflow, operation_key_for
 from workflows.operations import approvals, plans
 from workflows.ops.bench.common import BenchError
+from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
 
@@ -136,8 +137,6 @@ class RemotePart:
         return [plans.submit(self.bench.agent, body(n)).workflow.pk for n in range(count)]
 
     def engine_run(self, desk: DeskProcess, latency: int, count: int) -> dict:
-        from workflows.ops.bench.parts import Fleet, spread
-
         label = f"g{latency}-{count}"
         ids = self.submit(max(1, -(-self.o.remote_steps // STEPS_PER_PLAN)), label)
         total = len(ids) * STEPS_PER_PLAN
