@@ -36,8 +36,8 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     json_path, out = tmp_path / "bench.json", StringIO()
 
     call_command("bench", "--steps", "200", "--clusters", "1", "--raw-seconds", "1", "--raw-clients", "1,2",
-                 "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200", "--seed-events", "2000",
-                 "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+                 "--skip", "g", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
+                 "--seed-events", "2000", "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     # The table puts the durable rate beside the raw ceiling of the same run.
@@ -141,3 +141,35 @@ def test_list_pages_run_the_same_queries_at_ten_times_the_data(db, client, peopl
     assert Workflow.objects.count() == 500
     assert {url: len(sql) for url, sql in large.items()} == {url: len(sql) for url, sql in small.items()}
     assert not [sql for statements in large.values() for sql in statements if LARGE_TABLES.search(sql)]
+
+
+@pytest.mark.live
+def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_ceiling(transactional_db, tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command("bench", "--skip", "a,b,c,d,e", "--clusters", "1", "--remote-latency-ms", "0,50",
+                 "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    runs = result["remote"]["runs"]
+    assert [(run["latency_ms"], run["clusters"]) for run in runs] == [(0, 1), (50, 1)]
+    for run in runs:
+        # Every step was a real ticket on the desk (the part checks its ledger), made through the protocol.
+        assert run["steps"] == 10 and run["workflows"] == 2
+        pool, desk = run["ceilings"]["thread_pool"], run["ceilings"]["desk"]
+        assert pool["threads"] == result["remote"]["concurrency_per_worker"] * 2 and desk["threads"] == 2 * pool["threads"]
+        assert pool["calls_per_s"] > 0 and desk["calls_per_s"] > 0 and run["steps_per_s"] > 0
+        assert run["ratio_to_thread_pool"] == round(run["steps_per_s"] / pool["calls_per_s"], 3)
+        effect = run["approval_to_effect_ms"]
+        assert effect["n"] == 10 and 0 < effect["p50"] <= effect["p95"] <= effect["max"]
+        assert run["memory"]["worker_processes"] >= 1 and is_number(run["memory"]["growth_mib_per_10k_steps"])
+    # The desk really held the latency fault of each run, as it reported it.
+    assert runs[0]["desk_faults"] == []
+    assert [(fault["mode"], fault["ms"]) for fault in runs[1]["desk_faults"]] == [("latency", 50)]
+    assert re.search(r"\(g\) remote steps/s, 50 ms desk, 1 cluster\(s\) +[\d,.]+ = [\d.]+ x thread pool", report), report
+    goals = [goal for goal in result["goals"] if goal["part"] == "g"]
+    # No 300 ms run here, and far fewer than 100k steps: only the 0 ms ratio is judged.
+    assert [goal["met"] is None for goal in goals] == [False, True]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -66,15 +67,48 @@ def due_steps(workflow_id=None, window: int | None = None, exclude_actions=()):
         workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
     ).exclude(status=StepStatus.COMPLETE)
     steps = steps.filter(~Exists(earlier_unfinished))
-    # Within a window, any order will do (it holds the first due steps), and
-    # none lets the query stop at its limit instead of checking all of them.
-    return steps.order_by() if window is not None else steps.order_by(*READY_ORDER)
+    # Within a window, any order will do (it holds the first due steps). Id
+    # order, under `fixed_plans`, makes the planner fetch the window's rows
+    # by primary key (and stop at the limit): otherwise, when its statistics
+    # lag, it walks every PENDING step in the status index for those ids.
+    return steps.order_by("pk") if window is not None else steps.order_by(*READY_ORDER)
+
+
+@contextmanager
+def fixed_plans():
+    """Inside a transaction on PostgreSQL: plans for the claim's reads that
+    do not depend on the planner's statistics, which go stale when
+    autovacuum is behind or off (a fresh burst of plans has none at all).
+    With bitmap scans and sorts off, the ready window can only be read by
+    walking the ready index in order (stopping at the window), and the
+    window's rows only fetched by primary key; with stale statistics the
+    planner took the status index instead, reading and sorting every
+    PENDING step, the inbox's included, on every claim and every tick.
+    Other statements of the transaction are planned as usual."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET enable_bitmapscan")
+            cursor.execute("RESET enable_sort")
+
+
+def any_due() -> bool:
+    """Whether any step is due (the worker loop asks every tick)."""
+    with transaction.atomic(), fixed_plans():
+        return bool(due_steps(window=CLAIM_BATCH).values_list("pk", flat=True)[:1])
 
 
 def _first_ready(ready, window: int) -> list[int]:
     """The ids of the first `window` ready steps, read off the ready index
-    (`step_ready`) in its order. PostgreSQL's planner walks it by itself
-    (bitmap scans off, see `claim_batch`); SQLite's, without statistics,
+    (`step_ready`) in its order. PostgreSQL's planner walks it when bitmap
+    scans and sorts are off (`fixed_plans`); SQLite's, without statistics,
     would rather start from the running workflows or the status index and
     sort every step they hold, so it is held to the index with INDEXED BY."""
     first = ready.order_by(*READY_ORDER).values_list("pk", flat=True)[:window]
@@ -118,18 +152,13 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
     unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
     latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # Walk the ready index in order and stop at the window: a bitmap
-            # scan would read every ready row first, and the planner picks
-            # one when its statistics lag behind (autovacuum behind or off).
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL enable_bitmapscan = off")
         held = limits.held_back()
-        candidates = due_steps(workflow_id, window=limit * 4, exclude_actions=held).annotate(
-            open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
-        if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        found = list(candidates.select_related("workflow")[:limit])
+        with fixed_plans():
+            candidates = due_steps(workflow_id, window=limit * 4, exclude_actions=held).annotate(
+                open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
+            if connection.features.has_select_for_update_skip_locked:
+                candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+            found = list(candidates.select_related("workflow")[:limit])
         # Keep every step that shares its commits and a few that run alone;
         # the rest stay due (their row locks go with this commit).
         solo = [step for step in found if not (share and _shares_checkpoints(step))][:alone]

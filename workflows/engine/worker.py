@@ -65,7 +65,7 @@ class StallWatch:
 
 def work_is_due() -> bool:
     return (
-        execution.due_steps(window=execution.CLAIM_BATCH).exists()
+        execution.any_due()
         or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
     )
 

@@ -25,13 +25,15 @@ from django_q.brokers import get_broker
 
 from workflows.audit import keys, signing
 from workflows.engine import execution, failpoints
-from workflows.models import Approval, Attempt, AuditEvent, DeadLetter, Step, Workflow
+from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
+from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
-from workflows.ops.processes import Cluster, database_url, gone
+from workflows.ops.bench.remote import RemotePart
+from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
@@ -46,52 +48,6 @@ def _setting(name: str) -> str | None:
     with connection.cursor() as cursor:
         cursor.execute(f"SHOW {name}")
         return cursor.fetchone()[0]
-
-
-def spread(values: list[float], digits: int = 1) -> dict:
-    """n, p50, p95 (nearest rank) and max."""
-    ordered = sorted(values)
-
-    def rank(p):
-        return round(ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)], digits)
-
-    return {"n": len(ordered), "p50": rank(50), "p95": rank(95), "max": round(ordered[-1], digits)}
-
-
-# --- processes ----------------------------------------------------------------
-
-
-class Fleet:
-    """The clusters one part started; every one is stopped on exit, whatever happened."""
-
-    def __init__(self, workdir: Path, env: dict[str, str]):
-        self.workdir, self.env = workdir, env
-        self.started: list[Cluster] = []
-
-    def start(self, name: str, **env) -> Cluster:
-        cluster = Cluster(name, self.workdir, {**self.env, "PGAPPNAME": f"bench:{name}", **env})
-        self.started.append(cluster)
-        return cluster.start()
-
-    def __enter__(self) -> Fleet:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        for cluster in self.started:
-            cluster.stop(timeout=10)
-
-
-def _vacuum() -> None:
-    """What autovacuum would have done by now: clear the dead rows earlier
-    runs left in the hot tables and refresh the planner's statistics (a
-    server may run with autovacuum off; `meta.autovacuum` says)."""
-    if connection.vendor != "postgresql":
-        return
-    tables = [model._meta.db_table for model in (Workflow, Step, Attempt, Approval)]
-    tables += ["workflows_audithead", "django_q_ormq"]
-    with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
-        cursor.execute(f"ANALYZE {AuditEvent._meta.db_table}")
 
 
 # --- the bench ------------------------------------------------------------------
@@ -122,7 +78,8 @@ class Bench:
             "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
                         if k not in ("database_url", "workdir")},
         }
-        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages)]
+        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
+                 ("g", self.remote)]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -271,22 +228,26 @@ class Bench:
         backlog = Step.objects.filter(status=StepStatus.PENDING).exclude(workflow_id__in=ids).count()
         self.log(f"    {count} cluster(s): {len(ids)} plans of {per} steps submitted; "
                  f"{backlog:,} other steps PENDING in the database")
-        _vacuum()
+        # As a user's burst arrives: each plan approved on its own (its own
+        # transaction and wake-up) while no worker runs; the statistics left
+        # as they are (no ANALYZE: autovacuum may be off or behind).
+        began = time.time()
+        for workflow in Workflow.objects.filter(pk__in=ids):
+            approvals.approve(workflow, by=self.reviewer)
+        approved = time.time()
         sampler = None
         with Fleet(self.workdir, self.cluster_env) as fleet:
+            started = time.time()
             clusters = [fleet.start(f"b{count}-{n + 1}") for n in range(count)]
-            self.wait_queue_idle()
             try:
-                began = time.time()
-                self.approve_all(ids)
-                approved = time.time()
-                if "f" not in self.o.skip:  # from the moment the work is due: idle time is not warm-up
+                if "f" not in self.o.skip:
                     sampler = RssSampler(clusters)
                     sampler.start()
                 self.wait_steps(ids, total, clusters, timeout=max(120.0, total / 20))
             finally:
                 if sampler:
                     sampler.stop()
+            self.wait_queue_idle()  # the burst's leftover wake-ups, so that the next run starts idle
         attempts = Attempt.objects.filter(step__workflow_id__in=ids)
         first = attempts.aggregate(t=Min("started_at"))["t"]
         last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
@@ -295,7 +256,8 @@ class Bench:
                "other_pending_steps": backlog,
                "approve_seconds": round(approved - began, 2), "seconds": round(seconds, 2),
                "steps_per_s": round(total / seconds, 1),
-               "seconds_from_approval_commit": round(last.timestamp() - approved, 2)}
+               "first_effect_after_start_s": round(first.timestamp() - started, 2),
+               "seconds_from_start": round(last.timestamp() - started, 2)}
         if raw := self.result.get("raw", {}).get("steps_per_s"):
             if "4" in raw:
                 run["ratio_to_raw_4"] = round(run["steps_per_s"] / raw["4"], 3)
@@ -389,6 +351,11 @@ class Bench:
         step = self.wait_step(workflow_id, timeout=60)
         return {"seconds": round(step.updated_at.timestamp() - killed_at, 3), "killed_pid": pid,
                 "attempts": step.attempts.count()}
+
+    # -- (g) ---------------------------------------------------------------
+
+    def remote(self) -> dict:
+        return RemotePart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

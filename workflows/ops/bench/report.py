@@ -21,7 +21,8 @@ def report(result: dict) -> str:
         ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
         best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
         rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
-                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s)"))
+                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s; "
+                     f"first effect {run['first_effect_after_start_s']} s after the cluster started)"))
     latency = result.get("latency", {})
     for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
                        ("approval_to_complete_ms", "approval -> COMPLETE")):
@@ -50,6 +51,14 @@ def report(result: dict) -> str:
         if timeline := run.get("worker_rss_mib_by_tenth"):
             rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
                          " ".join("-" if value is None else f"{value}" for value in timeline)))
+    for run in result.get("remote", {}).get("runs", []):
+        pool, desk, lat = run["ceilings"]["thread_pool"], run["ceilings"]["desk"], run["approval_to_effect_ms"]
+        rows.append((f"(g) remote steps/s, {run['latency_ms']} ms desk, {run['clusters']} cluster(s)",
+                     f"{run['steps_per_s']:,.1f} = {run['ratio_to_thread_pool']} x thread pool of {pool['threads']} "
+                     f"({pool['calls_per_s']:,.1f}/s; desk at {desk['threads']} threads {desk['calls_per_s']:,.1f}/s); "
+                     f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
+                     f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
+                     f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
