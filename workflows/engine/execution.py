@@ -252,9 +252,9 @@ def claim_seconds() -> float:
     return max(timeout / 4, timeout - effect - 1)
 
 
-# While effects are in flight, claim again once this many slots are free (or
-# every POLL seconds), so that claims and REQUESTED attempts go in groups.
-CLAIM_GROUP = 8
+# While effects are in flight, claim again once this many more steps are
+# wanted (`inflight.Effects.wanted`), so that claims go in groups.
+CLAIM_GROUP = 16
 POLL = 0.05
 
 
@@ -270,8 +270,8 @@ def drain(budget_seconds: float | None = None) -> int:
         while True:
             batch = []
             claiming = time.monotonic() < stop_at
-            if claiming and (effects.room >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
-                batch = claim_batch(alone=effects.room)
+            if claiming and (effects.wanted >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
+                batch = claim_batch(alone=effects.wanted)
             if batch:
                 done += len(batch)
                 _run_claimed(batch, keeper, effects)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -39,6 +39,9 @@ from workflows.models import Attempt, Step
 from workflows.states import FailureClass, StepStatus
 
 log = logging.getLogger(__name__)
+
+# How long to wait, once one effect is back, for others to come back too.
+GATHER_SECONDS = 0.01
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None
@@ -98,6 +101,11 @@ class Effects:
     def __init__(self, keeper: LeaseKeeper, limit: int | None = None):
         self.keeper = keeper
         self.limit = limit or settings.WORKER_CONCURRENCY
+        # Claimed a little ahead: when effects come back, the steps that take
+        # their places are already claimed, and only their REQUESTED
+        # attempts (one commit) stand between an answer and the next send.
+        self.ahead = max(1, self.limit // 2)
+        self.waiting: list[Step] = []
         self.flights: dict[Future, Flight] = {}
 
     @property
@@ -105,16 +113,32 @@ class Effects:
         return self.limit - len(self.flights)
 
     @property
+    def wanted(self) -> int:
+        """How many more steps a claim may take: the room in flight and the look-ahead."""
+        return self.limit + self.ahead - len(self.flights) - len(self.waiting)
+
+    @property
     def busy(self) -> bool:
-        return bool(self.flights)
+        return bool(self.flights or self.waiting)
 
     def start(self, steps: list[Step]) -> None:
-        """Claimed remote steps: recheck policy, reconcile what an earlier
-        attempt left unknown, then request and send the rest."""
+        """Claimed remote steps: each waits for a place in flight (`_fill`)."""
         if not steps:
             return
         self.keeper.hold((step.pk, step.fence) for step in steps)
         failpoints.hit_each(failpoints.AFTER_CLAIM, steps)
+        self.waiting.extend(steps)
+        self._fill()
+
+    def _fill(self) -> None:
+        if self.room > 0 and self.waiting:
+            steps, self.waiting = self.waiting[:self.room], self.waiting[self.room:]
+            self._prepare(steps)
+
+    def _prepare(self, steps: list[Step]) -> None:
+        """Recheck policy (right before the attempt, not at the claim),
+        reconcile what an earlier attempt left unknown, then request and send
+        the rest."""
         checks = policy.evaluate_many(steps)
         ready = []
         for step in steps:
@@ -184,9 +208,13 @@ class Effects:
         first): lookups settled, answers and failures recorded together."""
         if not self.flights:
             return 0
-        done, _ = wait(list(self.flights), timeout=timeout, return_when=FIRST_COMPLETED)
+        done, pending = wait(list(self.flights), timeout=timeout, return_when=FIRST_COMPLETED)
         if not done:
             return 0
+        if pending:
+            # Effects sent together come back within moments of each other:
+            # take them together, for one commit of their outcomes.
+            done |= wait(pending, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED).done
         back = [(self.flights.pop(future), future.result()) for future in done]
         answers, failures, again = {}, {}, []
         for flight, answer in back:
@@ -207,9 +235,11 @@ class Effects:
         outcomes.record_performed(performed, answers, failures)
         self.keeper.release([step.pk for step in performed])
         self._request(again)
+        self._fill()
         return len(back)
 
     def finish(self) -> None:
-        """Wait for every effect in flight and record it."""
-        while self.flights:
+        """Send every claimed step, wait for every effect and record it."""
+        while self.busy:
+            self._fill()
             self.collect(timeout=None)

@@ -12,10 +12,14 @@ the ceilings an engine is judged by:
                  reported so that a slow desk is never mistaken for a slow
                  engine (when it is no higher, the pool was the limit).
 
-Plans (five steps each, like a user's burst) are submitted and approved one
-at a time through the operations, with the clusters running; a step's
-approval-to-effect time runs from its plan's approval commit to its
-attempt's `started_at` (the REQUESTED commit, just before the call).
+Each run has two phases. The rate: plans of five steps, submitted and
+approved one at a time through the operations (a user's burst) before the
+clusters start, then run; steps per second from the first attempt to the
+last step's completion. The wait a user sees: with the clusters still
+running and idle, one-step plans approved one at a time at half the rate
+just measured; a step's approval-to-effect time runs from the call that
+approves it (its commit included) to its attempt's `started_at` (the
+REQUESTED commit, just before the call).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
 
 STEPS_PER_PLAN = 5
+# One-step plans approved one at a time to time approval -> effect.
+PACED_PLANS = 40
 DEFAULT_CONCURRENCY = 64  # WORKER_CONCURRENCY's default (DESIGN §19)
 
 
@@ -129,48 +135,55 @@ class RemotePart:
             desk.stop()
         return result
 
-    def submit(self, count: int, label: str) -> list:
+    def submit(self, count: int, label: str, steps: int = STEPS_PER_PLAN) -> list:
         body = lambda n: {  # noqa: E731
             "name": f"bench {label} {n}", "submission_key": f"bench-{self.bench.tag}-{label}-{n}",
             "steps": [{"key": f"s{k}", "action": "ticket.create", "args": {"title": f"{label} {n}.{k}", "body": "b"}}
-                      for k in range(STEPS_PER_PLAN)]}
+                      for k in range(steps)]}
         return [plans.submit(self.bench.agent, body(n)).workflow.pk for n in range(count)]
 
     def engine_run(self, desk: DeskProcess, latency: int, count: int) -> dict:
         label = f"g{latency}-{count}"
         ids = self.submit(max(1, -(-self.o.remote_steps // STEPS_PER_PLAN)), label)
+        for workflow in Workflow.objects.filter(pk__in=ids):
+            approvals.approve(workflow, by=self.bench.reviewer)
+        paced = self.submit(min(PACED_PLANS, self.o.remote_steps), f"{label}-paced", steps=1)
         total = len(ids) * STEPS_PER_PLAN
         env = {**self.bench.cluster_env, "TICKET_DESK_URL": desk.url}
         sampler = None
         with Fleet(self.bench.workdir, env) as fleet:
             clusters = [fleet.start(f"{label}-{n + 1}") for n in range(count)]
-            self.bench.wait_queue_idle()
             try:
                 sampler = RssSampler(clusters)
                 sampler.start()
-                approved_at = {}
-                for workflow in Workflow.objects.filter(pk__in=ids):
-                    approvals.approve(workflow, by=self.bench.reviewer)
-                    approved_at[workflow.pk] = time.time()
                 self.bench.wait_steps(ids, total, clusters, timeout=max(120.0, total / 2))
+                attempts = Attempt.objects.filter(step__workflow_id__in=ids)
+                first = attempts.aggregate(t=Min("started_at"))["t"]
+                last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
+                seconds = (last - first).total_seconds()
+                self.bench.wait_queue_idle()
+                approved_at = {}
+                interval = 2 / (total / seconds)
+                for workflow in Workflow.objects.filter(pk__in=paced):
+                    began = time.monotonic()
+                    approved_at[workflow.pk] = time.time()
+                    approvals.approve(workflow, by=self.bench.reviewer)
+                    time.sleep(max(0.0, interval - (time.monotonic() - began)))
+                self.bench.wait_steps(paced, len(paced), clusters, timeout=120.0)
             finally:
                 if sampler:
                     sampler.stop()
-        attempts = Attempt.objects.filter(step__workflow_id__in=ids)
         if attempts.exclude(status="SUCCEEDED").exists() or attempts.count() != total:
             raise BenchError(f"{attempts.count()} attempts for {total} steps, or some did not succeed")
-        first = attempts.aggregate(t=Min("started_at"))["t"]
-        last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
-        seconds = (last - first).total_seconds()
-        effect_ms = [(started.timestamp() - approved_at[workflow]) * 1000
-                     for workflow, started in attempts.values_list("step__workflow_id", "started_at")]
+        effect_ms = [(started.timestamp() - approved_at[workflow]) * 1000 for workflow, started in
+                     Attempt.objects.filter(step__workflow_id__in=paced).values_list("step__workflow_id", "started_at")]
         steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
                         attempts.values_list("worker").annotate(n=Count("id"))}
-        keys = set(attempts.values_list(F("operation_key"), flat=True))
+        keys = set(Attempt.objects.filter(step__workflow_id__in=ids + paced).values_list(F("operation_key"), flat=True))
         ledger = [row for row in requests.get(f"{desk.url}/_ledger", timeout=30).json()
                   if row["idempotency_key"] in keys and row["status"] == 201]
-        if len(ledger) != total:
-            raise BenchError(f"the desk created {len(ledger)} tickets for {total} steps")
+        if len(ledger) != total + len(paced):
+            raise BenchError(f"the desk created {len(ledger)} tickets for {total + len(paced)} steps")
         return {"workflows": len(ids), "steps": total, "seconds": round(seconds, 2),
                 "steps_per_s": round(total / seconds, 1), "approval_to_effect_ms": spread(effect_ms, 0),
-                "memory": sampler.summary(steps_by_pid)}
+                "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid)}
