@@ -221,3 +221,59 @@ def test_a_frozen_worker_loses_its_leases_and_its_late_answers_are_refused_by_th
     assert not Attempt.objects.filter(step__in=steps, status=AttemptStatus.SUCCEEDED).values("step").annotate(
         n=Count("id")).filter(n__gt=1).exists()
     assert_one_ticket_per_key(workflows, desk)
+
+
+def limit(people, action: str, **changes):
+    """An operator tightens the action's policy (alone: a tightening)."""
+    from workflows.operations import policies
+
+    return policies.change(action, by=people["operator"], reason="load test", changes=changes)
+
+
+@pytest.mark.parametrize("room", [64, 2])
+def test_max_in_flight_holds_across_two_clusters_of_two_workers_counted_at_the_desk(people, start_worker, desk, room):
+    """Four worker processes and a limit of 5 in flight for ticket.create
+    across all of them: the desk never holds more than 5 of its POSTs at
+    once. With room for 64 each, any one worker could exceed it alone; with
+    room for 2 each, the limit can only be reached by several together."""
+    limit(people, "ticket.create", max_in_flight=5)
+    desk.fault(mode="latency", ms=400)
+    desk.reset_concurrency()
+    workflows = approved_creates(people, 40, "limited")
+    for name in ("limit-a", "limit-b"):
+        start_worker(name, Q_WORKERS="2", WORKER_CONCURRENCY=str(room), **SLOW)
+
+    wait_complete(workflows, timeout=120)
+
+    held = desk.concurrency()["max_in_flight"]["POST /tickets"]
+    assert 2 <= held <= 5, held
+    assert_one_ticket_per_key(workflows, desk)
+    if room == 2:
+        workers = set(Attempt.objects.filter(step__workflow__in=workflows).values_list("worker", flat=True))
+        assert len(workers) > 1, "several workers took part"
+
+
+def test_a_saturated_slow_action_does_not_delay_other_actions(people, start_worker, desk, tmp_path):
+    """ticket.create is slow (3 s at the desk) and held to 2 in flight; its 30
+    steps are approved first, so they are first in line. noop steps and
+    webhooks to a fast receiver, approved after them, still finish while
+    nearly all the slow steps wait: they are not queued behind them."""
+    from tests.desk import TicketDesk
+
+    limit(people, "ticket.create", max_in_flight=2)
+    desk.fault(mode="latency", ms=3000)
+    desk.reset_concurrency()
+    slow = approved_creates(people, 30, "slow")
+    with TicketDesk(tmp_path / "fast.sqlite3") as fast:
+        hooks = approved_creates(people, 20, "hook", action="http.post",
+                                 args={"url": f"{fast.url}/tickets", "json": {"title": "fast"},
+                                       "receiver_honours_idempotency_key": True})
+        noops = approved_creates(people, 20, "noop", action="noop", args={"n": 1})
+        start_worker("mixed", Q_WORKERS="2", WORKER_CONCURRENCY="64", **SLOW)
+
+        wait_complete(hooks + noops, timeout=60)
+
+        slow_done = Step.objects.filter(workflow__in=slow, status=StepStatus.COMPLETE).count()
+        assert slow_done <= 10, f"{slow_done} of 30 slow steps done: the others waited behind them"
+        assert len([e for e in fast.ledger() if e["path"] == "/tickets"]) == 20
+    assert desk.concurrency()["max_in_flight"]["POST /tickets"] <= 2

@@ -1,6 +1,8 @@
 """/metrics exports effects in flight, rate-limited waits and a latency
-histogram of attempts per action; the dashboard shows effects in flight."""
+histogram of attempts per action; the dashboard shows effects in flight
+beside each action's limits."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -79,6 +81,9 @@ def test_rate_limited_waits_count_steps_waiting_after_a_429(people, desk, client
 
 
 def test_effects_in_flight_per_action_in_metrics_and_on_the_dashboard(people, client):
+    from workflows.operations import policies
+
+    policies.change("ticket.create", by=people["operator"], reason="slow remote", changes={"max_in_flight": 4})
     running = approved(people, plan("running", ("noop", {}), ("ticket.create", {"title": "t", "body": "b"})))
     # Two steps held RUNNING, as a worker's claim leaves them while their effects are in flight.
     Step.objects.filter(workflow=running).update(status=StepStatus.RUNNING)
@@ -90,4 +95,7 @@ def test_effects_in_flight_per_action_in_metrics_and_on_the_dashboard(people, cl
     assert client.login(username="operator", password=PASSWORD)
     html = client.get("/dashboard/").content.decode()
     assert "Effects in flight" in html
-    assert "<td>ticket.create</td><td>1</td>" in html and "<td>noop</td><td>1</td>" in html
+    rows = dict(re.findall(r'<tr data-action="([^"]+)">(.*?)</tr>', html, flags=re.S))
+    assert set(rows) == {"noop", "ticket.create"}
+    assert re.search(r'data-testid="in-flight">1<.*data-testid="limit">4<', rows["ticket.create"], flags=re.S)
+    assert re.search(r'data-testid="in-flight">1<.*data-testid="limit">unlimited<', rows["noop"], flags=re.S)

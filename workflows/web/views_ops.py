@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from workflows import roles
-from workflows.models import Attempt, Compensation, DeadLetter, Step
+from workflows.models import ActionPolicy, ActionThrottle, Attempt, Compensation, DeadLetter, Step
 from workflows.states import AttemptStatus, CompensationStatus, FailureClass, StepStatus
 
 COUNT_CAP = 1000
@@ -108,8 +108,22 @@ def dashboard_context(now=None) -> dict:
     return {
         "steps_chart": _bars(steps), "steps_total": sum(v for _, v in steps),
         "failures_chart": _bars(by_class), "ages_chart": _bars(ages), "now": now,
-        "in_flight": sorted(effects_in_flight().items()),
+        "in_flight": in_flight_rows(now),
     }
+
+
+def in_flight_rows(now) -> list[dict]:
+    """Per action with effects in flight, a limit or a pause: how many are in
+    flight now, beside its limits (DESIGN §19)."""
+    in_flight = effects_in_flight()
+    limited = {p.action: p for p in ActionPolicy.objects.filter(
+        Q(max_in_flight__isnull=False) | Q(rate_per_second__isnull=False))}
+    paused = dict(ActionThrottle.objects.filter(paused_until__gt=now).values_list("action", "paused_until"))
+    return [{"action": name, "in_flight": in_flight.get(name, 0),
+             "max_in_flight": getattr(limited.get(name), "max_in_flight", None),
+             "rate_per_second": getattr(limited.get(name), "rate_per_second", None),
+             "paused_until": paused.get(name)}
+            for name in sorted(set(in_flight) | set(limited) | set(paused))]
 
 
 @login_required
@@ -117,7 +131,8 @@ def dashboard_context(now=None) -> dict:
 def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, roles.OPERATORS, roles.AUDITORS, roles.REVIEWERS)
     template = "workflows/dashboard.html#charts" if request.htmx else "workflows/dashboard.html"
-    return render(request, template, dashboard_context())
+    readers = roles.is_operator(request.user) or roles.is_auditor(request.user)
+    return render(request, template, {**dashboard_context(), "policies_readable": readers})
 
 
 def _metric(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
