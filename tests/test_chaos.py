@@ -31,7 +31,7 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     # Slow effects, so that kills land mid-effect; and a desk that ignores
     # idempotency keys, so that only reconciliation prevents a second ticket.
     desk_faults = [{"mode": "latency", "ms": 300}, {"mode": "ignore_idempotency"}]
-    result = chaos.soak(clusters, desk_url=desk.url, workflows=12, seconds=20, kill_every=1.5, seed=7,
+    result = chaos.soak(clusters, desk_url=desk.url, workflows=48, seconds=20, kill_every=1.5, seed=7,
                         settle_seconds=45, desk_faults=desk_faults, log=print)
 
     print(result.report())
@@ -48,6 +48,7 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     assert {"child", "group"} <= kinds
     assert any(restart.reason == "group kill" for restart in result.restarts)
     assert any(kill.orphans for kill in result.kills), "at least one kill caught a step in flight"
+    assert max(len(kill.orphans) for kill in result.kills) > 1, "a kill caught a worker with several effects in flight"
     if connection.vendor == "postgresql":
         assert result.terminated_sessions > 0
     assert result.unrecovered == 0
