@@ -107,7 +107,14 @@ def desk_process(tmp_path_factory):
 
 @pytest.fixture
 def desk(desk_process, settings):
-    """The real ticket desk process, wiped for each test, with the project pointed at it."""
+    """The real ticket desk process, wiped for each test, with the project pointed at it.
+    A request an earlier test's worker sent may still sit in the desk's
+    latency fault: it must land before the wipe, not in this test's ledger."""
+    desk_process.clear_faults()
+    deadline = time.monotonic() + 60
+    while any(desk_process.concurrency()["in_flight"].values()):
+        assert time.monotonic() < deadline, "the desk still holds an earlier test's requests"
+        time.sleep(0.05)
     desk_process.reset()
     settings.TICKET_DESK_URL = desk_process.url
     return desk_process
