@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
+from workflows.engine import failpoints
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops import processes
@@ -279,3 +280,28 @@ def test_a_saturated_slow_action_does_not_delay_other_actions(people, start_work
         assert slow_done <= 10, f"{slow_done} of 30 slow steps done: the others waited behind them"
         assert len([e for e in fast.ledger() if e["path"] == "/tickets"]) == 20
     assert desk.concurrency()["max_in_flight"]["POST /tickets"] <= 2
+
+
+@pytest.mark.parametrize("point", failpoints.ALL)
+def test_a_crash_at_each_checkpoint_with_16_effects_in_flight_recovers_each_with_one_effect(
+        people, start_worker, desk, tmp_path, point):
+    """The crash matrix with many effects in flight: sixteen one-step plans
+    are claimed, requested and sent together, and the worker dies at the
+    point with all of them in its hands. The desk ignores idempotency keys,
+    so only reconciliation stands between the crash and a second ticket."""
+    from tests.test_crash_matrix import crash_at
+
+    desk.fault(mode="ignore_idempotency")
+    workflows = approved_creates(people, 16, f"matrix-{point}")
+    crash_at(start_worker, tmp_path, point, Q_WORKERS="1", WORKER_CONCURRENCY="64")
+
+    wait_complete(workflows, timeout=90)
+
+    assert_one_ticket_per_key(workflows, desk)
+    keys = [e["idempotency_key"] for e in desk.ledger()]
+    assert len(keys) == len(set(keys)) == 16, "one effect per operation key"
+    attempts = Attempt.objects.filter(step__workflow__in=workflows)
+    # Every attempt that was requested before the crash ended settled, never SUCCEEDED twice.
+    assert not attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]).exists()
+    assert not attempts.filter(status=AttemptStatus.SUCCEEDED).values("step").annotate(
+        n=Count("id")).filter(n__gt=1).exists()

@@ -353,3 +353,30 @@ def test_the_claim_window_is_read_off_the_ready_index_in_order(people):
 
     assert step.key == "s0"
     assert "USING INDEX step_ready" in plan and "TEMP B-TREE" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(people, desk):
+    """The worker's own thread locks its steps in id order to record their
+    outcomes; a heartbeat that waited for those locks while holding others
+    deadlocked with it (seen with 64 effects in flight). A beat skips the
+    rows locked right now and extends the rest."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: SQLite locks the whole database")
+    first, second = [approvals.approve(plans.submit(people["agent"], ticket_plan(key)).workflow,
+                                       by=people["reviewer"]) for key in ("beat-1", "beat-2")]
+    claimed = execution.claim_batch(workflow_id=[first.pk, second.pk], alone=2)
+    assert len(claimed) == 2
+    locked, free = sorted(claimed, key=lambda step: step.pk)
+    before = {step.pk: step.lease_expires_at for step in claimed}
+    held = leases.Q(pk=locked.pk, fence=locked.fence) | leases.Q(pk=free.pk, fence=free.fence)
+    with psycopg.connect(processes.database_url(), autocommit=False) as other:
+        other.execute(f"SELECT id FROM {Step._meta.db_table} WHERE id = %s FOR UPDATE", [locked.pk])
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")  # a wait would fail the beat, not hang the test
+            leases._extend(held, 60)
+        other.rollback()
+    after = dict(Step.objects.filter(pk__in=before).values_list("pk", "lease_expires_at"))
+    assert after[locked.pk] == before[locked.pk], "the locked row was skipped, not waited for"
+    assert after[free.pk] > before[free.pk] + timedelta(seconds=30)

@@ -16,7 +16,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -95,9 +95,7 @@ class LeaseKeeper:
                 for step_id, fence in claims:
                     held |= Q(pk=step_id, fence=fence)
                 try:
-                    Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).update(
-                        lease_expires_at=timezone.now() + timedelta(seconds=lease)
-                    )
+                    _extend(held, lease)
                 except DatabaseError:
                     # A dropped session or a busy SQLite must not end the
                     # heartbeat: reconnect and extend on the next beat.
@@ -105,6 +103,19 @@ class LeaseKeeper:
                     connection.close()
         finally:
             connection.close()
+
+
+def _extend(held: Q, lease: float) -> None:
+    """One beat. The worker's own thread locks the same rows (in id order)
+    to record outcomes; an UPDATE of the lot would lock them in whatever
+    order it meets them and could deadlock with it. So the beat skips rows
+    locked right now: their claim is being recorded, and the next beat
+    extends what is still held."""
+    with transaction.atomic():
+        rows = Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
+        if connection.features.has_select_for_update_skip_locked:
+            rows = Step.objects.filter(pk__in=list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True)))
+        rows.update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
 
 
 def assert_lease(step: Step, fence: int, status: str) -> None:
