@@ -215,19 +215,7 @@ def _request_shared(steps: list[Step], log: list) -> None:
         return
     checks = policy.evaluate_many(steps)
     ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
-    versions = {name: p.version for name, p in policy.policies_for({step.action for step in ready}).items()}
-    attempts = [
-        Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
-                fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
-                policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
-        for step in ready
-    ]
-    Attempt.objects.bulk_create(attempts)
-    for attempt in attempts:
-        attempt.step.attempt = attempt
-        log.append(journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
-                               {"step": attempt.step.key, "number": attempt.number,
-                                "operation_key": attempt.operation_key, "fence": attempt.fence}))
+    inflight.write_requested(ready, log)
 
 
 # --- running ----------------------------------------------------------------

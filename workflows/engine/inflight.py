@@ -87,6 +87,27 @@ def perform(action: Action, args: dict, operation_key: str) -> Outcome | ActionE
     return outcome
 
 
+def write_requested(steps: list[Step], log: list) -> list[Attempt]:
+    """Inside the caller's transaction, with the steps' claims checked: the
+    REQUESTED attempt of each (the checkpoint before its effect), carrying
+    its operation key, fence, policy version and the plan hash its recheck
+    bound it to; their audit entries go to `log`."""
+    versions = {name: p.version for name, p in policy.policies_for({step.action for step in steps}).items()}
+    attempts = [
+        Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
+                fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
+                policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
+        for step in steps
+    ]
+    Attempt.objects.bulk_create(attempts)
+    for attempt in attempts:
+        attempt.step.attempt = attempt
+        log.append(journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
+                                 {"step": attempt.step.key, "number": attempt.number,
+                                  "operation_key": attempt.operation_key, "fence": attempt.fence}))
+    return attempts
+
+
 @dataclass
 class Flight:
     step: Step
@@ -168,25 +189,12 @@ class Effects:
         in one commit, while its claim still holds; then each is sent."""
         if not steps:
             return
-        versions = {name: p.version for name, p in policy.policies_for({s.action for s in steps}).items()}
         with transaction.atomic():
             held = still_held(steps, StepStatus.RUNNING)
-            attempts = [
-                Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
-                        fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
-                        policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
-                for step in held
-            ]
-            Attempt.objects.bulk_create(attempts)
-            journal.append_many([
-                journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
-                              {"step": attempt.step.key, "number": attempt.number,
-                               "operation_key": attempt.operation_key, "fence": attempt.fence})
-                for attempt in attempts
-            ])
+            entries: list[journal.Entry] = []
+            write_requested(held, entries)
+            journal.append_many(entries)
         self.keeper.release([step.pk for step in steps if step not in held])
-        for attempt in attempts:
-            attempt.step.attempt = attempt
         failpoints.hit_each(failpoints.AFTER_REQUESTED, held)
         for step in held:
             action = actions.get(step.action)
