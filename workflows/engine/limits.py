@@ -41,7 +41,7 @@ from workflows.states import StepStatus
 BURST_SECONDS = 1.0
 # A RATE_LIMITED answer without Retry-After pauses its action this long.
 DEFAULT_PAUSE_SECONDS = 1.0
-# As `workflows.actions._retry_after` bounds a server's wait: past any deadline.
+# As `workflows.actions.transport._retry_after` bounds a server's wait: past any deadline.
 LONGEST_PAUSE_SECONDS = 366 * 24 * 3600.0
 
 

@@ -1,0 +1,115 @@
+"""The action interface: what an action is, what it returns, how it fails."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from workflows.audit import secrets
+from workflows.states import FailureClass
+
+FROM = "$from"
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A read-only look at what an effect would do, for the reviewer: a one
+    line `summary` and the `details` behind it (JSON values only)."""
+
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"summary": self.summary, "details": self.details}
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON: what an approval binds."""
+        canonical = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass
+class Outcome:
+    result: dict[str, Any]
+    external_ref: str = ""
+
+
+@dataclass
+class ActionError(Exception):
+    """A classified failure. `outcome_unknown` means the request may have
+    taken effect (sent, but no answer): reconcile before any retry."""
+
+    failure_class: str
+    message: str
+    retry_after: float | None = None
+    outcome_unknown: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.failure_class}: {self.message}"
+
+
+class Action:
+    name: ClassVar[str]
+    # Repeating perform() with the same operation key has no second effect
+    # (the default answer of `is_idempotent(args)`, which the engine asks).
+    idempotent: ClassVar[bool] = False
+    # The effect destroys something that cannot be recreated.
+    destructive: ClassVar[bool] = False
+    # lookup() can tell whether an operation key already took effect.
+    can_lookup: ClassVar[bool] = False
+    # Name of the action that undoes this one, or None when irreversible.
+    compensation: ClassVar[str | None] = None
+    required_args: ClassVar[tuple[str, ...]] = ()
+    # perform() completes inside the worker's own process: nothing it starts
+    # can still land after that process dies. With `idempotent`, such steps
+    # share their checkpoint commits (execution.run_batch).
+    in_process: ClassVar[bool] = False
+
+    def validate(self, args: dict[str, Any]) -> dict[str, str]:
+        """Field errors of the plan's args, before anything is stored."""
+        errors = {}
+        for name in self.required_args:
+            value = args.get(name)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                errors[name] = "This field is required."
+            elif not isinstance(value, (str, int)) and not is_reference(value) and not secrets.is_reference(value):
+                errors[name] = "Must be a string or a {\"$from\": ...} reference."
+        return errors
+
+    def target_url(self, args: dict[str, Any]) -> Any:
+        """The URL this action sends its args to, for the `hosts` of
+        SECRETS_POLICY; None when it calls none. By default its `url` argument."""
+        return args.get("url")
+
+    def perform(self, args: dict[str, Any], operation_key: str) -> Outcome:
+        raise NotImplementedError
+
+    def lookup(self, operation_key: str) -> Outcome | None:
+        raise NotImplementedError(f"{self.name} cannot look up past operations")
+
+    def verify(self, outcome: Outcome) -> bool:
+        return True
+
+    def compensation_args(self, args: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def is_idempotent(self, args: dict[str, Any]) -> bool:
+        """Whether repeating perform() with these args and the same operation
+        key has no second effect. Asked per step, never assumed: an action
+        whose receiver is named in its args (http.post) knows only from them."""
+        return self.idempotent
+
+    def is_safe_to_repeat(self, args: dict[str, Any]) -> bool:
+        return self.is_idempotent(args) or self.can_lookup
+
+    @property
+    def irreversible(self) -> bool:
+        return self.compensation is None
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {FROM} and isinstance(value[FROM], str)

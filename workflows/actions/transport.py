@@ -1,0 +1,96 @@
+"""HTTP plumbing for actions that call other systems: one session per
+thread, the operation key as `Idempotency-Key`, and every failure
+classified (sent or not, retryable or not)."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import requests
+from django.conf import settings
+
+from workflows.actions.base import ActionError
+from workflows.audit.redaction import redact_text
+from workflows.states import FailureClass
+
+_local = threading.local()
+
+
+def http_session() -> requests.Session:
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+    return session
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """The server's wait in seconds, read defensively: it may send `inf`,
+    `nan`, `-5` or 10**12. A wait is never negative and at most a year: past
+    any plan's deadline, so such a wait ends the retries (`retry` never
+    schedules one past the deadline), where an unbounded one would overflow
+    the datetime of the next attempt. `nan` and unreadable values count as
+    no header."""
+    longest = 366 * 24 * 3600.0
+    raw = response.headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        from django.utils import timezone
+
+        try:
+            seconds = (parsedate_to_datetime(raw) - timezone.now()).total_seconds()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), longest)
+
+
+def classify_response(response: requests.Response) -> ActionError:
+    status = response.status_code
+    body = redact_text(response.text[:300])
+    message = f"HTTP {status} from {response.request.method} {response.request.path_url.split('?')[0]}: {body}"
+    if status == 429:
+        return ActionError(FailureClass.RATE_LIMITED, message, retry_after=_retry_after(response))
+    if status in (500, 502, 503, 504):
+        return ActionError(FailureClass.TRANSIENT, message, retry_after=_retry_after(response))
+    if status in (400, 404, 422):
+        return ActionError(FailureClass.INVALID_ARGUMENTS, message)
+    if status in (401, 403):
+        return ActionError(FailureClass.PERMISSION_DENIED, message)
+    if status == 409:
+        return ActionError(FailureClass.CONFLICT, message)
+    return ActionError(FailureClass.UNKNOWN, message)
+
+
+def classify_exception(exc: requests.RequestException) -> ActionError:
+    """Before the request was sent, nothing happened; after, anything may have."""
+    text = redact_text(f"{type(exc).__name__}: {exc}")[:500]
+    if isinstance(exc, requests.ConnectTimeout):
+        return ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, text)
+    if isinstance(exc, requests.ReadTimeout):
+        return ActionError(FailureClass.TIMEOUT, text, outcome_unknown=True)
+    if isinstance(exc, requests.ConnectionError):
+        if "refused" in str(exc).lower() or "Failed to establish" in str(exc):
+            return ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, text)
+        return ActionError(FailureClass.TRANSIENT, text, outcome_unknown=True)
+    return ActionError(FailureClass.UNKNOWN, text, outcome_unknown=True)
+
+
+def call(method: str, url: str, *, operation_key: str | None = None, **kwargs) -> requests.Response:
+    headers = kwargs.pop("headers", {})
+    if operation_key:
+        headers["Idempotency-Key"] = operation_key
+    timeout = (min(2.0, settings.ACTION_TIMEOUT_SECONDS), settings.ACTION_TIMEOUT_SECONDS)
+    try:
+        response = http_session().request(method, url, headers=headers, timeout=timeout, **kwargs)
+    except requests.RequestException as exc:
+        raise classify_exception(exc) from None
+    if response.status_code >= 400:
+        raise classify_response(response)
+    return response
