@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from workflows.audit import secrets
 from workflows.states import FailureClass
 
@@ -52,8 +54,16 @@ class ActionError(Exception):
         return f"{self.failure_class}: {self.message}"
 
 
+class AnyArgs(BaseModel):
+    """Any JSON object: the arguments of an action that declares no model."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class Action:
     name: ClassVar[str]
+    # The arguments, as a pydantic model (DESIGN §20).
+    Args: ClassVar[type[BaseModel]] = AnyArgs
     # Repeating perform() with the same operation key has no second effect
     # (the default answer of `is_idempotent(args)`, which the engine asks).
     idempotent: ClassVar[bool] = False
