@@ -194,7 +194,8 @@ class Effects:
             entries: list[journal.Entry] = []
             write_requested(held, entries)
             journal.append_many(entries)
-        self.keeper.release([step.pk for step in steps if step not in held])
+        taken = {step.pk for step in held}
+        self.keeper.release([step.pk for step in steps if step.pk not in taken])
         failpoints.hit_each(failpoints.AFTER_REQUESTED, held)
         for step in held:
             action = actions.get(step.action)

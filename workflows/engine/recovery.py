@@ -164,8 +164,12 @@ def recover_expired_leases(now=None) -> int:
     now = now or timezone.now()
     in_flight = Step.objects.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
     expired = list(in_flight.filter(lease_expires_at__lt=now)[:500])
-    local = in_flight.filter(lease_owner__startswith=f"{LOCAL_PREFIX}:", lease_expires_at__gte=now)
-    expired += [step for step in local[:500] if not process_alive(step.lease_owner)]
+    # Few processes hold many leases: ask after each owner once.
+    owners = (in_flight.filter(lease_owner__startswith=f"{LOCAL_PREFIX}:", lease_expires_at__gte=now)
+              .order_by().values_list("lease_owner", flat=True).distinct())
+    gone = [owner for owner in owners if not process_alive(owner)]
+    if gone:
+        expired += list(in_flight.filter(lease_owner__in=gone, lease_expires_at__gte=now)[:500])
     recovered = 0
     for step in expired:
         with transaction.atomic():
