@@ -77,3 +77,13 @@ def test_a_refund_whose_answer_is_lost_is_found_by_its_lookup_not_repeated(refun
     assert attempts == [("RECONCILED", "TRANSIENT")]  # the answer was lost, the lookup found the ticket
     assert len(desk.tickets()) == 1
     assert [e["path"] for e in desk.ledger()] == ["/tickets"]
+
+
+def test_the_readme_s_worked_example_is_the_package_these_tests_install():
+    readme = (plugin_packages.SOURCES.parent.parent / "README.md").read_text()
+    example = readme[readme.index("### A worked example"):readme.index("### Rules of discovery")]
+    toml, python = (block.split("\n", 1)[1] for block in example.split("```")[1::2][:2])
+    package = plugin_packages.SOURCES / "durableconsole-refunds"
+    assert python in (package / "durableconsole_refunds" / "__init__.py").read_text()
+    pyproject = (package / "pyproject.toml").read_text()
+    assert all(line in pyproject for line in toml.splitlines())

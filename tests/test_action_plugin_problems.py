@@ -28,7 +28,8 @@ BAD = [
     (f"{M}.bad:LookupMissing", "LookupMissing sets can_lookup but does not implement lookup(operation_key)"),
     (f"{M}.bad:CompensationMissing",
      "CompensationMissing.compensation names 'bad.undo_that_nobody_wrote', which is not installed"),
-    (f"{M}.bad:BindingWithoutPreview", "BindingWithoutPreview sets preview_binding but does not implement preview(args)"),
+    (f"{M}.bad:BindingWithoutPreview",
+     "BindingWithoutPreview sets preview_binding but does not implement preview(args)"),
     (f"{M}.bad:NotAnAction", f"<class '{M}.bad.NotAnAction'> is not a subclass of workflows.actions.Action"),
 ]
 # Sound on its own, but compensated by an action of half_bad.
@@ -142,7 +143,8 @@ def test_strict_start_up_names_the_bad_entry_points_and_their_distribution(mixed
     assert ("  - action plugin entry point 'faulty' (durableconsole_mixed.faulty) of durableconsole-mixed 0.3.1: "
             "cannot be imported: KeyError: 'MIXED_API_TOKEN_NEVER_SET'") in message
     assert ("  - action plugin entry point 'clash' (durableconsole_mixed.clash:TicketCreateAgain) of "
-            "durableconsole-mixed 0.3.1: action 'ticket.create' is already provided by entry point 'tickets'") in message
+            "durableconsole-mixed 0.3.1: action 'ticket.create' is already provided by entry point 'tickets'"
+            ) in message
     assert "'sound'" not in message
 
 
@@ -158,3 +160,14 @@ def test_without_strict_a_distribution_s_sound_entry_point_loads_beside_its_bad_
     assert by_name["ticket.create"]["source"]["distribution"] == "durable-console"
     assert sorted(p["plugin"]["name"] for p in body["problems"]) == ["clash", "faulty"]
     assert all(p["plugin"]["distribution"] == "durableconsole-mixed" for p in body["problems"])
+
+
+def test_a_class_declared_after_start_up_may_not_take_an_installed_name():
+    with pytest.raises(TypeError, match="action 'ticket.create' is already provided by entry point 'tickets'"):
+        @actions.register
+        class AnotherTicketCreate(actions.Action):
+            name = "ticket.create"
+
+            def perform(self, args, operation_key):
+                return actions.Outcome(result={})
+    assert type(actions.get("ticket.create")).__module__ == "workflows.actions.tickets"

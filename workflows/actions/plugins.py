@@ -131,8 +131,12 @@ def _leave_out_uncompensable(installed: Installed, provided: list[tuple[Source, 
     installed; that may orphan another plugin's compensation, so repeat."""
     while True:
         names = set(installed.actions)
-        failing = [(source, plugin_names, problems) for source, plugin_names in provided
-                   if (problems := [p for n in plugin_names for p in compensation_problems(installed.actions[n], names)])]
+        failing = []
+        for source, plugin_names in provided:
+            problems = [problem for name in plugin_names
+                        for problem in compensation_problems(installed.actions[name], names)]
+            if problems:
+                failing.append((source, plugin_names, problems))
         if not failing:
             return
         for source, plugin_names, problems in failing:

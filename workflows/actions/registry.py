@@ -82,7 +82,7 @@ def register(cls: type[Action]) -> type[Action]:
     _declared.append(cls)
     if not _discovering:
         problems = class_problems(cls)
-        if cls.name in _installed.actions and type(_installed.actions[cls.name]) is not cls:
+        if not problems and cls.name in _installed.actions and type(_installed.actions[cls.name]) is not cls:
             problems.append(f"action {cls.name!r} is already provided by {_installed.sources[cls.name].label}")
         if problems:
             raise TypeError(f"{cls.__module__}.{cls.__qualname__}: {'; '.join(problems)}")

@@ -30,7 +30,8 @@ class Command(BaseCommand):
             "compensation and argument schema; and the plugins left out (ACTION_PLUGINS_STRICT=0), with why.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document, with the full argument schemas.")
+        parser.add_argument("--json", action="store_true", dest="as_json",
+                            help="One JSON document, with the full argument schemas.")
 
     def handle(self, *args, as_json=False, **options):
         described = [describe(name) for name in actions.names()]
