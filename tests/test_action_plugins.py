@@ -5,6 +5,7 @@ and `manage.py actions` lists them with where each came from."""
 import json
 import shutil
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,7 @@ def test_a_checkout_whose_package_is_not_installed_refuses_to_start_saying_how_t
     copy = _copy_of_the_project(tmp_path)
     # The virtualenv's packages without this project's installed metadata:
     # what a fresh clone has when only the dependencies were installed.
-    packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    packages = Path(sysconfig.get_paths()["purelib"])
     bare = tmp_path / "site-packages"
     bare.mkdir()
     for entry in packages.iterdir():
