@@ -211,6 +211,12 @@ WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 64, minimum=1)
 # (SECRET_<NAME>) or in SECRETS_DIR/<NAME>.
 SECRETS_POLICY = parse_policy(env_str("SECRETS_POLICY", ""))
 SECRETS_DIR = env_str("SECRETS_DIR", "")
+# Actions come from the entry points of installed packages (group
+# durableconsole.actions, the built-ins included) and from these import paths
+# (workflows.actions.plugins). Strict: a bad plugin stops start-up; otherwise
+# it is left out and shown to operators.
+ACTION_MODULES = env_list("ACTION_MODULES", [])
+ACTION_PLUGINS_STRICT = env_bool("ACTION_PLUGINS_STRICT", True)
 
 Q_CLUSTER = {
     "name": "durableconsole",

@@ -1,5 +1,7 @@
 import os
 import secrets
+import subprocess
+import sys
 import time
 import warnings
 
@@ -118,6 +120,23 @@ def desk(desk_process, settings):
     desk_process.reset()
     settings.TICKET_DESK_URL = desk_process.url
     return desk_process
+
+
+@pytest.fixture
+def rediscover(settings):
+    """Discover the actions again in this process, as start-up does, under
+    the settings the test sets; what start-up installed is put back after."""
+    from workflows.actions import plugins, registry
+
+    previous = registry.current()
+    yield plugins.discover
+    registry.install(previous)
+
+
+def manage(*args: str, cwd=None, python=(sys.executable,), **env: str) -> subprocess.CompletedProcess:
+    """`python manage.py ARGS` in a process of its own, as an operator runs it."""
+    return subprocess.run([*python, "manage.py", *args], cwd=cwd or django_settings.BASE_DIR,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="session")

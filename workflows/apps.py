@@ -1,7 +1,24 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class WorkflowsConfig(AppConfig):
     name = "workflows"
     verbose_name = "Durable workflows"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Every process goes through here (web, qcluster and its workers,
+        # management commands): each finds the same actions, or, strict,
+        # none of them starts.
+        from workflows.actions import plugins
+
+        plugins.discover()
+        checks.register(plugins_left_out)
+
+
+def plugins_left_out(app_configs, **kwargs) -> list[checks.CheckMessage]:
+    """`manage.py check` names the plugins left out (ACTION_PLUGINS_STRICT=0)."""
+    from workflows.actions import registry
+
+    return [checks.Warning(str(problem), id="workflows.W001") for problem in registry.problems()]

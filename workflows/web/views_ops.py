@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from workflows import roles
+from workflows.actions import registry
 from workflows.models import ActionPolicy, ActionThrottle, Attempt, Compensation, DeadLetter, Step
 from workflows.states import AttemptStatus, CompensationStatus, FailureClass, StepStatus
 
@@ -56,6 +57,8 @@ def attention_context() -> dict:
             {"id": "compensations-failed", "title": "Compensations that failed", "count": _capped(failed),
              "rows": failed[:LIST_SIZE], "kind": "compensation"},
         ],
+        # This process's own (each process logs its own at start-up).
+        "plugin_problems": registry.problems(),
         "now": timezone.now(),
     }
 

@@ -1,0 +1,1 @@
+raise RuntimeError("the refunds API token is not configured <see REFUNDS_TOKEN>")
