@@ -255,7 +255,7 @@ def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people,
     settings.SECRETS_POLICY = {"DESK_KEY": {"actions": ["ticket.create"],
                                             "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}}
     plans.submit(people["agent"], {"name": "mixed", "submission_key": "mixed", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "api_key": {"$secret": "DESK_KEY"}}},
+        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "body": {"$secret": "DESK_KEY"}}},
         {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}}]})
     assert client.login(username="reviewer", password=PASSWORD)
     html = client.get("/").content.decode()

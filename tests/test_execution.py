@@ -89,9 +89,6 @@ class ChecksItsCheckpoint(actions.Action):
     name = "test.checks_its_checkpoint"
     idempotent = True
 
-    def validate(self, args):
-        return {}
-
     def perform(self, args, operation_key):
         OBSERVED.append((operation_key, requested_seen_from_another_connection(operation_key)))
         return Outcome(result={})

@@ -32,9 +32,6 @@ class Counted(actions.Action):
     can_lookup = True
     compensation = None
 
-    def validate(self, args):
-        return {}
-
     def perform(self, args, operation_key):
         fault = FAULTS.pop(0) if FAULTS else None
         if fault == "transient":

@@ -86,6 +86,7 @@ def api_routes(w):
         ("POST", f"/api/v1/compensations/{w['comp']}/authorize", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/compensations/{w['comp']}/decline", {"reason": "no"}, {"reviewer", "admin"}),
         ("GET", "/api/v1/audit", None, {"auditor", "admin"}),
+        ("GET", "/api/v1/actions", None, ANY_USER),
     ]
 
 

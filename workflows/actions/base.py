@@ -7,12 +7,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from workflows.audit import secrets
+from workflows.actions.args import AnyArgs
 from workflows.states import FailureClass
-
-FROM = "$from"
 
 
 @dataclass(frozen=True)
@@ -54,15 +52,11 @@ class ActionError(Exception):
         return f"{self.failure_class}: {self.message}"
 
 
-class AnyArgs(BaseModel):
-    """Any JSON object: the arguments of an action that declares no model."""
-
-    model_config = ConfigDict(extra="allow")
-
-
 class Action:
     name: ClassVar[str]
-    # The arguments, as a pydantic model (DESIGN §20).
+    # The arguments, as a pydantic model (DESIGN §20): usually an
+    # `ArgsModel`, strict and closed. They are checked at submission, and
+    # perform() receives the raw args as submitted, references resolved.
     Args: ClassVar[type[BaseModel]] = AnyArgs
     # Repeating perform() with the same operation key has no second effect
     # (the default answer of `is_idempotent(args)`, which the engine asks).
@@ -73,22 +67,10 @@ class Action:
     can_lookup: ClassVar[bool] = False
     # Name of the action that undoes this one, or None when irreversible.
     compensation: ClassVar[str | None] = None
-    required_args: ClassVar[tuple[str, ...]] = ()
     # perform() completes inside the worker's own process: nothing it starts
     # can still land after that process dies. With `idempotent`, such steps
     # share their checkpoint commits (execution.run_batch).
     in_process: ClassVar[bool] = False
-
-    def validate(self, args: dict[str, Any]) -> dict[str, str]:
-        """Field errors of the plan's args, before anything is stored."""
-        errors = {}
-        for name in self.required_args:
-            value = args.get(name)
-            if value is None or (isinstance(value, str) and not value.strip()):
-                errors[name] = "This field is required."
-            elif not isinstance(value, (str, int)) and not is_reference(value) and not secrets.is_reference(value):
-                errors[name] = "Must be a string or a {\"$from\": ...} reference."
-        return errors
 
     def target_url(self, args: dict[str, Any]) -> Any:
         """The URL this action sends its args to, for the `hosts` of
@@ -119,7 +101,3 @@ class Action:
     @property
     def irreversible(self) -> bool:
         return self.compensation is None
-
-
-def is_reference(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {FROM} and isinstance(value[FROM], str)

@@ -2,9 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
+from pydantic import Field, ValidationError
+from pydantic_core import PydanticCustomError, core_schema
+
+from workflows.actions.args import ONE_LINE, ArgsModel, Check, Ref
 from workflows.actions.base import Action, ActionError, Outcome
 from workflows.actions.registry import register
 from workflows.states import FailureClass
+
+
+def _is_address(value: str) -> bool:
+    try:
+        validate_email(value)
+    except DjangoValidationError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _OneOrMany:
+    """A list, or one item on its own: `"a@example.com"` or `["a@…", "b@…"]`."""
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.no_info_wrap_validator_function(self._validate, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema, handler):
+        many = handler(schema)
+        return {"anyOf": [many["items"], many]}
+
+    @staticmethod
+    def _validate(value, handler):
+        if not isinstance(value, str):
+            return handler(value)
+        try:
+            handler([value])
+        except ValidationError as exc:
+            # The error of the one item, at the field's own path.
+            raise PydanticCustomError("address", "{message}", {"message": exc.errors()[0]["msg"]}) from None
+        return value
+
+
+Address = Annotated[str, Field(max_length=254), Check(_is_address, "Not an email address.", format="email")]
+Recipients = Annotated[list[Address], Field(min_length=1, max_length=50), _OneOrMany()]
+# A header line: one line, or the message could carry headers of its own.
+Subject = Annotated[str, Field(min_length=1, max_length=998), ONE_LINE]
+Body = Annotated[str, Field(max_length=100_000)]
+
+
+def _listed(recipients: str | list[str]) -> list[str]:
+    return recipients if isinstance(recipients, list) else [recipients]
 
 
 @register
@@ -15,15 +66,13 @@ class EmailSend(Action):
     name = "email.send"
     idempotent = False
     compensation = None
-    required_args = ("to", "subject", "body")
 
-    def validate(self, args):
-        errors = super().validate(args)
-        to = args.get("to")
-        recipients = to if isinstance(to, list) else [to]
-        if "to" not in errors and not all(isinstance(r, str) and "@" in r for r in recipients):
-            errors["to"] = "Must be an email address or a list of them."
-        return errors
+    class Args(ArgsModel):
+        # Recipients are never references: the reviewer approves who gets it.
+        to: Recipients = Field(description="An email address, or a list of 1 to 50.")
+        cc: Recipients | None = Field(None, description="An email address, or a list of 1 to 50.")
+        subject: Ref[Subject] = Field(description="One line, 1 to 998 characters.")
+        body: Ref[Body] = Field(description="Plain text.")
 
     def perform(self, args, operation_key):
         import smtplib
@@ -31,8 +80,9 @@ class EmailSend(Action):
 
         from django.core.mail import EmailMessage
 
-        recipients = args["to"] if isinstance(args["to"], list) else [args["to"]]
-        message = EmailMessage(subject=args["subject"], body=args["body"], to=recipients,
+        recipients = _listed(args["to"])
+        copied = _listed(args["cc"]) if args.get("cc") is not None else []
+        message = EmailMessage(subject=args["subject"], body=args["body"], to=recipients, cc=copied,
                                headers={"X-Operation-Key": operation_key})
         try:
             message.send(fail_silently=False)
@@ -46,5 +96,8 @@ class EmailSend(Action):
             # The message may or may not have been accepted.
             raise ActionError(FailureClass.TIMEOUT, f"mail server did not confirm: {exc}",
                               outcome_unknown=True) from None
-        return Outcome(result={"to": recipients, "subject": args["subject"]},
+        sent = {"to": recipients, "subject": args["subject"]}
+        if copied:
+            sent["cc"] = copied
+        return Outcome(result=sent,
                        external_ref=f"email:{operation_key}")

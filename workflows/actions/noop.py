@@ -8,15 +8,13 @@ from workflows.actions.registry import register
 
 @register
 class Noop(Action):
-    """In-process and effect-free: for tests, demos and benchmarks."""
+    """In-process and effect-free: for tests, demos and benchmarks. It takes
+    any object (the default `Args`), and its result echoes it."""
 
     name = "noop"
     idempotent = True
     in_process = True
     compensation = "noop"
-
-    def validate(self, args):
-        return {}
 
     def perform(self, args, operation_key):
         return Outcome(result=dict(args))

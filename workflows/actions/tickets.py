@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from typing import Annotated
 
-from workflows.actions.base import Action, Outcome, is_reference
+from django.conf import settings
+from pydantic import Field
+
+from workflows.actions.args import NOT_BLANK, ArgsModel, Ref
+from workflows.actions.base import Action, Outcome
 from workflows.actions.registry import register
 from workflows.actions.transport import call
-from workflows.audit import secrets
+
+# The desk refuses a title or comment that is empty or only blanks, and
+# reads a ticket id as at most 18 digits.
+Title = Annotated[str, Field(min_length=1, max_length=200), NOT_BLANK]
+Body = Annotated[str, Field(max_length=50_000)]
+CommentBody = Annotated[str, Field(min_length=1, max_length=50_000), NOT_BLANK]
+TicketId = Annotated[int, Field(ge=1, le=10**18 - 1)]
+# A ticket id is taken from the result of the step that opened the ticket;
+# a private system's ids may also travel as a secret, which then goes, as
+# text, in the URL path (to SECRETS_POLICY's hosts only).
+TICKET_ID = "The desk's ticket id, usually {\"$from\": \"<step>.result.id\"}."
 
 
 def desk(path: str) -> str:
@@ -31,14 +45,10 @@ class TicketCreate(DeskAction):
     idempotent = True
     can_lookup = True
     compensation = "ticket.close"
-    required_args = ("title",)
 
-    def validate(self, args):
-        errors = super().validate(args)
-        body = args.get("body")
-        if "body" in args and not isinstance(body, str) and not is_reference(body) and not secrets.is_reference(body):
-            errors["body"] = "Must be a string."
-        return errors
+    class Args(ArgsModel):
+        title: Ref[Title] = Field(description="1 to 200 characters, not only blanks.")
+        body: Ref[Body] = Field("", description="The ticket's text.")
 
     def perform(self, args, operation_key):
         payload = {"title": args["title"], "body": args.get("body", "")}
@@ -61,7 +71,10 @@ class TicketComment(DeskAction):
     name = "ticket.comment"
     idempotent = True
     compensation = None
-    required_args = ("ticket_id", "body")
+
+    class Args(ArgsModel):
+        ticket_id: Ref[TicketId] = Field(description=TICKET_ID)
+        body: Ref[CommentBody] = Field(description="The comment, not only blanks.")
 
     def perform(self, args, operation_key):
         response = call(
@@ -80,7 +93,9 @@ class TicketClose(DeskAction):
     # Closing a closed ticket is a no-op, so repeating it is harmless.
     idempotent = True
     compensation = None
-    required_args = ("ticket_id",)
+
+    class Args(ArgsModel):
+        ticket_id: Ref[TicketId] = Field(description=TICKET_ID)
 
     def perform(self, args, operation_key):
         response = call("POST", desk(f"/tickets/{args['ticket_id']}/close"), operation_key=operation_key)

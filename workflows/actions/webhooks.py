@@ -2,9 +2,46 @@
 
 from __future__ import annotations
 
+import re
+from typing import Annotated, Any
+
+from pydantic import AnyHttpUrl, Field, StrictBool, field_validator
+from pydantic_core import PydanticCustomError
+
+from workflows.actions.args import ArgsModel, Check, FromRef, SecretRef
 from workflows.actions.base import Action, Outcome
 from workflows.actions.registry import register
 from workflows.actions.transport import call
+
+# Headers the console sets itself or that frame the request: a plan that
+# could set them could forge the approval proof or the idempotency key,
+# reach another virtual host, or split the request in two for the receiver.
+RESERVED_HEADERS = ("Approval-Proof", "Idempotency-Key", "Host", "Content-Length", "traceparent", "Cookie",
+                    "Transfer-Encoding")
+_RESERVED = {name.lower() for name in RESERVED_HEADERS}
+RESERVED_MESSAGE = f"Set by the console, never by a plan (reserved: {', '.join(RESERVED_HEADERS)})."
+
+# A name is an RFC 9110 token; a value one line of visible ASCII, spaces and
+# tabs (what every HTTP client sends as it is).
+TOKEN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$"
+HeaderName = Annotated[
+    str,
+    Check(re.compile(TOKEN).fullmatch, "Not a header name: 1 to 64 letters, digits or !#$%&'*+.^_`|~-.",
+          pattern=TOKEN),
+    Check(lambda name: name.lower() not in _RESERVED, RESERVED_MESSAGE),
+]
+HeaderValue = Annotated[str, Field(max_length=4096), Check(
+    lambda value: all(c == "\t" or " " <= c <= "~" for c in value),
+    "Must be one line of printable ASCII.", pattern=r"^[\t\x20-\x7e]*$")]
+Url = Annotated[AnyHttpUrl, Field(max_length=2048)]
+
+
+def _object_or_array(value: Any) -> bool:
+    return isinstance(value, (dict, list))
+
+
+JsonBody = Annotated[Any, Check(_object_or_array, "Must be a JSON object or array.",
+                                anyOf=[{"type": "object"}, {"type": "array"}])]
 
 
 @register
@@ -19,24 +56,37 @@ class HttpPost(Action):
     idempotent = False
     HONOURS_KEY = "receiver_honours_idempotency_key"
     compensation = None
-    required_args = ("url",)
 
-    def validate(self, args):
-        errors = {}
-        url = args.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            errors["url"] = "Must be an http:// or https:// URL."
-        if "json" in args and not isinstance(args["json"], (dict, list)):
-            errors["json"] = "Must be a JSON object or array."
-        if self.HONOURS_KEY in args and not isinstance(args[self.HONOURS_KEY], bool):
-            errors[self.HONOURS_KEY] = "Must be true or false."
-        return errors
+    class Args(ArgsModel):
+        url: FromRef[Url] = Field(description="http:// or https://; its host is what SECRETS_POLICY's hosts allow.")
+        # `json` would shadow BaseModel.json: the field takes its name by alias.
+        body: FromRef[JsonBody] = Field(
+            default_factory=dict, alias="json", description="The body, a JSON object or array; may hold references anywhere.")
+        headers: dict[HeaderName, SecretRef[HeaderValue]] = Field(
+            default_factory=dict, max_length=32,
+            description="Extra headers: plain text, or a secret by reference for credentials. "
+                        f"Reserved (any case): {', '.join(RESERVED_HEADERS)}.")
+        receiver_honours_idempotency_key: StrictBool = Field(
+            False, description="The receiver drops a repeated Idempotency-Key: only then is the call repeated "
+                               "after an unknown outcome.")
+
+        @field_validator("headers")
+        @classmethod
+        def _each_header_once(cls, headers):
+            seen = set()
+            for name in headers:
+                if name.lower() in seen:
+                    raise PydanticCustomError("duplicate_header", "{name} is given twice (header names ignore case).",
+                                              {"name": name})
+                seen.add(name.lower())
+            return headers
 
     def is_idempotent(self, args):
         return args.get(self.HONOURS_KEY) is True
 
     def perform(self, args, operation_key):
-        response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}))
+        response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}),
+                        headers=dict(args.get("headers", {})))
         try:
             body = response.json()
         except ValueError:

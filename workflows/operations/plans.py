@@ -72,24 +72,32 @@ def validate(body: dict) -> dict[str, str]:
             errors[f"{where}.action"] = f"Unknown action. Known actions: {', '.join(actions.names())}."
             action = None
         if action is not None:
-            for field, message in action.validate(step["args"]).items():
-                errors[f"{where}.args.{field}"] = message
-        errors.update(credential_fields(step["args"], f"{where}.args"))
-        errors.update(secrets.check(step["args"], action, f"{where}.args"))
+            _add(errors, actions.field_errors(action.Args, step["args"], f"{where}.args"))
+        _add(errors, credential_fields(step["args"], f"{where}.args"))
+        _add(errors, secrets.check(step["args"], action, f"{where}.args"))
         for path, ref in _references(step["args"], f"{where}.args"):
             source, _, rest = ref.partition(".result")
             if source not in seen or (rest and not rest.startswith(".")):
-                errors[path] = "A $from reference must name an earlier step: '<step key>.result.<field>'."
+                _add(errors, {path: "A $from reference must name an earlier step: '<step key>.result.<field>'."})
         compensation = step.get("compensation")
         if compensation is not None:
             undo = actions.find(compensation["action"])
+            undo_args = compensation.get("args") or {}
             if undo is None:
                 errors[f"{where}.compensation.action"] = "Unknown action."
-            undo_args = compensation.get("args") or {}
-            errors.update(credential_fields(undo_args, f"{where}.compensation.args"))
-            errors.update(secrets.check(undo_args, undo, f"{where}.compensation.args"))
+            else:
+                _add(errors, actions.field_errors(undo.Args, undo_args, f"{where}.compensation.args"))
+            _add(errors, credential_fields(undo_args, f"{where}.compensation.args"))
+            _add(errors, secrets.check(undo_args, undo, f"{where}.compensation.args"))
         seen.append(key)
     return errors
+
+
+def _add(errors: dict[str, str], more: dict[str, str]) -> None:
+    """The first error found at a path is the one reported: the action's
+    own model speaks before the checks every action shares."""
+    for path, message in more.items():
+        errors.setdefault(path, message)
 
 
 def _references(value, path):

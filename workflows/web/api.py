@@ -1,5 +1,6 @@
 """The JSON API (DESIGN §12): agents submit plans; people decide over HTTP."""
 
+import re
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -10,7 +11,8 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
 
-from workflows import roles
+from workflows import actions, roles
+from workflows.actions import catalog
 from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
@@ -51,9 +53,30 @@ ERROR_SCHEMA = {
 }
 
 
+ARGS_DESCRIPTION = (
+    "The arguments of the step's action, checked strictly against that action's schema (the "
+    "`<action>.args` components; `args_schema` in GET /api/v1/actions) and stored exactly as sent."
+)
+
+
+def _args_components(components: dict) -> list[dict]:
+    """Each installed action's args schema as a component `<action>.args`
+    (its nested models `<action>.args.<Model>`); a $ref to each."""
+    refs = []
+    for name in actions.names():
+        component = re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".args"
+        schema = catalog.args_schema(actions.get(name), ref_template=f"#/components/schemas/{component}.{{model}}")
+        for model, definition in schema.pop("$defs", {}).items():
+            components[f"{component}.{model}"] = definition
+        components[component] = schema
+        refs.append({"$ref": f"#/components/schemas/{component}"})
+    return refs
+
+
 class DurableAPI(NinjaAPI):
     def get_openapi_schema(self, *args, **kwargs):
-        """Every operation documents the error shape it may answer with."""
+        """Every operation documents the error shape it may answer with, and
+        a plan's step args point at the schemas of the actions' args."""
         schema = super().get_openapi_schema(*args, **kwargs)
         for operations in schema["paths"].values():
             for operation in operations.values():
@@ -63,6 +86,10 @@ class DurableAPI(NinjaAPI):
                         "description": description,
                         "content": {"application/json": {"schema": ERROR_SCHEMA}},
                     })
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        refs = _args_components(components)
+        for holder in ("StepIn", "CompensationIn"):
+            components[holder]["properties"]["args"].update(description=ARGS_DESCRIPTION, anyOf=refs)
         return schema
 
 
@@ -306,6 +333,29 @@ def reject_workflow(request, workflow_id: UUID, payload: DecisionIn):
     workflow = _get_workflow(request, workflow_id)
     approvals.reject(workflow, by=request.user, comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
+
+
+# --- actions ----------------------------------------------------------------
+
+
+class ActionOut(Schema):
+    name: str
+    idempotent: bool
+    can_lookup: bool
+    destructive: bool
+    irreversible: bool
+    compensation: str | None
+    has_preview: bool
+    args_schema: dict[str, Any] = Field(description="The JSON Schema of the action's args")
+
+
+class ActionList(Schema):
+    items: list[ActionOut]
+
+
+@api.get("/actions", response=ActionList, summary="The installed actions, their flags and the schema of their args")
+def list_actions(request):
+    return {"items": catalog.catalog()}
 
 
 # --- dead letters -----------------------------------------------------------
