@@ -63,7 +63,7 @@ class HttpPost(Action):
         body: FromRef[JsonBody] = Field(
             default_factory=dict, alias="json", description="The body, a JSON object or array; may hold references anywhere.")
         headers: dict[HeaderName, SecretRef[HeaderValue]] = Field(
-            default_factory=dict, max_length=32,
+            default_factory=dict, max_length=32, json_schema_extra={"additionalProperties": False},
             description="Extra headers: plain text, or a secret by reference for credentials. "
                         f"Reserved (any case): {', '.join(RESERVED_HEADERS)}.")
         receiver_honours_idempotency_key: StrictBool = Field(
