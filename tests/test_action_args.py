@@ -42,6 +42,9 @@ class Refund(actions.Action):
         notes: list[Annotated[str, Field(max_length=20)]] = Field(default_factory=list, max_length=2)
         api_token: SecretRef[str] | None = None
 
+    def perform(self, args, operation_key):
+        return actions.Outcome(result={})
+
     def preview(self, args):
         return actions.Preview(summary=f"refund order {args['order']}")
 
@@ -51,6 +54,9 @@ class Touch(actions.Action):
     """An action that keeps the default arguments (any object) and no preview."""
 
     name = "test.touch"
+
+    def perform(self, args, operation_key):
+        return actions.Outcome(result={})
 
 
 def one_step(action, args, **step):

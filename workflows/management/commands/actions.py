@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand
 
 from workflows import actions
-from workflows.actions import registry
+from workflows.actions import catalog, registry
 from workflows.actions.checks import FLAGS
 
 
@@ -13,7 +13,7 @@ def describe(name: str) -> dict:
     flags = {flag: getattr(action, flag, False) for flag in FLAGS}
     return {"name": name, "source": actions.source(name).as_json(), **flags,
             "irreversible": action.irreversible, "compensation": action.compensation,
-            "args_schema": action.Args.model_json_schema()}
+            "args_schema": catalog.args_schema(action)}
 
 
 def _arguments(schema: dict) -> str:
