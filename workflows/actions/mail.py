@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from workflows.actions.base import Action, ActionError, Outcome
+from django.conf import settings
+
+from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.audit import secrets
 from workflows.states import FailureClass
 
 
@@ -24,6 +27,17 @@ class EmailSend(Action):
         if "to" not in errors and not all(isinstance(r, str) and "@" in r for r in recipients):
             errors["to"] = "Must be an email address or a list of them."
         return errors
+
+    def preview(self, args):
+        def addresses(value):
+            value = secrets.shown(value)
+            return value if isinstance(value, list) else [] if value is None else [value]
+
+        to, cc = addresses(args.get("to")), addresses(args.get("cc"))
+        subject = secrets.shown(args.get("subject"))
+        everyone = ", ".join(str(address) for address in to + cc)
+        return Preview(f"Send “{subject}” to {everyone}",
+                       {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject})
 
     def perform(self, args, operation_key):
         import smtplib

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from django.conf import settings
 
-from workflows.actions.base import Action, Outcome, is_reference
+from workflows.actions.base import Action, ActionError, Outcome, Preview, is_reference
 from workflows.actions.registry import register
 from workflows.actions.transport import call
 from workflows.audit import secrets
+from workflows.states import FailureClass
 
 
 def desk(path: str) -> str:
@@ -19,6 +22,16 @@ class DeskAction(Action):
 
     def target_url(self, args):
         return settings.TICKET_DESK_URL
+
+
+def _ticket_as_it_stands(ticket_id) -> dict:
+    """The ticket's id, title and status, read from the desk (a 404 is the
+    plan's fault: INVALID_ARGUMENTS). Its comments are left out: a comment
+    added meanwhile does not change what closing or commenting means."""
+    if isinstance(ticket_id, bool) or not isinstance(ticket_id, (str, int)):
+        raise ActionError(FailureClass.INVALID_ARGUMENTS, "ticket_id is not a ticket number")
+    ticket = call("GET", desk(f"/tickets/{quote(str(ticket_id), safe='')}")).json()
+    return {"id": ticket["id"], "title": ticket["title"], "status": ticket["status"]}
 
 
 def _ticket_outcome(ticket: dict) -> Outcome:
@@ -39,6 +52,12 @@ class TicketCreate(DeskAction):
         if "body" in args and not isinstance(body, str) and not is_reference(body) and not secrets.is_reference(body):
             errors["body"] = "Must be a string."
         return errors
+
+    def preview(self, args):
+        title, body = secrets.shown(args.get("title")), secrets.shown(args.get("body", ""))
+        host = secrets.host_of(settings.TICKET_DESK_URL)
+        return Preview(f"Create a ticket “{title}” on the desk at {host}",
+                       {"desk": host, "title": title, "body_characters": len(body) if isinstance(body, str) else None})
 
     def perform(self, args, operation_key):
         payload = {"title": args["title"], "body": args.get("body", "")}
@@ -63,6 +82,11 @@ class TicketComment(DeskAction):
     compensation = None
     required_args = ("ticket_id", "body")
 
+    def preview(self, args):
+        ticket = _ticket_as_it_stands(args["ticket_id"])
+        return Preview(f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})",
+                       {"ticket": ticket})
+
     def perform(self, args, operation_key):
         response = call(
             "POST",
@@ -81,6 +105,14 @@ class TicketClose(DeskAction):
     idempotent = True
     compensation = None
     required_args = ("ticket_id",)
+    # What closing means depends on the ticket as it stands: one closed (or
+    # retitled) since the reviewer looked is not what they approved.
+    preview_binding = True
+
+    def preview(self, args):
+        ticket = _ticket_as_it_stands(args["ticket_id"])
+        return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})",
+                       {"ticket": ticket})
 
     def perform(self, args, operation_key):
         response = call("POST", desk(f"/tickets/{args['ticket_id']}/close"), operation_key=operation_key)
