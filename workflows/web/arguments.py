@@ -2,7 +2,7 @@
 
 Arguments are labelled from the action's schema (`Args.model_json_schema()`:
 a field's title, else its name made readable), in the schema's order, then
-any other keys as submitted. Each value becomes a node the templates draw
+any other keys by name. Each value becomes a node the templates draw
 (`workflows/_value.html`): short text, long text folded, other scalars as
 JSON, objects and lists, a `$from` reference as "result of step KEY" (with
 the value it took once that step has a result) and a `$secret` reference as
@@ -62,7 +62,8 @@ def fields(action_name: str, args: Any, results: dict[str, Any] | None = None) -
             shown.append({"name": name, "label": label, "description": description,
                           "value": node(args[name], results)})
     known = {name for name, _, _ in described}
-    for name, value in args.items():
+    # By name: PostgreSQL's jsonb does not keep the order keys were submitted in.
+    for name, value in sorted(args.items()):
         if name not in known:
             shown.append({"name": name, "label": humanise(name), "description": "", "value": node(value, results)})
     return shown
@@ -81,7 +82,7 @@ def node(value: Any, results: dict[str, Any] | None = None) -> dict:
             return {"kind": "long_text", "value": value, "head": head, "length": len(value)}
         return {"kind": "text", "value": value}
     if isinstance(value, dict):
-        return {"kind": "object", "entries": [(str(key), node(item, results)) for key, item in value.items()]}
+        return {"kind": "object", "entries": [(str(key), node(item, results)) for key, item in sorted(value.items())]}
     if isinstance(value, list):
         return {"kind": "list", "entries": [node(item, results) for item in value]}
     return {"kind": "json", "value": json.dumps(value)}
