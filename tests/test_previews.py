@@ -72,9 +72,12 @@ def hook_policy(settings):
 def test_a_worker_takes_each_steps_preview_after_submission_without_changing_anything(
         api, start_worker, desk, hook_policy):
     ticket = open_ticket(desk)
+    # A remote system may echo a secret the worker holds: redacted where it enters, as every remote text.
+    leaky = open_ticket(desk, title=f"Rotated to {HOOK_TOKEN}")
     plan = {"name": "Everything at once", "submission_key": "previews", "steps": [
         {"key": "open", "action": "ticket.create", "args": {"title": "Toner low", "body": "Tray 2"}},
         {"key": "note", "action": "ticket.comment", "args": {"ticket_id": ticket["id"], "body": "On it"}},
+        {"key": "echo", "action": "ticket.comment", "args": {"ticket_id": leaky["id"], "body": "Thanks"}},
         {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}},
         {"key": "later", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
         {"key": "mail", "action": "email.send",
@@ -88,15 +91,15 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
     assert submitted.status_code == 201, submitted.json()
     # The web request took none of them: they wait for a worker.
     states = {step["key"]: step["preview"]["state"] for step in submitted.json()["steps"]}
-    assert states == {"open": "PENDING", "note": "PENDING", "close": "PENDING", "later": "NOT_AVAILABLE",
-                      "mail": "PENDING", "hook": "PENDING", "mark": "NONE"}
+    assert states == {"open": "PENDING", "note": "PENDING", "echo": "PENDING", "close": "PENDING",
+                      "later": "NOT_AVAILABLE", "mail": "PENDING", "hook": "PENDING", "mark": "NONE"}
 
     start_worker(SECRETS_POLICY=json.dumps(hook_policy), SECRET_HOOK_TOKEN=HOOK_TOKEN)
     steps = wait_for_previews(submitted.json()["id"])
 
     assert {key: step.preview_state for key, step in steps.items()} == {
-        "open": "READY", "note": "READY", "close": "READY", "later": "NOT_AVAILABLE", "mail": "READY",
-        "hook": "READY", "mark": "NONE"}
+        "open": "READY", "note": "READY", "echo": "READY", "close": "READY", "later": "NOT_AVAILABLE",
+        "mail": "READY", "hook": "READY", "mark": "NONE"}
     assert steps["close"].preview == ticket_preview(ticket, "close").as_json()
     assert steps["close"].preview_digest == ticket_preview(ticket, "close").digest
     assert steps["note"].preview == ticket_preview(ticket, "comment").as_json()
@@ -109,10 +112,11 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
     assert steps["hook"].preview["details"]["headers"] == ["X-Hook-Token"]  # the name, never the value
     for step in steps.values():
         assert step.preview_digest == (Preview(**step.preview).digest if step.preview else "")
+    assert steps["echo"].preview["details"]["ticket"]["title"] == "Rotated to [REDACTED secret:HOOK_TOKEN]"
     assert HOOK_TOKEN not in json.dumps([step.preview for step in steps.values()])
 
-    # Read-only: the desk recorded nothing but the ticket the test opened, and nothing ran.
-    assert [entry["method"] for entry in desk.ledger()] == ["POST"]
+    # Read-only: the desk recorded nothing but the tickets the test opened, and nothing ran.
+    assert [entry["method"] for entry in desk.ledger()] == ["POST", "POST"]
     assert desk.ticket(ticket["id"])["status"] == "open"
     assert not Attempt.objects.exists()
     (event,) = AuditEvent.objects.filter(workflow_id=submitted.json()["id"], verb="workflow.previewed")
