@@ -242,6 +242,21 @@ def test_an_action_that_requires_its_preview_refuses_approval_until_it_exists(ap
     assert answer.status_code == 200, answer.json()
 
 
+def test_the_console_explains_why_an_approval_waits_for_a_required_preview(people, client, desk, monkeypatch):
+    from tests.conftest import PASSWORD
+
+    monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
+    workflow = plans.submit(people["agent"], close_plan(open_ticket(desk)["id"])).workflow
+    assert client.login(username="reviewer", password=PASSWORD)
+
+    answer = client.post(f"/workflows/{workflow.pk}/approve", {"comment": "", "previews_shown": "1"}, follow=True)
+
+    document = answer.content.decode()
+    assert "Step close (ticket.close) cannot be approved before its preview exists" in document
+    assert 'data-testid="preview-pending"' in document
+    assert not Approval.objects.exists()
+
+
 def test_an_action_that_requires_its_preview_refuses_approval_while_it_failed(api, desk, monkeypatch):
     monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
     workflow = plans.submit(api["agent"].user, close_plan(424242)).workflow
