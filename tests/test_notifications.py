@@ -60,6 +60,6 @@ def test_an_optional_webhook_is_called(people, settings):
 def test_submission_queues_the_notice(people):
     from django_q.models import OrmQ
 
-    before = OrmQ.objects.count()
-    plans.submit(people["agent"], ticket_plan())
-    assert OrmQ.objects.count() == before + 1
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    queued = [(task.func(), task.args()) for task in OrmQ.objects.all()]
+    assert queued.count(("workflows.tasks.notify_reviewers", (str(workflow.pk),))) == 1

@@ -24,3 +24,15 @@ class ReasonRequired(DomainError):
 class WrongState(DomainError):
     code = "conflict"
     status = 409
+
+
+class PreviewPending(WrongState):
+    """An action that requires its preview before approval has none yet."""
+
+    code = "preview_pending"
+
+
+class PreviewChanged(WrongState):
+    """The previews are no longer those the reviewer was shown."""
+
+    code = "preview_changed"

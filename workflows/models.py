@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from workflows.states import (
-    AttemptStatus, CompensationStatus, FailureClass, PolicyChangeStatus, StepStatus, WorkflowStatus,
+    AttemptStatus, CompensationStatus, FailureClass, PolicyChangeStatus, PreviewState, StepStatus, WorkflowStatus,
 )
 
 
@@ -190,6 +190,20 @@ class Step(models.Model):
     # a fresh attempt budget; numbering never restarts).
     retry_base = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The effect preview a worker took for the reviewer (`workflows.engine.previews`):
+    # `{"summary", "details"}`, redacted, and the digest an approval binds.
+    # Defaults in the database too: a process that predates previews still inserts steps.
+    preview_state = models.CharField(max_length=16, choices=PreviewState.choices, default=PreviewState.NONE,
+                                     db_default=PreviewState.NONE)
+    preview = models.JSONField(null=True, blank=True)
+    preview_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
+    preview_error = models.TextField(blank=True, default="", db_default="")
+    preview_failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True, default="",
+                                             db_default="")
+    preview_at = models.DateTimeField(null=True, blank=True)
+    # The preview as approved, kept when the one taken again before the effect
+    # differed from it (the step is then BLOCKED): reviewers see both.
+    approved_preview = models.JSONField(null=True, blank=True)
 
     objects = StepQuerySet.as_manager()
 
@@ -268,6 +282,9 @@ class Approval(models.Model):
     # (`workflows.engine.binding.seal`): an approval without a valid one never counts.
     mac = models.CharField(max_length=64, blank=True, default="")
     key_id = models.CharField(max_length=32, blank=True, default="")
+    # `{step key: digest}` of the previews the reviewer was shown, sealed with
+    # the rest; null (none shown) in rows written without it.
+    preview_digests = models.JSONField(default=dict, blank=True, null=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -55,6 +55,19 @@ class FailureClass(models.TextChoices):
     UNKNOWN = "UNKNOWN"
 
 
+class PreviewState(models.TextChoices):
+    """Where a step's effect preview stands (DESIGN §20)."""
+
+    # The action offers no preview.
+    NONE = "NONE"
+    # A worker has yet to take it.
+    PENDING = "PENDING"
+    READY = "READY"
+    FAILED = "FAILED"
+    # The args take values from earlier steps (`$from`): nothing to look at before the step runs.
+    NOT_AVAILABLE = "NOT_AVAILABLE"
+
+
 class CompensationStatus(models.TextChoices):
     REQUESTED = "REQUESTED"
     AUTHORIZED = "AUTHORIZED"

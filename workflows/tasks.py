@@ -4,7 +4,7 @@ The queue only says "look now"; each task re-reads the database and does
 just what is due, so duplicated or late deliveries are harmless.
 """
 
-from workflows.engine import execution
+from workflows.engine import execution, previews
 from workflows.operations import notifications
 
 
@@ -21,3 +21,7 @@ def drain() -> int:
 
 def notify_reviewers(workflow_id: str) -> int:
     return notifications.notify_reviewers(workflow_id)
+
+
+def compute_previews(workflow_id: str) -> int:
+    return previews.compute(workflow_id)

@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from workflows.actions.args import AnyArgs
-from workflows.states import FailureClass
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,11 @@ class Action:
     # can still land after that process dies. With `idempotent`, such steps
     # share their checkpoint commits (execution.run_batch).
     in_process: ClassVar[bool] = False
+    # The preview is taken again just before the effect; if it differs from
+    # the one approved, the step is BLOCKED (POLICY_FAILED) for a fresh approval.
+    preview_binding: ClassVar[bool] = False
+    # No approval until the preview exists (409 `preview_pending`).
+    preview_required: ClassVar[bool] = False
 
     def target_url(self, args: dict[str, Any]) -> Any:
         """The URL this action sends its args to, for the `hosts` of
@@ -79,6 +83,19 @@ class Action:
 
     def perform(self, args: dict[str, Any], operation_key: str) -> Outcome:
         raise NotImplementedError
+
+    def preview(self, args: dict[str, Any]) -> Preview | None:
+        """A read-only look at what perform(args) would do, for the reviewer;
+        None when the action offers none. Called by a worker, never in a web
+        request. `args` are as submitted: a `$secret` reference stays a
+        reference (a preview never sees a secret's value) and never holds a
+        `$from` (such steps have no preview before they run). Failures are
+        `ActionError`s, as in perform(); nothing here may change anything."""
+        return None
+
+    @property
+    def has_preview(self) -> bool:
+        return type(self).preview is not Action.preview
 
     def lookup(self, operation_key: str) -> Outcome | None:
         raise NotImplementedError(f"{self.name} cannot look up past operations")

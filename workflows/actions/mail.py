@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from pydantic import Field, ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
 from workflows.actions.args import ONE_LINE, ArgsModel, Check, Ref
-from workflows.actions.base import Action, ActionError, Outcome
+from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.audit import secrets
 from workflows.states import FailureClass
 
 
@@ -73,6 +75,17 @@ class EmailSend(Action):
         cc: Recipients | None = Field(None, description="An email address, or a list of 1 to 50.")
         subject: Ref[Subject] = Field(description="One line, 1 to 998 characters.")
         body: Ref[Body] = Field(description="Plain text.")
+
+    def preview(self, args):
+        def addresses(value):
+            value = secrets.shown(value)
+            return value if isinstance(value, list) else [] if value is None else [value]
+
+        to, cc = addresses(args.get("to")), addresses(args.get("cc"))
+        subject = secrets.shown(args.get("subject"))
+        everyone = ", ".join(str(address) for address in to + cc)
+        return Preview(f"Send “{subject}” to {everyone}",
+                       {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject})
 
     def perform(self, args, operation_key):
         import smtplib

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from django.conf import settings
 from pydantic import Field
 
 from workflows.actions.args import NOT_BLANK, ArgsModel, Ref
-from workflows.actions.base import Action, Outcome
+from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
 from workflows.actions.transport import call
+from workflows.audit import secrets
+from workflows.states import FailureClass
 
 # The desk refuses a title or comment that is empty or only blanks, and
 # reads a ticket id as at most 18 digits.
@@ -35,6 +38,16 @@ class DeskAction(Action):
         return settings.TICKET_DESK_URL
 
 
+def _ticket_as_it_stands(ticket_id) -> dict:
+    """The ticket's id, title and status, read from the desk (a 404 is the
+    plan's fault: INVALID_ARGUMENTS). Its comments are left out: a comment
+    added meanwhile does not change what closing or commenting means."""
+    if isinstance(ticket_id, bool) or not isinstance(ticket_id, (str, int)):
+        raise ActionError(FailureClass.INVALID_ARGUMENTS, "ticket_id is not a ticket number")
+    ticket = call("GET", desk(f"/tickets/{quote(str(ticket_id), safe='')}")).json()
+    return {"id": ticket["id"], "title": ticket["title"], "status": ticket["status"]}
+
+
 def _ticket_outcome(ticket: dict) -> Outcome:
     return Outcome(result={"id": ticket["id"], "status": ticket["status"]}, external_ref=f"ticket:{ticket['id']}")
 
@@ -49,6 +62,12 @@ class TicketCreate(DeskAction):
     class Args(ArgsModel):
         title: Ref[Title] = Field(description="1 to 200 characters, not only blanks.")
         body: Ref[Body] = Field("", description="The ticket's text.")
+
+    def preview(self, args):
+        title, body = secrets.shown(args.get("title")), secrets.shown(args.get("body", ""))
+        host = secrets.host_of(settings.TICKET_DESK_URL)
+        return Preview(f"Create a ticket “{title}” on the desk at {host}",
+                       {"desk": host, "title": title, "body_characters": len(body) if isinstance(body, str) else None})
 
     def perform(self, args, operation_key):
         payload = {"title": args["title"], "body": args.get("body", "")}
@@ -76,6 +95,11 @@ class TicketComment(DeskAction):
         ticket_id: Ref[TicketId] = Field(description=TICKET_ID)
         body: Ref[CommentBody] = Field(description="The comment, not only blanks.")
 
+    def preview(self, args):
+        ticket = _ticket_as_it_stands(args["ticket_id"])
+        return Preview(f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})",
+                       {"ticket": ticket})
+
     def perform(self, args, operation_key):
         response = call(
             "POST",
@@ -93,9 +117,17 @@ class TicketClose(DeskAction):
     # Closing a closed ticket is a no-op, so repeating it is harmless.
     idempotent = True
     compensation = None
+    # What closing means depends on the ticket as it stands: one closed (or
+    # retitled) since the reviewer looked is not what they approved.
+    preview_binding = True
 
     class Args(ArgsModel):
         ticket_id: Ref[TicketId] = Field(description=TICKET_ID)
+
+    def preview(self, args):
+        ticket = _ticket_as_it_stands(args["ticket_id"])
+        return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})",
+                       {"ticket": ticket})
 
     def perform(self, args, operation_key):
         response = call("POST", desk(f"/tickets/{args['ticket_id']}/close"), operation_key=operation_key)

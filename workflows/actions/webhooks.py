@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl, Field, StrictBool, field_validator
 from pydantic_core import PydanticCustomError
 
 from workflows.actions.args import ArgsModel, Check, FromRef, SecretRef
-from workflows.actions.base import Action, Outcome
+from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
 from workflows.actions.transport import call
+from workflows.states import FailureClass
 
 # Headers the console sets itself or that frame the request: a plan that
 # could set them could forge the approval proof or the idempotency key,
@@ -83,6 +85,27 @@ class HttpPost(Action):
 
     def is_idempotent(self, args):
         return args.get(self.HONOURS_KEY) is True
+
+    def preview(self, args):
+        """Where the call goes and how, read from the args alone: the
+        receiver is not asked. Headers by name only (their values may be secrets)."""
+        try:
+            url = urlsplit(args["url"])
+            port = url.port
+        except (TypeError, ValueError, KeyError):
+            raise ActionError(FailureClass.INVALID_ARGUMENTS, "url is not a URL") from None
+        headers = args.get("headers")
+        details = {
+            "method": "POST",
+            "scheme": url.scheme,
+            "host": url.hostname,
+            "port": port,
+            "path": url.path or "/",
+            "query": bool(url.query),
+            "headers": sorted(headers) if isinstance(headers, dict) else [],
+            "repeated_on_unknown_outcome": self.is_idempotent(args),
+        }
+        return Preview(f"POST to {url.hostname}{details['path']}", details)
 
     def perform(self, args, operation_key):
         response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}),

@@ -83,9 +83,19 @@ def sealed_text(record: Approval | Compensation) -> str:
         "reviewer": record.reviewer_id,
         "decision": record.decision,
         "at": _instant(record.created_at),
-        # Digests of the previews the reviewer was shown, once plans have them.
-        "previews": [],
+        "previews": _previews(record),
     })
+
+
+def _previews(approval) -> list:
+    """The previews the reviewer was shown, as [step key, digest] in key
+    order: none before previews existed, so those seals stay valid. (A
+    migration's historical model may predate the field; a value that is not
+    what the console writes is sealed as it is, and so never verifies.)"""
+    digests = getattr(approval, "preview_digests", None) or {}
+    if not isinstance(digests, dict):
+        return [["not a mapping", canonical_json(digests)]]
+    return sorted([str(key), digests[key]] for key in digests)
 
 
 def _instant(at) -> str | None:

@@ -28,7 +28,7 @@ from django.utils import timezone
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
-from workflows.engine import failpoints, inflight, limits, outcomes, policy, recovery, references, wakeups
+from workflows.engine import failpoints, inflight, limits, outcomes, policy, previews, recovery, references, wakeups
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
@@ -322,6 +322,13 @@ def execute(step: Step) -> None:
         outcomes.block(step, fence, problems or [f"unknown action {step.action}"])
         return
     rules = policy.policy_for(step.action)
+    if previews.must_retake(step, action):
+        with LeaseKeeper(step.pk, fence):
+            found = previews.changed(step, previews.take(action, step.args))
+        if found is not None:
+            problems, fields = found
+            outcomes.block(step, fence, problems, **fields)
+            return
     try:
         if recovery.reconcile_earlier_attempts(step, action, fence):
             return

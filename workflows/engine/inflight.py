@@ -33,7 +33,7 @@ from workflows import actions
 from workflows.actions import Action, ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact_text
-from workflows.engine import failpoints, outcomes, policy, recovery, references
+from workflows.engine import failpoints, outcomes, policy, previews, recovery, references
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held
 from workflows.models import Attempt, Step
 from workflows.states import FailureClass, StepStatus
@@ -114,6 +114,12 @@ class Flight:
     action: Action
     # When this flight is a reconciliation lookup: the attempts it settles.
     settles: list | None = None
+    # When this flight takes the step's preview again, before its effect.
+    retake: bool = False
+
+    @property
+    def effect(self) -> bool:
+        return self.settles is None and not self.retake
 
 
 class Effects:
@@ -158,8 +164,10 @@ class Effects:
 
     def _prepare(self, steps: list[Step]) -> None:
         """Recheck policy (right before the attempt, not at the claim),
-        reconcile what an earlier attempt left unknown, then request and send
-        the rest."""
+        reconcile what an earlier attempt left unknown, take again the
+        preview a binding action's approval was shown (on an effect thread,
+        like a lookup: no connection is held while it waits), then request
+        and send the rest."""
         checks = policy.evaluate_many(steps)
         ready = []
         for step in steps:
@@ -176,6 +184,9 @@ class Effects:
                     if not recovery.settle_without_lookup(step, action, step.fence, settles):
                         ready.append(step)
                         continue
+                elif previews.must_retake(step, action):
+                    self._send(Flight(step, action, retake=True), previews.take, action, step.args)
+                    continue
                 else:
                     ready.append(step)
                     continue
@@ -236,16 +247,30 @@ class Effects:
                 except LeaseLost:
                     log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
                 self.keeper.release([step.pk])
+            elif flight.retake:
+                if not self._blocked_by_preview(step, answer):
+                    again.append(step)
             elif isinstance(answer, ActionError):
                 failures[step.pk] = answer
             else:
                 answers[step.pk] = answer
-        performed = [flight.step for flight, _ in back if flight.settles is None]
+        performed = [flight.step for flight, _ in back if flight.effect]
         outcomes.record_performed(performed, answers, failures)
         self.keeper.release([step.pk for step in performed])
         self._request(again)
         self._fill()
         return len(back)
+
+    def _blocked_by_preview(self, step: Step, taken) -> bool:
+        """Block the step if the preview taken again is not the approved one
+        (its new preview stored with the block); False when it may go on."""
+        found = previews.changed(step, taken)
+        if found is None:
+            return False
+        problems, fields = found
+        outcomes.block(step, step.fence, problems, **fields)
+        self.keeper.release([step.pk])
+        return True
 
     def finish(self) -> None:
         """Send every claimed step, wait for every effect and record it."""

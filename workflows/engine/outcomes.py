@@ -156,8 +156,9 @@ def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
         move(workflow, target, actor=WORKER, data=data or None)
 
 
-def block(step: Step, fence: int, problems: list[str]) -> None:
-    """The policy recheck failed: BLOCKED with POLICY_FAILED, for a fresh approval."""
+def block(step: Step, fence: int, problems: list[str], **fields) -> None:
+    """The policy recheck failed: BLOCKED with POLICY_FAILED, for a fresh
+    approval. `fields` are written with the block (a preview taken again)."""
     with transaction.atomic():
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         moved = move(
@@ -168,6 +169,7 @@ def block(step: Step, fence: int, problems: list[str]) -> None:
             failure_class=FailureClass.POLICY_FAILED,
             lease_expires_at=None,
             data={"failure_class": FailureClass.POLICY_FAILED, "problems": problems},
+            **fields,
         )
         if moved:
             workflow_to(workflow, step, WorkflowStatus.FAILED, reason="policy recheck failed")

@@ -118,7 +118,9 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     """The checks of several steps, with a fixed number of queries (one reads
     the stored steps of every plan involved, to recompute its hash). Each
     step comes back with `bound_plan_hash`: the hash of its lane's stored
-    steps, which its attempt records as the plan it ran under."""
+    steps, which its attempt records as the plan it ran under, and (a plan's
+    own step) `bound_preview_digest`: the preview of it the latest approval
+    that counts was shown, or None."""
     now = timezone.now()
     hashes = binding.stored_hashes((step.workflow_id, step.lane) for step in steps)
     plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
@@ -151,6 +153,10 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         ))
         required = max([p.approvals_required for p in plan_policies[workflow.pk]] + [1])
         tally = tallies[workflow.pk]
+        # The preview of this step that the latest approval still counting
+        # was shown (and sealed): what a binding action's effect must still match.
+        latest = tally.valid[0].preview_digests if tally.valid else {}
+        step.bound_preview_digest = latest.get(step.key) if isinstance(latest, dict) else None
         names = ", ".join(sorted(a.reviewer.get_username() for a in tally.valid)) or "none"
         checks.append(Check(
             "approvals still valid",

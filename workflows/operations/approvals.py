@@ -3,8 +3,10 @@
 A plan runs once enough distinct reviewers approved it (the strictest
 `approvals_required` among its actions). Every decision is sealed with the
 audit key (`binding.seal`): only sealed approvals of the plan as stored
-count. A step blocked by the policy recheck needs a fresh approval of the
-same plan to go on.
+count, and an approval also seals the digests of the effect previews the
+reviewer was shown, which must still be the current ones. A step blocked by
+the policy recheck (or by a binding preview that changed) needs a fresh
+approval of the same plan to go on.
 """
 
 from django.db import transaction
@@ -13,11 +15,12 @@ from django.utils import timezone
 from workflows import roles
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
+from workflows import actions
 from workflows.engine import binding, expiry, policy, wakeups
 from workflows.engine.transitions import move
-from workflows.errors import NotAllowed, WrongState
+from workflows.errors import NotAllowed, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
-from workflows.states import StepStatus, WorkflowStatus
+from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
 def _check_reviewer(workflow: Workflow, user) -> None:
@@ -27,7 +30,10 @@ def _check_reviewer(workflow: Workflow, user) -> None:
         raise NotAllowed("A plan cannot be reviewed by the user who submitted it.")
 
 
-def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
+def approve(workflow: Workflow, *, by, comment: str = "", preview_digests: dict[str, str] | None = None) -> Workflow:
+    """`preview_digests`: `{step key: digest}` of the previews the reviewer
+    was shown. Refused (409) when they are not the current ones; None binds
+    the current ones, for a client that shows none."""
     _check_reviewer(workflow, by)
     refuse_credentials(comment=comment)
     if workflow.status == WorkflowStatus.PLANNED and expiry.expire_one(workflow):
@@ -40,12 +46,14 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
                 raise WrongState("You have already decided on this plan.")
         elif not (locked.status == WorkflowStatus.FAILED and blocked):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
+        shown = _previews_shown(locked, preview_digests)
         binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-                              plan_hash=locked.plan_hash)).save()
+                              plan_hash=locked.plan_hash, preview_digests=shown)).save()
         plan_policies = [policy.policy_for(name) for name in {s["action"] for s in locked.plan}]
         required = max([p.approvals_required for p in plan_policies] + [1])
         have = len(policy.valid_approvals(locked, plan_policies))
-        data = {"comment": comment, "plan_hash": locked.plan_hash, "approvals": have, "required": required}
+        data = {"comment": comment, "plan_hash": locked.plan_hash, "preview_digests": shown, "approvals": have,
+                "required": required}
         if have < required:
             journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
                          workflow_id=locked.pk, data=data)
@@ -58,6 +66,50 @@ def approve(workflow: Workflow, *, by, comment: str = "") -> Workflow:
         else:
             _unblock(locked, blocked, by, data)
         wakeups.wake(locked)
+    return locked
+
+
+def _previews_shown(workflow: Workflow, shown: dict[str, str] | None) -> dict[str, str]:
+    """The digests this approval binds: the current previews of the plan's
+    steps, which must be those the reviewer was shown. An action that
+    requires its preview refuses approval until a step yet to run has one."""
+    steps = list(workflow.steps.filter(lane=0).order_by("position"))
+    for step in steps:
+        action = actions.find(step.action)
+        if (action is not None and action.preview_required and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
+                and step.preview_state in (PreviewState.PENDING, PreviewState.FAILED)):
+            if step.preview_state == PreviewState.PENDING:
+                raise PreviewPending(f"Step {step.key} ({step.action}) cannot be approved before its preview "
+                                     "exists, and a worker has yet to take it: wait a moment and look again.")
+            raise PreviewPending(f"Step {step.key} ({step.action}) cannot be approved before its preview exists, "
+                                 f"and taking it failed ({step.preview_failure_class}): take the previews again, "
+                                 "or reject the plan.")
+    current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
+    if shown is not None and shown != current:
+        raise PreviewChanged("The effect previews changed since you looked: review the new previews, then "
+                             "decide again.")
+    return current
+
+
+def retake_previews(workflow: Workflow, *, by) -> Workflow:
+    """A reviewer asks a worker to take the previews of the steps yet to
+    run again (one failed, or the remote system changed since): they are
+    pending until it has, and the new ones are what approvals bind."""
+    _check_reviewer(workflow, by)
+    with transaction.atomic():
+        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        blocked = locked.steps.filter(status=StepStatus.BLOCKED, lane=0).exists()
+        if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
+            raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
+        again = list(locked.steps.filter(lane=0, status__in=[StepStatus.PENDING, StepStatus.BLOCKED],
+                                         preview_state__in=[PreviewState.READY, PreviewState.FAILED])
+                     .order_by("position").values_list("key", flat=True))
+        if not again:
+            raise WrongState("No step of this plan has a preview to take again.")
+        Step.objects.filter(workflow=locked, key__in=again).update(preview_state=PreviewState.PENDING)
+        journal.append(actor=by, verb="workflow.previews_requested", obj_type="workflow", obj_id=locked.pk,
+                       workflow_id=locked.pk, data={"steps": again})
+        wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
     return locked
 
 

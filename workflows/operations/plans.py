@@ -18,8 +18,9 @@ from django.utils import timezone
 from workflows import actions
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
-from workflows.engine import binding, wakeups
+from workflows.engine import binding, previews, wakeups
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
+from workflows.states import PreviewState
 
 STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_STEPS = 50
@@ -155,7 +156,7 @@ def submit(user, body: dict) -> Submission:
                 created_at=now,
                 updated_at=now,
             )
-            Step.objects.bulk_create(
+            steps = Step.objects.bulk_create(
                 Step(
                     workflow=workflow,
                     position=index,
@@ -164,6 +165,7 @@ def submit(user, body: dict) -> Submission:
                     args=step["args"],
                     compensation=step["compensation"],
                     operation_key=operation_key_for(workflow.id, step["key"]),
+                    preview_state=previews.initial_state(actions.find(step["action"]), step["args"]),
                 )
                 for index, step in enumerate(plan)
             )
@@ -184,6 +186,9 @@ def submit(user, body: dict) -> Submission:
             )
             # Queued with the submission (same database): commits or rolls back with it.
             wakeups.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+            if any(step.preview_state == PreviewState.PENDING for step in steps):
+                # A worker takes them: a remote read never runs in a web request.
+                wakeups.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
     except IntegrityError:
         # A concurrent submission with the same key won the race.
         existing = _existing(user, body["submission_key"], submission_hash)

@@ -2,14 +2,14 @@
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
-from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConstraints
 
 from workflows import actions, roles
 from workflows.actions import catalog
@@ -17,7 +17,7 @@ from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
 from workflows.operations import approvals, compensation, deadletters, plans, policies, tokens
-from workflows.states import FailureClass, WorkflowStatus
+from workflows.states import FailureClass, PreviewState, WorkflowStatus
 from workflows.web.jsonparse import BadJSON, DepthLimitedParser
 from workflows.web.pagination import page_by_created
 
@@ -209,6 +209,16 @@ class AttemptOut(Schema):
     finished_at: datetime | None
 
 
+class PreviewOut(Schema):
+    state: str = Field(..., description="NONE (the action offers none), PENDING (a worker has yet to take it), "
+                                        "READY, FAILED, or NOT_AVAILABLE (the args use $from)")
+    summary: str | None
+    details: dict[str, Any] | None
+    digest: str | None = Field(..., description="SHA-256 of the preview's canonical JSON: what an approval binds")
+    failure_class: str | None
+    error: str | None
+
+
 class StepOut(Schema):
     key: str
     action: str
@@ -216,6 +226,7 @@ class StepOut(Schema):
     operation_key: str
     external_ref: str | None
     result: dict[str, Any] | None
+    preview: PreviewOut
     attempts: list[AttemptOut]
 
 
@@ -245,6 +256,18 @@ class DecisionIn(Schema):
     comment: str = Field("", max_length=4000)
 
 
+Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ApprovalIn(DecisionIn):
+    model_config = ConfigDict(extra="forbid")
+
+    preview_digests: dict[Annotated[str, StringConstraints(max_length=64)], Digest] | None = Field(
+        None, description="`{step key: digest}` of the previews you were shown (every step whose preview is READY): "
+                          "409 `preview_changed` if they are no longer the current ones. Omitted, the approval "
+                          "binds the current previews.")
+
+
 def _step_out(step) -> dict:
     return {
         "key": step.key,
@@ -253,6 +276,7 @@ def _step_out(step) -> dict:
         "operation_key": step.operation_key,
         "external_ref": step.external_ref or None,
         "result": step.result,
+        "preview": _preview_out(step),
         "attempts": [
             {
                 "number": a.number,
@@ -263,6 +287,18 @@ def _step_out(step) -> dict:
             }
             for a in step.attempts.all()
         ],
+    }
+
+
+def _preview_out(step) -> dict:
+    ready = step.preview_state == PreviewState.READY and isinstance(step.preview, dict)
+    return {
+        "state": step.preview_state,
+        "summary": step.preview.get("summary") if ready else None,
+        "details": step.preview.get("details") if ready else None,
+        "digest": step.preview_digest if ready else None,
+        "failure_class": step.preview_failure_class or None,
+        "error": step.preview_error or None,
     }
 
 
@@ -321,10 +357,19 @@ def get_workflow(request, workflow_id: UUID):
     return workflow_out(_get_workflow(request, workflow_id))
 
 
-@api.post("/workflows/{workflow_id}/approve", response=WorkflowOut, summary="Approve a plan (reviewers)")
-def approve_workflow(request, workflow_id: UUID, payload: DecisionIn):
+@api.post("/workflows/{workflow_id}/approve", response=WorkflowOut,
+          summary="Approve a plan (reviewers), binding the previews you were shown; 409 `preview_pending` while an "
+                  "action that requires its preview has none, `preview_changed` when they changed since")
+def approve_workflow(request, workflow_id: UUID, payload: ApprovalIn):
     workflow = _get_workflow(request, workflow_id)
-    approvals.approve(workflow, by=request.user, comment=payload.comment)
+    approvals.approve(workflow, by=request.user, comment=payload.comment, preview_digests=payload.preview_digests)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/previews/retake", response=WorkflowOut,
+          summary="Have a worker take the previews of the steps yet to run again (reviewers)")
+def retake_workflow_previews(request, workflow_id: UUID):
+    approvals.retake_previews(_get_workflow(request, workflow_id), by=request.user)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

@@ -19,9 +19,10 @@ from django.views.decorators.http import require_GET, require_POST
 from workflows import actions, roles
 from workflows.engine import policy
 from workflows.errors import DomainError
-from workflows.models import Approval, AuditEvent, Workflow
+from workflows.models import Approval, AuditEvent, Step, Workflow
 from workflows.operations import approvals, compensation, resolution
-from workflows.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
+from workflows.web import arguments
 from workflows.web.pages import act
 from workflows.web.pagination import page_by_created
 
@@ -60,15 +61,22 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
 
 
+PREVIEW_FIELDS = ("preview_state", "preview", "preview_digest", "preview_error", "preview_failure_class",
+                  "approved_preview")
+
+
 def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
-    """What a reviewer weighs, per step: the action, its arguments (secrets
-    only as references), its risk under current policy, and how it would be undone —
-    or that it cannot be. Two queries for the whole page."""
+    """What a reviewer weighs, per step: the action, its arguments labelled
+    (secrets only as references), its effect preview, its risk under current
+    policy, and how it would be undone — or that it cannot be. Three queries
+    for the whole page."""
     current = policy.policies_for({step["action"] for w in workflows for step in w.plan})
     counts = dict(
         Approval.objects.filter(workflow__in=workflows, decision=Approval.Decision.APPROVE)
         .values("workflow").annotate(n=Count("id")).values_list("workflow", "n")
     )
+    previews = {(row["workflow_id"], row["key"]): row for row in Step.objects.filter(
+        workflow__in=workflows, lane=0).values("workflow_id", "key", *PREVIEW_FIELDS)}
     for workflow in workflows:
         workflow.review_steps = []
         for step in workflow.plan:
@@ -80,7 +88,12 @@ def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
                     undo = actions.get(step["action"]).compensation
                 except KeyError:
                     undo = None
-            workflow.review_steps.append({**step, "risk": rules.risk, "undo": undo, "enabled": rules.enabled})
+            stored = previews.get((workflow.pk, step["key"]))
+            workflow.review_steps.append({
+                **step, "risk": rules.risk, "undo": undo, "enabled": rules.enabled,
+                "fields": arguments.fields(step["action"], step["args"]),
+                "shown_preview": arguments.preview_of(stored) if stored else None,
+            })
         workflow.required = max([current[s["action"]].approvals_required for s in workflow.plan] + [1])
         workflow.approvals_so_far = counts.get(workflow.pk, 0)
         workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
@@ -144,10 +157,24 @@ def timeline(steps) -> dict | None:
             "span_ms": int(span * 1000), "label_width": label_width, "axis_y": len(rows) * ROW_HEIGHT + 14}
 
 
+def _with_arguments_and_previews(steps: list[Step]) -> None:
+    """Each step's labelled arguments (a `$from` with the value it took once
+    its step has a result) and preview, for the templates."""
+    results = {step.key: step.result for step in steps if step.lane == 0 and step.result is not None}
+    for step in steps:
+        step.fields = arguments.fields(step.action, step.args, results if step.lane == 0 else {})
+        step.shown_preview = arguments.preview_of(step)
+        step.is_blocked = step.status == StepStatus.BLOCKED
+
+
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     steps = list(workflow.steps.prefetch_related("attempts"))
+    _with_arguments_and_previews(steps)
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
     compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
+    reviewer = roles.is_reviewer(request.user) and workflow.submitted_by_id != request.user.pk
+    blocked = workflow.status == WorkflowStatus.FAILED and any(step.status == StepStatus.BLOCKED for step in steps)
+    awaiting = workflow.status == WorkflowStatus.PLANNED or blocked
     return {
         "workflow": workflow,
         "steps": steps,
@@ -163,18 +190,18 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
         "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
-        "can_decide": (
-            workflow.status == WorkflowStatus.PLANNED
-            and roles.is_reviewer(request.user)
-            and workflow.submitted_by_id != request.user.pk
-        ),
+        "can_decide": workflow.status == WorkflowStatus.PLANNED and reviewer,
         # A step blocked by the policy recheck goes on only with a fresh approval.
-        "can_reapprove": (
-            workflow.status == WorkflowStatus.FAILED
-            and any(step.status == StepStatus.BLOCKED for step in steps)
-            and roles.is_reviewer(request.user)
-            and workflow.submitted_by_id != request.user.pk
-        ),
+        "can_reapprove": blocked and reviewer,
+        # The form whose approval binds the previews shown (each READY one
+        # carries its digest into it).
+        "decision_form": "decision-form" if awaiting and reviewer else None,
+        "can_retake_previews": awaiting and reviewer and any(
+            step.lane == 0 and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
+            and step.preview_state in (PreviewState.READY, PreviewState.FAILED) for step in steps),
+        # While a worker takes them, the steps are looked at again until every preview is in.
+        "previews_pending": workflow.status == WorkflowStatus.PLANNED and any(
+            step.preview_state == PreviewState.PENDING for step in steps),
     }
 
 
@@ -186,13 +213,33 @@ def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return render(request, template, _detail_context(request, workflow))
 
 
-def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
+@login_required
+@require_GET
+def workflow_steps(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    """The steps with their previews, which the page asks for again while a worker takes them."""
+    workflow = _get_workflow_for_user(request, workflow_id)
+    return render(request, "workflows/workflow_detail.html#steps", _detail_context(request, workflow))
+
+
+def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str, **options) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
-    return act(request, lambda: decision(workflow, by=request.user, comment=comment), done=f"{done}: {workflow.name}",
-               back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+    return act(request, lambda: decision(workflow, by=request.user, comment=comment, **options),
+               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+def _previews_shown(request: HttpRequest) -> dict[str, str] | None:
+    """`{step key: digest}` of the previews the page showed (`key=digest`
+    fields); None from a form that did not carry them."""
+    if not request.POST.get("previews_shown"):
+        return None
+    shown = {}
+    for item in request.POST.getlist("preview"):
+        key, _, digest = item.rpartition("=")
+        shown[key] = digest
+    return shown
 
 
 def _detail_url(workflow: Workflow) -> str:
@@ -223,7 +270,18 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
 @login_required
 @require_POST
 def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _decide(request, workflow_id, approvals.approve, "Approved")
+    return _decide(request, workflow_id, approvals.approve, "Approved", preview_digests=_previews_shown(request))
+
+
+@login_required
+@require_POST
+def retake_previews(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    return act(request, lambda: approvals.retake_previews(workflow, by=request.user),
+               done="A worker is taking the previews again.", back=_detail_url(workflow),
+               partial=lambda: _live(request, workflow))
 
 
 @login_required
