@@ -15,7 +15,7 @@ from pydantic import Field
 
 from tests.conftest import PERSONAS, ticket_plan, wait_for_status
 from workflows import actions
-from workflows.actions import ArgsModel, FromRef, Ref, SecretRef
+from workflows.actions import ArgsModel, FromRef, SecretRef
 from workflows.actions.webhooks import RESERVED_HEADERS
 from workflows.audit import secrets
 from workflows.models import AuditEvent, Step, Workflow, canonical_json, sha256_hex
