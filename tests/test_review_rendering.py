@@ -56,8 +56,8 @@ def test_fields_are_labelled_from_the_actions_schema(people, reviewer, monkeypat
 
     assert arguments_of(document, "open") == "Ticket title Printer on fire What happened Floor 3"
     assert 'title="Shown to the desk&#x27;s staff">What happened</dt>' in document
-    # No schema beyond "any object": the names, made readable, in their order.
-    assert arguments_of(document, "note") == "Body Extinguisher on its way Ticket id result of step open · id"
+    # No title given: the names, made readable, in the schema's order.
+    assert arguments_of(document, "note") == "Ticket id result of step open · id Body Extinguisher on its way"
 
 
 def test_references_show_as_the_result_of_a_step_and_secrets_by_name(people, reviewer, settings):
@@ -74,7 +74,7 @@ def test_references_show_as_the_result_of_a_step_and_secrets_by_name(people, rev
         assert "secret:DESK_TOKEN" in document and "$secret" not in document
         assert 'data-testid="from-ref">result of step <code>open</code> · <code>id</code></span>' in document
     document = page(reviewer, f"/workflows/{workflow.pk}/")
-    assert arguments_of(document, "open") == "Body secret:DESK_TOKEN Title Printer on fire"
+    assert arguments_of(document, "open") == "Title Printer on fire Body secret:DESK_TOKEN"
     assert arguments_of(document, "echo") == (
         "List 1 true null two Nested key secret:DESK_TOKEN ticket result of step open · id")
 
@@ -89,7 +89,7 @@ def test_after_execution_references_show_the_value_they_took(people, reviewer, d
 
     assert arguments_of(document, "close") == f"Ticket id result of step open · id = {ticket_id}"
     assert arguments_of(document, "note") == (
-        f"Body Extinguisher on its way Ticket id result of step open · id = {ticket_id}")
+        f"Ticket id result of step open · id = {ticket_id} Body Extinguisher on its way")
 
 
 def test_long_text_is_folded_behind_its_first_words(people, reviewer):

@@ -9,12 +9,6 @@ from workflows.actions.base import Action
 from workflows.actions.registry import get, names
 
 
-def has_preview(action: Action) -> bool:
-    """Whether the action shows the reviewer a preview of its effect: it
-    implements `preview` rather than inheriting the base's."""
-    return getattr(type(action), "preview", None) is not getattr(Action, "preview", None)
-
-
 def args_schema(action: Action, ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
     """The JSON Schema of what a plan may send as the action's args."""
     schema = action.Args.model_json_schema(ref_template=ref_template, mode="validation")
@@ -29,7 +23,7 @@ def describe(action: Action) -> dict[str, Any]:
         "destructive": action.destructive,
         "irreversible": action.irreversible,
         "compensation": action.compensation,
-        "has_preview": has_preview(action),
+        "has_preview": action.has_preview,
         "args_schema": args_schema(action),
     }
 

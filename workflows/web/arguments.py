@@ -38,9 +38,17 @@ def _schema_fields(args_model: type) -> tuple[tuple[str, str, str], ...]:
     if not isinstance(properties, dict):
         return ()
     return tuple(
-        (name, str(spec.get("title") or humanise(name)), str(spec.get("description") or ""))
+        (name, _label(name, spec.get("title")), str(spec.get("description") or ""))
         for name, spec in properties.items() if isinstance(spec, dict)
     )
+
+
+def _label(name: str, title: Any) -> str:
+    """A title the model gave the field, else its name made readable (the
+    title pydantic makes up, "Ticket Id", reads worse than "Ticket id")."""
+    if not title or title == name.replace("_", " ").title():
+        return humanise(name)
+    return str(title)
 
 
 def humanise(name: str) -> str:
