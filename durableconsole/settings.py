@@ -180,6 +180,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
 
+# Under the ASGI entry point (durableconsole.asgi, production), the threads
+# that run Django in each web process: each keeps one persistent database
+# connection. Waiters of the wait endpoint hold none of them while they wait.
+WEB_THREADS = env_int("WEB_THREADS", 8, minimum=1)
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
