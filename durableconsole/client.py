@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
+import requests.auth
 
 __all__ = ["Console", "ConsoleError", "Invalid", "Forbidden", "NotFound", "Conflict", "Unavailable"]
 
@@ -169,10 +170,11 @@ class Console:
         self.url = url.rstrip("/")
         self.timeout, self.retries, self.backoff, self.max_backoff = timeout, retries, backoff, max_backoff
         self._session = requests.Session()
-        # No ~/.netrc logins or proxy settings read per call: the token is the only credential sent.
-        self._session.trust_env = False
-        self._session.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json",
-                                      "User-Agent": "durableconsole-client/1"})
+        # As the session's auth, the token is the only credential sent: requests
+        # reads ~/.netrc only for a session without one. Proxies and CA
+        # bundles still come from the environment.
+        self._session.auth = _Bearer(token)
+        self._session.headers.update({"Accept": "application/json", "User-Agent": "durableconsole-client/1"})
 
     def __repr__(self) -> str:
         return f"Console({self.url!r})"
@@ -309,6 +311,15 @@ def _answer(response: requests.Response, method: str, path: str) -> Any:
         return response.json()
     except ValueError:
         raise ConsoleError(f"{method} {path}: the answer is not JSON", status=response.status_code) from None
+
+
+class _Bearer(requests.auth.AuthBase):
+    def __init__(self, token: str):
+        self._token = token
+
+    def __call__(self, request):
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
 
 
 def _segment(workflow_id: str) -> str:

@@ -318,11 +318,17 @@ def test_actions_lists_what_is_installed_with_argument_schemas(console):
     assert by_name["ticket.create"]["idempotent"] is True and isinstance(by_name["ticket.create"]["args_schema"], dict)
 
 
-def test_errors_say_what_failed_without_the_token(console):
-    agent = console("agent")
-    secret = agent._session.headers["Authorization"]
+def test_errors_say_what_failed_without_the_token(console, people, tmp_path, monkeypatch):
+    token = tokens.issue(people["agent"])
+    # A ~/.netrc login for the console's host must not replace the token.
+    (tmp_path / "netrc").write_text("machine 127.0.0.1 login agent password not-the-token\n"
+                                    "machine localhost login agent password not-the-token\n")
+    (tmp_path / "netrc").chmod(0o600)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    agent = console("agent", token=token)
 
+    assert agent.submit("still the token", NOOP)["submitted_by"] == "agent"
     with pytest.raises(ConsoleError) as missing:
         agent.get(str(uuid.uuid4()))
 
-    assert "404" in str(missing.value) and secret not in str(missing.value) and secret not in repr(agent)
+    assert "404" in str(missing.value) and token not in str(missing.value) and token not in repr(agent)

@@ -247,6 +247,36 @@ def test_waiters_hold_no_database_connection_while_they_wait(server):
         assert during <= WEB_THREADS + 1
 
 
+def _listen_sessions(application_name: str) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query = %s",
+                       [application_name, f"LISTEN {announcements.CHANNEL}"])
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def test_a_decision_made_while_the_listen_connection_is_down_still_reaches_its_waiter(asgi_server, people):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN is PostgreSQL's")
+    apis = {name: HttpApi(asgi_server.url, user) for name, user in people.items()}
+    workflow_id = submit(apis, "cut-1")
+    waiter = Waiter(apis["agent"], workflow_id, timeout=30)
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not (listening := _listen_sessions(ASGI_APP_NAME)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (session,) = listening
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [session])
+        assert cursor.fetchone()[0] is True
+    _, approved_at = approve(apis, workflow_id)  # announced to nobody: the watcher is reconnecting
+    answer = waiter.answer()
+
+    assert answer["decision"] == "approved" and waiter.answered_at - approved_at < 2.0
+    assert waiter.answered_at - waiter.started_at < 10  # not at the wait's timeout
+    assert [pid for pid in _listen_sessions(ASGI_APP_NAME) if pid != session]  # listening again, anew
+
+
 def test_waiters_under_the_asgi_front_hold_no_thread(asgi_server, people):
     apis = {name: HttpApi(asgi_server.url, user) for name, user in people.items()}
     (worker,) = asgi_server.worker_pids()
@@ -265,6 +295,25 @@ def test_waiters_under_the_asgi_front_hold_no_thread(asgi_server, people):
     assert all(answer["decision"] == "approved" for answer in answers)
     # Its Django threads (started as requests came) and the watcher, not one per waiter.
     assert during <= before + WEB_THREADS + 1 < before + len(ids), (before, during)
+
+
+def test_without_listen_a_web_process_reads_the_statuses_its_waiters_watch(api, settings):
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite always reads: the tests above wait that way on SQLite")
+    settings.Q_LISTEN = False  # behind a pooler in transaction mode: nothing is announced, nobody listens
+    workflow = plans.submit(api["agent"].user, noop_plan("unannounced")).workflow
+
+    def decide():
+        approvals.approve(workflow, by=api["reviewer"].user)
+        connection.close()  # this thread's
+
+    threading.Timer(1.0, decide).start()
+
+    began = time.monotonic()
+    response = api["agent"].get(f"/workflows/{workflow.pk}/wait", timeout=20)
+
+    assert response.json()["decision"] == "approved"
+    assert 1.0 <= time.monotonic() - began < 2.5
 
 
 # --- the announcements the waiters hear -------------------------------------------

@@ -28,7 +28,7 @@ WAIT_VIEW = "api:workflow_wait"
 
 def waiting_for(scope: dict) -> UUID | None:
     """The workflow a request waits for, when it is a wait."""
-    if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].endswith("/wait"):
+    if scope["type"] != "http" or not scope["path"].endswith("/wait"):
         return None
     try:
         match = resolve(scope["path"].removeprefix(scope.get("root_path", "")))
@@ -107,7 +107,7 @@ class Front:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                # Waiters answer with what they have; their clients ask again elsewhere.
+                # After gunicorn's graceful wait for open requests: the watcher's connection goes too.
                 await asyncio.to_thread(waiting.watcher.stop)
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -147,7 +147,6 @@ class Watcher:
         self._watches: dict[UUID, set[Watch]] = {}
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._listener: psycopg.Connection | None = None
 
     @contextmanager
     def watch(self, workflow_id: UUID) -> Iterator[Watch]:
@@ -199,6 +198,8 @@ class Watcher:
 
     def _run(self) -> None:
         idle_since = None
+        # This thread's own: a watcher started after this one stops has another.
+        listener: psycopg.Connection | None = None
         try:
             while not self._stopping.is_set():
                 with self._lock:
@@ -211,35 +212,36 @@ class Watcher:
                         self._thread = None
                         return
                 if announcements.enabled():
-                    self._listen()
+                    listener = self._listen(listener)
                 else:
                     self._poll(watched)
         finally:
             with self._lock:
                 if self._thread is threading.current_thread():
                     self._thread = None
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
+            if listener is not None:
+                listener.close()
             connection.close()
 
-    def _listen(self) -> None:
+    def _listen(self, listener: psycopg.Connection | None) -> psycopg.Connection | None:
+        """Deliver what is announced for a moment; the connection to listen on next."""
         try:
-            if self._listener is None:
+            if listener is None:
                 params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-                self._listener = psycopg.connect(**params, autocommit=True)
-                self._listener.execute(f"LISTEN {announcements.CHANNEL}")
+                listener = psycopg.connect(**params, autocommit=True)
+                listener.execute(f"LISTEN {announcements.CHANNEL}")
                 # Whatever moved before LISTEN took effect was not heard.
                 self._deliver_all(None)
-            for note in self._listener.notifies(timeout=POLL_SECONDS * 2):
+            for note in listener.notifies(timeout=POLL_SECONDS * 2):
                 if parsed := announcements.parse(note.payload):
                     self._deliver(*parsed)
+            return listener
         except psycopg.Error:
             log.warning("the status watcher lost its LISTEN connection; connecting again", exc_info=True)
-            if self._listener is not None:
-                self._listener.close()
-            self._listener = None
+            if listener is not None:
+                listener.close()
             self._stopping.wait(POLL_SECONDS)
+            return None
 
     def _poll(self, watched: list[UUID]) -> None:
         if watched:
@@ -284,9 +286,12 @@ def wait_for(request, workflow_id: UUID, until: Until, seconds: int,
     """The workflow once it reached `until`, or as it stands after
     `seconds`; under the front, a parked placeholder instead of waiting.
     `read` checks visibility (404) and loads what the answer shows."""
-    parking = request.META.get("asgi.scope", {}).get(PARKING)
-    if parking is not None:
-        deadline = parking.begin(seconds)
+    scope = request.META.get("asgi.scope")
+    if scope is not None:
+        # Under the front: parked, or (a request it did not take for a wait)
+        # answered as it stands, never held on one of its few Django threads.
+        parking = scope.get(PARKING)
+        deadline = parking.begin(seconds) if parking is not None else 0.0
         workflow = read()
         if reached(workflow.status, until) or time.monotonic() >= deadline or watcher.stopping:
             return workflow

@@ -65,7 +65,8 @@ def report(result: dict) -> str:
         rows.append((f"(h) {waiters['waiters']} waiters, answer after decision ms",
                      f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} ({waiters['decided_per_s']:,.0f} "
                      f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
-                     + (f", {sessions} database sessions" if sessions is not None else "")))
+                     + (f", {sessions} database sessions" if sessions is not None else "")
+                     + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]

@@ -3,14 +3,15 @@
 served by one web process started as production starts it (gunicorn with
 the ASGI front, `WEB_THREADS` Django threads). When every one of them is
 waiting (the process's `durable_waiters` gauge says so), a reviewer decides
-the plans one after another, each in its own transaction, and each waiter's
-delay is measured from its decision (the workflow's `updated_at`, written
-in the deciding transaction) to its answer arriving.
+the plans one after another, `DECISIONS_PER_S` a second, each in its own
+transaction, and each waiter's delay is measured from its decision (the
+workflow's `updated_at`, written in the deciding transaction) to its answer
+arriving.
 
 The plans are rejected: a decision like an approval to a waiter, and one
 that leaves no work behind for the clusters of a later run. While they
-wait, the web process's threads and (on PostgreSQL) its database sessions
-are counted: neither may grow with the waiters.
+wait, the web process's threads, memory and (on PostgreSQL) database
+sessions are read: threads and sessions may not grow with the waiters.
 """
 
 from __future__ import annotations
@@ -19,19 +20,24 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
 import requests
 from django.conf import settings
 from django.db import connection
 
 from workflows.models import Workflow
-from workflows.operations import approvals, plans, tokens
+from workflows.operations import approvals, tokens
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import spread
 from workflows.ops.processes import WebServer
 
 SERVER_NAME = "bench:web"
 WAIT_SECONDS = 60
+# Reviewers decide one plan after another at this pace (each its own
+# transaction): what is measured is how soon a decision reaches its waiter,
+# not how fast a burst of answers can be served.
+DECISIONS_PER_S = 20
 
 
 class Waiter(threading.Thread):
@@ -70,16 +76,17 @@ class WaitersPart:
         env = {**self.bench.cluster_env, "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "0"}
         with WebServer(SERVER_NAME, self.bench.workdir, env) as server:
             (worker,) = server.worker_pids()
-            threads_before = _threads(worker)
+            threads_before, rss_before = _threads(worker), _rss_mib(worker)
             waiters = [Waiter(server.url, token, workflow_id) for workflow_id in ids]
             for waiter in waiters:
                 waiter.start()
             _until_waiting(server.url, count, timeout=30 + count / 10)
-            threads_during, sessions_during = _threads(worker), _sessions(SERVER_NAME)
+            threads_during, rss_during, sessions_during = _threads(worker), _rss_mib(worker), _sessions(SERVER_NAME)
             self.bench.log(f"    {count} waiters waiting; the web process has {threads_during} threads"
                            + (f" and {sessions_during} database sessions" if sessions_during is not None else ""))
             began = time.monotonic()
-            for workflow in Workflow.objects.filter(pk__in=ids):
+            for n, workflow in enumerate(Workflow.objects.filter(pk__in=ids)):
+                time.sleep(max(0.0, began + n / DECISIONS_PER_S - time.monotonic()))
                 approvals.reject(workflow, by=self.bench.reviewer, comment="bench")
             deciding_s = time.monotonic() - began
             for waiter in waiters:
@@ -95,6 +102,8 @@ class WaitersPart:
                   "deciding_seconds": round(deciding_s, 2), "decided_per_s": round(count / deciding_s, 1),
                   "answer_after_decision_ms": spread(delays, 1),
                   "server_threads": {"before": threads_before, "during": threads_during},
+                  "server_rss_mib": {"before": rss_before, "during": rss_during,
+                                     "per_waiter_kib": round((rss_during - rss_before) * 1024 / count, 1)},
                   "server_database_sessions_during": sessions_during}
         self.bench.log(f"    answered after their decision: p50 {result['answer_after_decision_ms']['p50']} ms, "
                        f"p95 {result['answer_after_decision_ms']['p95']} ms, "
@@ -104,6 +113,13 @@ class WaitersPart:
 
 def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise BenchError(f"no VmRSS for process {pid}")
 
 
 def _sessions(application_name: str) -> int | None:
