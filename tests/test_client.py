@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -307,15 +308,27 @@ def test_dead_letters_are_listed_by_filter_across_pages(console, http_api, start
 
 
 def test_actions_lists_what_is_installed_with_argument_schemas(console):
-    agent = console("agent")
-    try:
-        listed = agent.actions()
-    except NotFound:
-        pytest.skip("GET /api/v1/actions is not served by this version of the console")
+    listed = console("agent").actions()
 
     by_name = {action["name"]: action for action in listed}
-    assert {"ticket.create", "noop"} <= set(by_name)
-    assert by_name["ticket.create"]["idempotent"] is True and isinstance(by_name["ticket.create"]["args_schema"], dict)
+    assert {"ticket.create", "ticket.close", "http.post", "email.send", "noop"} <= set(by_name)
+    create = by_name["ticket.create"]
+    assert create["idempotent"] is True and create["compensation"] == "ticket.close"
+    assert create["args_schema"]["properties"].keys() >= {"title", "body"}
+    assert by_name["email.send"]["irreversible"] is True
+
+
+def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server):
+    with Relay(live_server.url) as relay:
+        agent = console("agent", url=relay.url)
+        agent.submit("plain", NOOP, submission_key="plain")
+        agent.submit("with a callback", NOOP, submission_key="called-back",
+                     callback_url="https://agent.example.com/hooks", deadline=timedelta(hours=2))
+
+    plain, called_back = (json.loads(body) for _, _, body, _ in relay.seen)
+    assert set(plain) == {"name", "submission_key", "steps"}
+    assert called_back["callback_url"] == "https://agent.example.com/hooks"
+    assert called_back["deadline_seconds"] == 7200
 
 
 def test_errors_say_what_failed_without_the_token(console, people, tmp_path, monkeypatch):
