@@ -180,6 +180,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
 
+# Under the ASGI entry point (durableconsole.asgi, production), the threads
+# that run Django in each web process: each keeps one persistent database
+# connection. Waiters of the wait endpoint hold none of them while they wait.
+WEB_THREADS = env_int("WEB_THREADS", 8, minimum=1)
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
@@ -246,8 +251,11 @@ if Q_BROKER == "redis":
 elif Q_BROKER != "orm":
     raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
 # On PostgreSQL the ORM broker is woken by NOTIFY from the approving
-# transaction (workflows.engine.wakeups); Q_LISTEN=0 turns that off, e.g.
-# behind a pooler in transaction mode, where LISTEN does not work.
+# transaction (workflows.engine.wakeups), and waiters of the wait endpoint by
+# NOTIFY from the transaction that moves their workflow
+# (workflows.engine.announcements); Q_LISTEN=0 turns both off, e.g. behind a
+# pooler in transaction mode, where LISTEN does not work: then the brokers
+# poll, and each web process reads the statuses its waiters watch.
 Q_LISTEN = env_bool("Q_LISTEN", True)
 if Q_BROKER == "orm" and Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"

@@ -36,7 +36,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     json_path, out = tmp_path / "bench.json", StringIO()
 
     call_command("bench", "--steps", "200", "--clusters", "1", "--raw-seconds", "1", "--raw-clients", "1,2",
-                 "--skip", "g", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
+                 "--skip", "g,h", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
                  "--seed-events", "2000", "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -149,7 +149,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     monkeypatch.setenv("DATABASE_URL", database_url())
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e", "--clusters", "1", "--remote-latency-ms", "0,50",
+    call_command("bench", "--skip", "a,b,c,d,e,h", "--clusters", "1", "--remote-latency-ms", "0,50",
                  "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -173,3 +173,29 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     goals = [goal for goal in result["goals"] if goal["part"] == "g"]
     # No 300 ms run here, and far fewer than 100k steps: only the 0 ms ratio is judged.
     assert [goal["met"] is None for goal in goals] == [False, True]
+
+
+@pytest.mark.live
+def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real_web_server(transactional_db, tmp_path,
+                                                                                           monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the web server it starts serves the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command("bench", "--skip", "a,b,c,d,e,g", "--waiters", "8", "--workdir", str(tmp_path),
+                 "--json", str(json_path), stdout=out)
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    waiters = result["waiters"]
+    assert waiters["waiters"] == waiters["answered"] == 8
+    delay = waiters["answer_after_decision_ms"]
+    # Each answered after its own decision (never before it), within a second even on SQLite's reads.
+    assert delay["n"] == 8 and 0 < delay["p50"] <= delay["p95"] <= delay["max"] < 1000
+    threads = waiters["server_threads"]
+    assert threads["during"] <= threads["before"] + waiters["web_threads_setting"] + 1
+    if connection.vendor == "postgresql":
+        assert waiters["server_database_sessions_during"] <= waiters["web_threads_setting"] + 1
+    assert re.search(r"\(h\) 8 waiters, answer after decision ms +p50 [\d.]+, p95", report), report
+    (goal,) = [goal for goal in result["goals"] if goal["part"] == "h"]
+    assert goal["met"] is None  # far fewer than 200 waiters: reported, not judged
+    assert set(Workflow.objects.values_list("status", flat=True)) == {"REJECTED"}

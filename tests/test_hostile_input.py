@@ -32,6 +32,7 @@ from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
 from workflows.operations import approvals, compensation, plans, policies, tokens
+from workflows.web import waiting
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -359,7 +360,7 @@ def url_templates() -> list[str]:
 
 
 @pytest.fixture
-def world(people, desk):
+def world(people, desk, monkeypatch):
     """One object of every kind the URLs name: a plan awaiting review, a
     completed workflow with a compensation requested, a dead letter."""
     planned = plans.submit(people["agent"], ticket_plan(key="planned")).workflow
@@ -375,6 +376,9 @@ def world(people, desk):
     dead = DeadLetter.objects.get(workflow=failed)
     policies.change("noop", by=people["operator"], reason="tighten", changes={"enabled": False})
     loosen = policies.change("noop", by=people["operator"], reason="loosen", changes={"enabled": True}).request
+    # The walks are about input: a wait on the plan nobody decides answers as
+    # it stands (after the same checks) instead of spending its timeout on each request.
+    monkeypatch.setattr(waiting, "wait_for", lambda request, workflow_id, until, seconds, read: read())
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])

@@ -73,6 +73,7 @@ def api_routes(w):
     return [
         ("GET", "/api/v1/workflows", None, ANY_USER),
         ("GET", f"/api/v1/workflows/{w['planned']}", None, ANY_USER),
+        ("GET", f"/api/v1/workflows/{w['failed']}/wait?until=terminal", None, ANY_USER),
         ("POST", "/api/v1/workflows", ticket_plan("new"), ANY_USER),
         ("POST", f"/api/v1/workflows/{w['planned']}/approve", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),

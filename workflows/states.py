@@ -140,6 +140,10 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
 
 TERMINAL_WORKFLOW = frozenset(s for s, targets in TRANSITIONS["workflow"].items() if not targets) | {W.COMPLETE}
 ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
+# What a waiter for the end of a workflow waits for (DESIGN §21.2): the end
+# states, and the states that need a person, so that a waiter is never stuck.
+SETTLED_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W.FAILED, W.NEEDS_ATTENTION,
+                              W.COMPENSATED, W.COMPENSATION_FAILED})
 RETRYABLE_CLASSES = frozenset({FailureClass.TRANSIENT, FailureClass.RATE_LIMITED, FailureClass.DEPENDENCY_UNAVAILABLE})
 
 

@@ -1,9 +1,10 @@
-"""Processes the chaos soak and the bench start and watch: the ticket desk
-and `qcluster` clusters as child processes, each cluster in its own process
-group, and whether processes are still alive (from /proc: Linux).
+"""Processes the chaos soak and the bench start and watch: the ticket desk,
+web servers and `qcluster` clusters as child processes, each server and
+cluster in its own process group, and whether processes are still alive
+(from /proc: Linux).
 
 Used by workflows.ops.chaos, workflows.ops.bench, `manage.py chaos` and
-tests/test_chaos.py.
+the tests that need real processes.
 """
 
 from __future__ import annotations
@@ -86,6 +87,67 @@ class DeskProcess:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+class WebServer:
+    """The web process as production starts it (README: Serving):
+    `gunicorn durableconsole.asgi -k asgi`, in its own process group."""
+
+    def __init__(self, name: str, workdir: Path, env: dict[str, str], *, workers: int = 1):
+        self.name = name
+        self.workdir = Path(workdir)
+        self.env = {"PGAPPNAME": name, **env}
+        self.workers = workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = self.workdir / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> WebServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "gunicorn", "durableconsole.asgi", "-k", "asgi",
+                   "--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--graceful-timeout", "5"]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, cwd=settings.BASE_DIR, env={**os.environ, **self.env},
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"web server {self.name} did not start; {self.log_path}:\n"
+                                   f"{self.log_path.read_text(errors='replace')[-4000:]}")
+            try:
+                if len(self.worker_pids()) == self.workers and requests.get(f"{self.url}/healthz",
+                                                                             timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+
+    def worker_pids(self) -> list[int]:
+        """gunicorn's workers: the children of its master process."""
+        return sorted(pid for pid, ppid, _ in _live_processes() if ppid == self.process.pid)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.process is None:
+            return
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, signum)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(timeout)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.process = None
+
+    def __enter__(self) -> WebServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 class Cluster:

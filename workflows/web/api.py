@@ -2,7 +2,7 @@
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from django.http import Http404, HttpRequest
@@ -18,6 +18,7 @@ from workflows.engine import limits
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
 from workflows.operations import approvals, compensation, deadletters, plans, policies, tokens
 from workflows.states import FailureClass, PreviewState, WorkflowStatus
+from workflows.web import waiting
 from workflows.web.jsonparse import BadJSON, DepthLimitedParser
 from workflows.web.pagination import page_by_created
 
@@ -355,6 +356,26 @@ def list_workflows(request, status: WorkflowStatus | None = None, cursor: str | 
 @api.get("/workflows/{workflow_id}", response=WorkflowOut, summary="One workflow with its steps and attempts")
 def get_workflow(request, workflow_id: UUID):
     return workflow_out(_get_workflow(request, workflow_id))
+
+
+class WaitOut(WorkflowOut):
+    decision: Literal["approved", "rejected", "expired", "cancelled"] | None = Field(
+        ..., description="How the plan left PLANNED, from its records; null while it awaits review")
+
+
+@api.get("/workflows/{workflow_id}/wait", response=WaitOut, url_name="workflow_wait",
+         summary="Wait for a decision or the end of a workflow, then answer with it",
+         description="Answers as soon as the workflow reaches `until` (`decision`: any status but PLANNED; "
+                     "`terminal`: COMPLETE, REJECTED, EXPIRED, CANCELLED, FAILED, NEEDS_ATTENTION, COMPENSATED "
+                     "or COMPENSATION_FAILED), or with its current state after `timeout` seconds (1 to 60). "
+                     "Ask again to wait longer.")
+def wait_for_workflow(request, workflow_id: UUID, until: waiting.Until = "decision",
+                      timeout: int = Query(waiting.DEFAULT_SECONDS, ge=1, le=waiting.MAX_SECONDS)):
+    workflow = waiting.wait_for(request, workflow_id, until, timeout,
+                                read=lambda: _get_workflow(request, workflow_id))
+    if not isinstance(workflow, Workflow):
+        return workflow  # parked: the front answers after a later pass
+    return {**workflow_out(workflow), "decision": waiting.decision(workflow)}
 
 
 @api.post("/workflows/{workflow_id}/approve", response=WorkflowOut,

@@ -20,6 +20,7 @@ from workflows import roles
 from workflows.actions import registry
 from workflows.models import ActionPolicy, ActionThrottle, Attempt, Compensation, DeadLetter, Step
 from workflows.states import AttemptStatus, CompensationStatus, FailureClass, StepStatus
+from workflows.web import waiting
 
 COUNT_CAP = 1000
 LIST_SIZE = 20
@@ -224,4 +225,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     _metric(lines, "durable_steps_completed_5m", "gauge", "Attempts that succeeded in the last five minutes.",
             [({}, done)])
     _effect_metrics(lines)
+    _metric(lines, "durable_waiters", "gauge",
+            "Requests of GET /api/v1/workflows/{id}/wait waiting in this web process (not the cluster).",
+            [({}, waiting.watcher.waiting())])
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")

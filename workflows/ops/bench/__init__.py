@@ -14,6 +14,9 @@
        worker, once with the whole cluster killed and a fresh one started
     e  server time and query count of the console's pages at a seeded scale
     f  RSS of every cluster process, sampled four times a second during b
+    g  remote steps per second against the ticket desk (`remote`)
+    h  agents waiting at once on one web process for their decisions, and
+       how soon each is answered after its decision (`waiters`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

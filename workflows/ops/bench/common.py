@@ -12,11 +12,14 @@ from django.contrib.auth.models import Group
 from workflows import roles
 
 AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
-SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote"}
+SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote",
+            "h": "waiters"}
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
 # (g)'s memory goal speaks of 100k remote steps; by default it runs fewer.
 REMOTE_STEPS = 2_000
+# (h): agents waiting at once on one web process.
+WAITERS = 200
 
 
 class BenchError(Exception):
@@ -39,6 +42,7 @@ class Options:
     lease_seconds: float = 10.0
     remote_latency_ms: tuple[int, ...] = (0, 100, 300)
     remote_steps: int = REMOTE_STEPS
+    waiters: int = WAITERS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
@@ -104,6 +108,11 @@ def goals(result: dict) -> list[dict]:
         add("f", f"no worker memory growth (<= 1 MiB per 10k steps, over >= {MEMORY_STEPS:,} steps)", growth,
             growth <= 1 if long_enough else None)
     rows.extend(_remote_goals(result.get("remote", {}).get("runs", [])))
+    if "answered" in (waiters := result.get("waiters", {})):
+        add("h", f"{WAITERS} waiters on one web process, each answered with its decision",
+            f"{waiters['answered']} of {waiters['waiters']}, p95 {waiters['answer_after_decision_ms']['p95']} ms "
+            "after the decision",
+            waiters["answered"] == waiters["waiters"] if waiters["waiters"] >= WAITERS else None)
     return rows
 
 

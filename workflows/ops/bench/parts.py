@@ -1,4 +1,4 @@
-"""The Bench: one run of the parts (a) to (e) in turn, (f) sampled during
+"""The Bench: one run of the parts (a) to (h) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
 part's failure under `errors` (see workflows.ops.bench)."""
 
@@ -33,6 +33,7 @@ from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
+from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
 
@@ -79,7 +80,7 @@ class Bench:
                         if k not in ("database_url", "workdir")},
         }
         parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
-                 ("g", self.remote)]
+                 ("g", self.remote), ("h", self.waiters)]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -356,6 +357,11 @@ class Bench:
 
     def remote(self) -> dict:
         return RemotePart(self).run()
+
+    # -- (h) ---------------------------------------------------------------
+
+    def waiters(self) -> dict:
+        return WaitersPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

@@ -59,6 +59,14 @@ def report(result: dict) -> str:
                      f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
                      f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
                      f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"))
+    if "answered" in (waiters := result.get("waiters", {})):
+        delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
+        sessions = waiters["server_database_sessions_during"]
+        rows.append((f"(h) {waiters['waiters']} waiters, answer after decision ms",
+                     f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} ({waiters['decided_per_s']:,.0f} "
+                     f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
+                     + (f", {sessions} database sessions" if sessions is not None else "")
+                     + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
