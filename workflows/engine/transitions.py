@@ -2,7 +2,8 @@
 
 `move` checks the transition table, applies the change with a conditional
 update (the row must still be in the status the caller read), and appends
-the audit event in the same transaction. A lost race returns False; an
+the audit event in the same transaction, with the webhook event the new
+status emits (`workflows.webhooks.events`). A lost race returns False; an
 illegal move raises.
 """
 
@@ -12,6 +13,7 @@ from django.utils import timezone
 from workflows.audit import journal
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
+from workflows.webhooks import events
 
 _KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation",
          PolicyChange: "policy_change"}
@@ -57,6 +59,8 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
             workflow_id=_workflow_id(obj),
             data=event_data,
         )
+        if model is Workflow:
+            events.workflows_moved([obj.pk], target)
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -131,6 +135,8 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
         journal.append_many(entries)
     else:
         log.extend(entries)
+    if model is Workflow:
+        events.workflows_moved([obj.pk for obj in moving], target)
     return moving
 
 
