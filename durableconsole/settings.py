@@ -220,6 +220,23 @@ SECRETS_DIR = env_str("SECRETS_DIR", "")
 # durableconsole.actions, the built-ins included) and from these import paths
 # (workflows.actions.plugins). Strict: a bad plugin stops start-up; otherwise
 # it is left out and shown to operators.
+# Signed outbound webhooks (workflows.webhooks): signing secrets are stored
+# encrypted under these Fernet keys (comma-separated; the first encrypts, all
+# decrypt). With DEBUG=1 and none set, a random key is generated into VAR_DIR.
+WEBHOOK_SECRET_KEYS = env_list("WEBHOOK_SECRET_KEYS", [])
+if WEBHOOK_SECRET_KEYS:
+    from workflows.webhooks.cipher import parse_fernet_keys as _parse_fernet_keys
+
+    _parse_fernet_keys(WEBHOOK_SECRET_KEYS)
+# How long a rotated-out secret keeps signing beside the new one.
+WEBHOOK_ROTATION_HOURS = env_float("WEBHOOK_ROTATION_HOURS", 24.0, minimum=0.0)
+# Webhooks and http.post refuse loopback, private, link-local and metadata
+# addresses unless this is on (a development desk on 127.0.0.1, tests).
+WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
+# A delivery is tried this many times, waiting WEBHOOK_RETRY_SECONDS doubled
+# at each failure (with jitter, at most an hour), then dead-lettered.
+WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 10, minimum=1)
+WEBHOOK_RETRY_SECONDS = env_float("WEBHOOK_RETRY_SECONDS", 5.0, minimum=0.01)
 ACTION_MODULES = env_list("ACTION_MODULES", [])
 ACTION_PLUGINS_STRICT = env_bool("ACTION_PLUGINS_STRICT", True)
 

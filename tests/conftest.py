@@ -42,6 +42,22 @@ def audit_key():
     keys.audit_keys.cache_clear()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def webhook_settings():
+    """A webhook key for the run, shared with the workers it starts, and
+    private addresses allowed: the desk and the test receivers listen on
+    127.0.0.1 (the tests of the address rules turn it off)."""
+    from cryptography.fernet import Fernet
+
+    from workflows.webhooks import cipher
+
+    os.environ.setdefault("WEBHOOK_SECRET_KEYS", Fernet.generate_key().decode())
+    os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
+    django_settings.WEBHOOK_SECRET_KEYS = [os.environ["WEBHOOK_SECRET_KEYS"]]
+    django_settings.WEBHOOK_ALLOW_PRIVATE = os.environ["WEBHOOK_ALLOW_PRIVATE"] == "1"
+    cipher.cipher.cache_clear()
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

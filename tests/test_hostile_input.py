@@ -33,6 +33,8 @@ from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
 from workflows.operations import approvals, compensation, plans, policies, tokens
 from workflows.web import waiting
+from workflows.webhooks import endpoints as webhook_endpoints
+from workflows.webhooks.models import WebhookDelivery
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -325,6 +327,8 @@ TEMPLATES = {
     "/decline": {"reason": "r"},
     "/policy": {"enabled": True, "risk": "HIGH", "approvals_required": 2, "approval_ttl_seconds": 600,
                 "max_attempts": 3, "max_in_flight": 4, "rate_per_second": 2.5, "reason": "r", "version": 1},
+    "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
+    "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
 }
 
 # The known nasty values, mixed with generated ones.
@@ -379,6 +383,9 @@ def world(people, desk, monkeypatch):
     # The walks are about input: a wait on the plan nobody decides answers as
     # it stands (after the same checks) instead of spending its timeout on each request.
     monkeypatch.setattr(waiting, "wait_for", lambda request, workflow_id, until, seconds, read: read())
+    endpoint, _ = webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
+    delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
+                                              status=WebhookDelivery.Status.DEAD)
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])
@@ -387,6 +394,8 @@ def world(people, desk, monkeypatch):
         "step_key": ["open", "note"],
         "compensation_id": [str(comp.pk)],
         "dead_letter_id": [str(dead.pk)],
+        "endpoint_id": [str(endpoint.pk)],
+        "delivery_id": [str(delivery.pk)],
         "name": ["ticket.create", "noop"],
         "change_id": [str(loosen.pk)],
         "object_id": [str(people["admin"].pk), str(Group.objects.first().pk), str(ActionPolicy.objects.first().pk)],

@@ -87,6 +87,9 @@ class Workflow(models.Model):
     plan = models.JSONField()
     plan_hash = models.CharField(max_length=64)
     context = models.JSONField(default=dict, blank=True)
+    # Where the plan's events are posted, signed with the submitter's
+    # webhook secret (workflows.webhooks); "" for none.
+    callback_url = models.CharField(max_length=2048, blank=True, default="", db_default="")
     status = models.CharField(max_length=32, choices=WorkflowStatus.choices, default=WorkflowStatus.PLANNED)
     deadline = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
@@ -624,3 +627,6 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret  # noqa: E402,F401

@@ -6,6 +6,7 @@ just what is due, so duplicated or late deliveries are harmless.
 
 from workflows.engine import execution, previews
 from workflows.operations import notifications
+from workflows.webhooks import delivery
 
 
 def run_workflow(workflow_id: str) -> int:
@@ -25,3 +26,7 @@ def notify_reviewers(workflow_id: str) -> int:
 
 def compute_previews(workflow_id: str) -> int:
     return previews.compute(workflow_id)
+
+
+def deliver_webhooks() -> int:
+    return delivery.deliver_due()

@@ -15,6 +15,7 @@ from django.conf import settings
 from workflows.actions.base import ActionError
 from workflows.audit.redaction import redact_text
 from workflows.states import FailureClass
+from workflows.webhooks import outbound
 
 _local = threading.local()
 
@@ -104,16 +105,28 @@ def classify_exception(exc: requests.RequestException) -> ActionError:
     return ActionError(FailureClass.UNKNOWN, text, outcome_unknown=True)
 
 
-def call(method: str, url: str, *, operation_key: str | None = None, **kwargs) -> requests.Response:
+def call(method: str, url: str, *, operation_key: str | None = None, checked: bool = False,
+         **kwargs) -> requests.Response:
+    """`checked`: the URL comes from a plan, so the outbound address rules
+    apply (`workflows.webhooks.outbound`): a refused address is never
+    called, and a redirect is an answer, not followed."""
     headers = kwargs.pop("headers", {})
     if operation_key:
         headers["Idempotency-Key"] = operation_key
     timeout = (min(2.0, settings.ACTION_TIMEOUT_SECONDS), settings.ACTION_TIMEOUT_SECONDS)
     try:
-        session = http_session()
-        response = session.request(method, url, headers=headers, timeout=timeout, proxies=_proxies_for(url), **kwargs)
+        if checked:
+            response = outbound.send(method, url, headers=headers, timeout=timeout, **kwargs)
+        else:
+            session = http_session()
+            response = session.request(method, url, headers=headers, timeout=timeout, proxies=_proxies_for(url),
+                                       **kwargs)
+    except outbound.AddressRefused as exc:
+        raise ActionError(FailureClass.POLICY_FAILED, f"{url.split('?')[0]}: {exc}") from None
+    except outbound.Unresolvable as exc:
+        raise ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, redact_text(str(exc))[:500]) from None
     except requests.RequestException as exc:
         raise classify_exception(exc) from None
-    if response.status_code >= 400:
+    if response.status_code >= (300 if checked else 400):
         raise classify_response(response)
     return response

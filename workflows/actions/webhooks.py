@@ -109,7 +109,7 @@ class HttpPost(Action):
 
     def perform(self, args, operation_key):
         response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}),
-                        headers=dict(args.get("headers", {})))
+                        headers=dict(args.get("headers", {})), checked=True)
         try:
             body = response.json()
         except ValueError:

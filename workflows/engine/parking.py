@@ -8,6 +8,7 @@ operator may then do with the entry (replay, discard) is
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.models import Attempt, DeadLetter, Step, Trace
+from workflows.webhooks import events
 
 
 def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) -> DeadLetter:
@@ -40,4 +41,7 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
                  workflow_id=step.workflow_id,
                  data={"step": step.key, "failure_class": failure_class, "attempts": dead_letter.attempt_count,
                        "trace": str(trace.pk)})
+    events.emit("step.dead_lettered", step.workflow_id, {"dead_letter": {
+        "id": str(dead_letter.pk), "step_key": step.key, "action": step.action, "failure_class": failure_class,
+        "attempt_count": dead_letter.attempt_count}})
     return dead_letter

@@ -3,7 +3,8 @@
 `move` checks the transition table, applies the change with a conditional
 update (the row must still be in the status the caller read), and appends
 the audit event in the same transaction, where a workflow's move is also
-announced to its waiters (`announcements`). A lost race returns False; an
+announced to its waiters (`announcements`) and emits its webhook event
+(`workflows.webhooks.events`). A lost race returns False; an
 illegal move raises.
 """
 
@@ -14,6 +15,7 @@ from workflows.audit import journal
 from workflows.engine import announcements
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
+from workflows.webhooks import events
 
 _KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation",
          PolicyChange: "policy_change"}
@@ -61,6 +63,7 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
         )
         if model is Workflow:
             announcements.workflows_moved([obj.pk], current, target)
+            events.workflows_moved([obj.pk], target)
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -137,6 +140,7 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
         log.extend(entries)
     if model is Workflow:
         announcements.workflows_moved([obj.pk for obj in moving], current, target)
+        events.workflows_moved([obj.pk for obj in moving], target)
     return moving
 
 

@@ -3,7 +3,8 @@
 django-q2's scheduler ticks about every 30 s, too coarse to notice a retry
 that is due or a lease that expired. This loop runs in the cluster's main
 process (after the cluster forked its workers) and, every tick, recovers
-expired leases and asks the cluster to drain when work is due; and, every
+expired leases and asks the cluster to drain when work is due (and to
+deliver webhooks when some are due); and, every
 AUDIT_CHECKPOINT_MINUTES, writes a signed audit checkpoint unless another
 worker already did. It never performs an effect itself.
 """
@@ -25,6 +26,7 @@ from workflows.audit import checkpoints
 from workflows.engine import execution, expiry, recovery
 from workflows.models import Step
 from workflows.states import StepStatus
+from workflows.webhooks import delivery
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,10 @@ def tick(broker) -> bool:
         wanted = settings.Q_CLUSTER["workers"] - broker.queue_size()
         for _ in range(max(0, wanted)):
             async_task("workflows.tasks.drain", task_name="drain", broker=broker)
+    # Webhooks whose retry came due, or whose worker died mid-call (its
+    # lease ended), have no wake-up of their own.
+    if delivery.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+        async_task("workflows.tasks.deliver_webhooks", task_name="deliver webhooks", broker=broker)
     return due
 
 

@@ -21,6 +21,7 @@ from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.engine import binding, previews, wakeups
 from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.states import PreviewState
+from workflows.webhooks import keys, outbound
 
 STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_STEPS = 50
@@ -54,6 +55,9 @@ def validate(body: dict) -> dict[str, str]:
     deadline = body.get("deadline_seconds")
     if deadline is not None and not (1 <= deadline <= MAX_DEADLINE_SECONDS):
         errors["deadline_seconds"] = f"Must be between 1 and {MAX_DEADLINE_SECONDS}."
+    if callback := body.get("callback_url"):
+        if message := outbound.url_problem(callback):
+            errors["callback_url"] = message
     for field in ("name", "submission_key"):
         if kind := find_credential(body.get(field) or ""):
             errors[field] = f"This looks like a credential ({kind}): remove it."
@@ -129,15 +133,21 @@ def submit(user, body: dict) -> Submission:
     """Record a plan as PLANNED, or return the workflow this submission
     already created. Raises PlanInvalid or SubmissionConflict."""
     errors = validate(body)
+    if body.get("callback_url") and "callback_url" not in errors and not keys.has_secret(user):
+        errors["callback_url"] = ("Your account has no webhook signing secret: an operator runs "
+                                  "`manage.py webhook_secret <your username>` and gives it to you.")
     if errors:
         raise PlanInvalid(errors)
     plan = canonical_plan(body["steps"])
     plan_hash = sha256_hex(canonical_json(plan))
     context = redact(body.get("context") or {}, prompts=True)
     deadline_seconds = body.get("deadline_seconds") or settings.DEFAULT_DEADLINE_SECONDS
-    submission_hash = sha256_hex(
-        canonical_json({"name": body["name"], "plan": plan, "context": context, "deadline_seconds": deadline_seconds})
-    )
+    callback_url = body.get("callback_url") or ""
+    hashed = {"name": body["name"], "plan": plan, "context": context, "deadline_seconds": deadline_seconds}
+    if callback_url:
+        # Only when given: submissions hashed before callbacks existed still match.
+        hashed["callback_url"] = callback_url
+    submission_hash = sha256_hex(canonical_json(hashed))
     existing = _existing(user, body["submission_key"], submission_hash)
     if existing:
         return Submission(existing, created=False)
@@ -152,6 +162,7 @@ def submit(user, body: dict) -> Submission:
                 plan=plan,
                 plan_hash=plan_hash,
                 context=context,
+                callback_url=callback_url,
                 deadline=now + timedelta(seconds=deadline_seconds),
                 created_at=now,
                 updated_at=now,

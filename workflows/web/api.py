@@ -17,7 +17,8 @@ from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
 from workflows.operations import approvals, compensation, deadletters, plans, policies, tokens
-from workflows.states import FailureClass, PreviewState, WorkflowStatus
+from workflows.shapes import workflow_out
+from workflows.states import FailureClass, WorkflowStatus
 from workflows.web import waiting
 from workflows.web.jsonparse import BadJSON, DepthLimitedParser
 from workflows.web.pagination import page_by_created
@@ -199,6 +200,9 @@ class PlanIn(Schema):
     # Strict: "5" or 5.0 is refused, not read as 5.
     deadline_seconds: StrictInt | None = None
     context: dict[str, Any] | None = None
+    callback_url: str | None = Field(None, max_length=2048, description=(
+        "Where this plan's events are posted, signed with your webhook secret (Standard Webhooks): https, or "
+        "http to a loopback host."))
     steps: list[StepIn] = Field(..., min_length=1)
 
 
@@ -267,59 +271,6 @@ class ApprovalIn(DecisionIn):
         None, description="`{step key: digest}` of the previews you were shown (every step whose preview is READY): "
                           "409 `preview_changed` if they are no longer the current ones. Omitted, the approval "
                           "binds the current previews.")
-
-
-def _step_out(step) -> dict:
-    return {
-        "key": step.key,
-        "action": step.action,
-        "status": step.status,
-        "operation_key": step.operation_key,
-        "external_ref": step.external_ref or None,
-        "result": step.result,
-        "preview": _preview_out(step),
-        "attempts": [
-            {
-                "number": a.number,
-                "status": a.status,
-                "failure_class": a.failure_class or None,
-                "started_at": a.started_at,
-                "finished_at": a.finished_at,
-            }
-            for a in step.attempts.all()
-        ],
-    }
-
-
-def _preview_out(step) -> dict:
-    ready = step.preview_state == PreviewState.READY and isinstance(step.preview, dict)
-    return {
-        "state": step.preview_state,
-        "summary": step.preview.get("summary") if ready else None,
-        "details": step.preview.get("details") if ready else None,
-        "digest": step.preview_digest if ready else None,
-        "failure_class": step.preview_failure_class or None,
-        "error": step.preview_error or None,
-    }
-
-
-def workflow_out(workflow: Workflow) -> dict:
-    steps = list(workflow.steps.all())
-    return {
-        "id": workflow.pk,
-        "name": workflow.name,
-        "status": workflow.status,
-        "plan_hash": workflow.plan_hash,
-        "submitted_by": workflow.submitted_by.get_username(),
-        "deadline": workflow.deadline,
-        "created_at": workflow.created_at,
-        "updated_at": workflow.updated_at,
-        "steps": [_step_out(step) for step in steps if step.lane == 0],
-        "compensation_steps": [
-            {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}
-            for step in steps if step.lane
-        ],
-    }
 
 
 def visible_workflows(user):
@@ -808,3 +759,164 @@ def list_audit_events(request, workflow: UUID | None = None, actor: str = "", ve
     events = select_events(actor=actor, verb=verb, workflow=workflow, since=since, until=until)
     rows, next_cursor = page_by_id(events, cursor, limit)
     return {"items": [event_row(event) for event in rows], "next": next_cursor}
+
+
+# --- webhooks ---------------------------------------------------------------
+
+from workflows.webhooks import delivery as webhook_delivery  # noqa: E402
+from workflows.webhooks import endpoints as webhook_endpoints  # noqa: E402
+from workflows.webhooks.events import EVENT_TYPES  # noqa: E402
+from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint  # noqa: E402
+
+
+class WebhookEndpointIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(..., min_length=1, max_length=2048, description="https, or http to a loopback host")
+    description: str = Field("", max_length=200)
+    enabled: StrictBool = True
+
+
+class WebhookEndpointPatchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(None, min_length=1, max_length=2048)
+    description: str | None = Field(None, max_length=200)
+    enabled: StrictBool | None = None
+
+
+class WebhookEndpointOut(Schema):
+    id: UUID
+    url: str
+    description: str
+    enabled: bool
+    created_by: str
+    created_at: datetime
+
+
+class WebhookEndpointCreatedOut(WebhookEndpointOut):
+    secret: str = Field(..., description="`whsec_…`: shown this once; it signs every delivery to this endpoint")
+
+
+class WebhookSecretOut(Schema):
+    secret: str = Field(..., description="`whsec_…`: shown this once; the previous secret keeps signing beside it "
+                                         "for WEBHOOK_ROTATION_HOURS")
+
+
+class WebhookEndpointList(Schema):
+    items: list[WebhookEndpointOut]
+
+
+class WebhookDeliveryOut(Schema):
+    id: UUID
+    webhook_id: str = Field(..., description="The `webhook-id` header: the same on every attempt and replay")
+    event: str
+    workflow_id: UUID
+    endpoint_id: UUID | None = Field(..., description="null: the plan's own callback_url")
+    url: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_status_code: int | None
+    last_error: str
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class WebhookDeliveryPage(Schema):
+    items: list[WebhookDeliveryOut]
+    next: str | None
+
+
+def webhook_endpoint_out(endpoint: WebhookEndpoint) -> dict:
+    return {"id": endpoint.pk, "url": endpoint.url, "description": endpoint.description,
+            "enabled": endpoint.enabled, "created_by": endpoint.created_by.get_username(),
+            "created_at": endpoint.created_at}
+
+
+def webhook_delivery_out(row: WebhookDelivery) -> dict:
+    return {"id": row.pk, "webhook_id": row.webhook_id, "event": row.event, "workflow_id": row.workflow_id,
+            "endpoint_id": row.endpoint_id, "url": row.target_url, "status": row.status,
+            "attempts": row.attempts - row.retry_base, "next_attempt_at": row.next_attempt_at,
+            "last_status_code": row.last_status_code, "last_error": row.last_error, "created_at": row.created_at,
+            "delivered_at": row.delivered_at}
+
+
+def _get_webhook_endpoint(request, endpoint_id: UUID) -> WebhookEndpoint:
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    endpoint = WebhookEndpoint.objects.select_related("created_by").filter(pk=endpoint_id).first()
+    if endpoint is None:
+        raise Http404
+    return endpoint
+
+
+@api.post("/webhooks", response={201: WebhookEndpointCreatedOut},
+          summary="Register an endpoint for every event (operators); its signing secret is shown this once")
+def create_webhook_endpoint(request, payload: WebhookEndpointIn):
+    _require(request, roles.OPERATORS)
+    endpoint, secret = webhook_endpoints.create(by=request.user, **payload.dict())
+    return Status(201, {**webhook_endpoint_out(endpoint), "secret": secret})
+
+
+@api.get("/webhooks", response=WebhookEndpointList, summary="Webhook endpoints (operators, auditors)")
+def list_webhook_endpoints(request):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    rows = WebhookEndpoint.objects.select_related("created_by").order_by("created_at", "id")
+    return {"items": [webhook_endpoint_out(endpoint) for endpoint in rows]}
+
+
+@api.get("/webhooks/{endpoint_id}", response=WebhookEndpointOut, summary="One webhook endpoint")
+def get_webhook_endpoint(request, endpoint_id: UUID):
+    return webhook_endpoint_out(_get_webhook_endpoint(request, endpoint_id))
+
+
+@api.patch("/webhooks/{endpoint_id}", response=WebhookEndpointOut, summary="Change an endpoint (operators)")
+def patch_webhook_endpoint(request, endpoint_id: UUID, payload: WebhookEndpointPatchIn):
+    _require(request, roles.OPERATORS)
+    changes = {name: value for name, value in payload.dict(exclude_unset=True).items() if value is not None}
+    endpoint = webhook_endpoints.update(_get_webhook_endpoint(request, endpoint_id), by=request.user,
+                                        changes=changes)
+    return webhook_endpoint_out(endpoint)
+
+
+@api.post("/webhooks/{endpoint_id}/secret", response={201: WebhookSecretOut},
+          summary="Rotate an endpoint's signing secret (operators); both sign during the overlap")
+def rotate_webhook_secret(request, endpoint_id: UUID):
+    _require(request, roles.OPERATORS)
+    secret = webhook_endpoints.rotate_secret(_get_webhook_endpoint(request, endpoint_id), by=request.user)
+    return Status(201, {"secret": secret})
+
+
+@api.delete("/webhooks/{endpoint_id}", response={204: None},
+            summary="Remove an endpoint with its secrets and deliveries (operators)")
+def delete_webhook_endpoint(request, endpoint_id: UUID):
+    _require(request, roles.OPERATORS)
+    webhook_endpoints.delete(_get_webhook_endpoint(request, endpoint_id), by=request.user)
+    return Status(204, None)
+
+
+@api.get("/webhook-deliveries", response=WebhookDeliveryPage,
+         summary="Webhook deliveries, newest first (operators, auditors); status=DEAD lists the dead-lettered")
+def list_webhook_deliveries(request, status: WebhookDelivery.Status | None = None, event: str | None = None,
+                            workflow: UUID | None = None, endpoint: UUID | None = None,
+                            cursor: str | None = None, limit: int = Query(50, ge=1, le=200)):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
+    if event is not None and event not in EVENT_TYPES:
+        raise ValidationError([{"loc": ("query", "event"), "msg": f"One of: {', '.join(EVENT_TYPES)}."}])
+    rows = WebhookDelivery.objects.select_related("endpoint")
+    for name, value in (("status", status), ("event", event), ("workflow_id", workflow), ("endpoint_id", endpoint)):
+        if value:
+            rows = rows.filter(**{name: value})
+    page, next_cursor = page_by_created(rows, cursor, limit)
+    return {"items": [webhook_delivery_out(row) for row in page], "next": next_cursor}
+
+
+@api.post("/webhook-deliveries/{delivery_id}/replay", response={202: WebhookDeliveryOut},
+          summary="Send a dead-lettered delivery again, same webhook-id and body (operators)")
+def replay_webhook_delivery(request, delivery_id: UUID, payload: ReasonIn):
+    _require(request, roles.OPERATORS)
+    row = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
+    if row is None:
+        raise Http404
+    row = webhook_delivery.replay(row, by=request.user, reason=payload.reason)
+    return Status(202, webhook_delivery_out(row))

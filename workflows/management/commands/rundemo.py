@@ -38,7 +38,9 @@ class Command(BaseCommand):
     def handle(self, *args, web, desk_port, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
-        env = {**os.environ, "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}", "PYTHONUNBUFFERED": "1"}
+        # The demo's receivers listen on loopback: webhooks and http.post may call them.
+        env = {"WEBHOOK_ALLOW_PRIVATE": "1", **os.environ, "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}",
+               "PYTHONUNBUFFERED": "1"}
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         commands = {
             "ticket desk": manage + ["ticketdesk", "--port", str(desk_port)],

@@ -1,0 +1,58 @@
+"""The shape of a workflow as the API answers GET /api/v1/workflows/{id}
+and as webhooks carry it: plain values, serialised by the caller."""
+
+from workflows.models import Workflow
+from workflows.states import PreviewState
+
+
+def _step_out(step) -> dict:
+    return {
+        "key": step.key,
+        "action": step.action,
+        "status": step.status,
+        "operation_key": step.operation_key,
+        "external_ref": step.external_ref or None,
+        "result": step.result,
+        "preview": _preview_out(step),
+        "attempts": [
+            {
+                "number": a.number,
+                "status": a.status,
+                "failure_class": a.failure_class or None,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+            }
+            for a in step.attempts.all()
+        ],
+    }
+
+
+def _preview_out(step) -> dict:
+    ready = step.preview_state == PreviewState.READY and isinstance(step.preview, dict)
+    return {
+        "state": step.preview_state,
+        "summary": step.preview.get("summary") if ready else None,
+        "details": step.preview.get("details") if ready else None,
+        "digest": step.preview_digest if ready else None,
+        "failure_class": step.preview_failure_class or None,
+        "error": step.preview_error or None,
+    }
+
+
+def workflow_out(workflow: Workflow) -> dict:
+    steps = list(workflow.steps.all())
+    return {
+        "id": workflow.pk,
+        "name": workflow.name,
+        "status": workflow.status,
+        "plan_hash": workflow.plan_hash,
+        "submitted_by": workflow.submitted_by.get_username(),
+        "deadline": workflow.deadline,
+        "created_at": workflow.created_at,
+        "updated_at": workflow.updated_at,
+        "steps": [_step_out(step) for step in steps if step.lane == 0],
+        "compensation_steps": [
+            {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}
+            for step in steps if step.lane
+        ],
+    }
