@@ -26,6 +26,7 @@ from workflows.models import DeadLetter, Workflow
 from workflows.operations import tokens
 from workflows.ops.processes import free_port
 from workflows.web import waiting
+from workflows.webhooks import keys as webhook_keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -318,7 +319,8 @@ def test_actions_lists_what_is_installed_with_argument_schemas(console):
     assert by_name["email.send"]["irreversible"] is True
 
 
-def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server):
+def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server, people):
+    webhook_keys.issue(user=people["agent"])  # callbacks are signed with the submitter's secret
     with Relay(live_server.url) as relay:
         agent = console("agent", url=relay.url)
         agent.submit("plain", NOOP, submission_key="plain")
@@ -329,6 +331,7 @@ def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server
     assert set(plain) == {"name", "submission_key", "steps"}
     assert called_back["callback_url"] == "https://agent.example.com/hooks"
     assert called_back["deadline_seconds"] == 7200
+    assert Workflow.objects.get(submission_key="called-back").callback_url == "https://agent.example.com/hooks"
 
 
 def test_errors_say_what_failed_without_the_token(console, people, tmp_path, monkeypatch):
