@@ -507,6 +507,69 @@ def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.
     return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
 
 
+class DeadLetterFilterIn(Schema):
+    """The GET list's query parameters. `status` may only say OPEN: nothing else is replayed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: UUID | None = None
+    status: DeadLetter.Status | None = None
+    action: str | None = Field(None, min_length=1, max_length=64)
+    failure_class: FailureClass | None = None
+
+
+class BulkReplayIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class")
+    dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
+    reason: str = Field("", max_length=2000, description="Required unless dry_run")
+
+
+class RefusalOut(Schema):
+    id: UUID
+    reason: str
+
+
+class BulkReplayOut(Schema):
+    dry_run: bool
+    matched: int = Field(..., description=f"Open dead letters the filter chose (at most {deadletters.MAX_BULK})")
+    capped: bool = Field(..., description="More match than one replay takes: replay again for the rest")
+    replayed: list[UUID] = Field(..., description="Replayed (dry run: those that would be)")
+    refused: list[RefusalOut] = Field(..., description="Refused, and why (dry run: those that would be)")
+    previews: list[ReplayPreviewOut] = Field(..., description="Dry run: exactly what each replay would run")
+
+
+# Registered before /dead-letters/{id}, whose route would take "replay" for an id.
+@api.post("/dead-letters/replay", response={200: BulkReplayOut, 202: BulkReplayOut},
+          summary="Replay the open dead letters a filter chooses (operators), with the console's bulk replay's "
+                  "limits and policy checks; dry_run answers what would be replayed (200), a replay answers 202")
+def replay_dead_letters(request, payload: BulkReplayIn):
+    _require(request, roles.OPERATORS)
+    chosen = payload.filter
+    if chosen.status not in (None, DeadLetter.Status.OPEN):
+        raise DomainError("Only open dead letters can be replayed.",
+                          fields={"filter.status": "Only OPEN dead letters can be replayed."})
+    if not (chosen.workflow or chosen.action or chosen.failure_class):
+        message = "Choose dead letters by workflow, action or failure_class: never all of them at once."
+        raise DomainError(message, fields={"filter": message})
+    entries = list(deadletters.select(workflow=chosen.workflow, action=chosen.action,
+                                      failure_class=chosen.failure_class))
+    found = {"matched": len(entries), "capped": len(entries) >= deadletters.MAX_BULK}
+    if payload.dry_run:
+        previews = deadletters.preview(entries)
+        return Status(200, {
+            "dry_run": True, **found,
+            "replayed": [p.dead_letter.pk for p in previews if p.will_run],
+            "refused": [{"id": p.dead_letter.pk, "reason": "Current policy does not allow this replay: "
+                         + "; ".join(policy.problems(p.checks))} for p in previews if not p.will_run],
+            "previews": [p.as_dict() for p in previews],
+        })
+    done, refused = deadletters.replay_many(entries, by=request.user, reason=payload.reason)
+    return Status(202, {"dry_run": False, **found, "replayed": [entry.pk for entry in done],
+                        "refused": [{"id": entry.pk, "reason": why} for entry, why in refused], "previews": []})
+
+
 @api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut,
          summary="One dead letter (operators, auditors; an agent, one of its own workflows)")
 def get_dead_letter(request, dead_letter_id: UUID):
@@ -797,68 +860,6 @@ def resolve_step(request, workflow_id: UUID, step_key: str, payload: ResolutionI
     return workflow_out(_get_workflow(request, workflow_id))
 
 
-class DeadLetterFilterIn(Schema):
-    """The GET list's query parameters. `status` may only say OPEN: nothing else is replayed."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    workflow: UUID | None = None
-    status: DeadLetter.Status | None = None
-    action: str | None = Field(None, min_length=1, max_length=64)
-    failure_class: FailureClass | None = None
-
-
-class BulkReplayIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class")
-    dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
-    reason: str = Field("", max_length=2000, description="Required unless dry_run")
-
-
-class RefusalOut(Schema):
-    id: UUID
-    reason: str
-
-
-class BulkReplayOut(Schema):
-    dry_run: bool
-    matched: int = Field(..., description=f"Open dead letters the filter chose (at most {deadletters.MAX_BULK})")
-    capped: bool = Field(..., description="More match than one replay takes: replay again for the rest")
-    replayed: list[UUID] = Field(..., description="Replayed (dry run: those that would be)")
-    refused: list[RefusalOut] = Field(..., description="Refused, and why (dry run: those that would be)")
-    previews: list[ReplayPreviewOut] = Field(..., description="Dry run: exactly what each replay would run")
-
-
-@api.post("/dead-letters/replay", response={200: BulkReplayOut, 202: BulkReplayOut},
-          summary="Replay the open dead letters a filter chooses (operators), with the console's bulk replay's "
-                  "limits and policy checks; dry_run answers what would be replayed (200), a replay answers 202")
-def replay_dead_letters(request, payload: BulkReplayIn):
-    _require(request, roles.OPERATORS)
-    chosen = payload.filter
-    if chosen.status not in (None, DeadLetter.Status.OPEN):
-        raise DomainError("Only open dead letters can be replayed.",
-                          fields={"filter.status": "Only OPEN dead letters can be replayed."})
-    if not (chosen.workflow or chosen.action or chosen.failure_class):
-        message = "Choose dead letters by workflow, action or failure_class: never all of them at once."
-        raise DomainError(message, fields={"filter": message})
-    entries = list(deadletters.select(workflow=chosen.workflow, action=chosen.action,
-                                      failure_class=chosen.failure_class))
-    found = {"matched": len(entries), "capped": len(entries) >= deadletters.MAX_BULK}
-    if payload.dry_run:
-        previews = deadletters.preview(entries)
-        return Status(200, {
-            "dry_run": True, **found,
-            "replayed": [p.dead_letter.pk for p in previews if p.will_run],
-            "refused": [{"id": p.dead_letter.pk, "reason": "Current policy does not allow this replay: "
-                         + "; ".join(policy.problems(p.checks))} for p in previews if not p.will_run],
-            "previews": [p.as_dict() for p in previews],
-        })
-    done, refused = deadletters.replay_many(entries, by=request.user, reason=payload.reason)
-    return Status(202, {"dry_run": False, **found, "replayed": [entry.pk for entry in done],
-                        "refused": [{"id": entry.pk, "reason": why} for entry, why in refused], "previews": []})
-
-
 class VerifyIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
@@ -873,7 +874,7 @@ class VerificationOut(Schema):
     events: int
     streams: int
     problem_count: int
-    problems: list[Any]
+    problems: list[str]
     seconds: float
 
 
