@@ -271,8 +271,10 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
 @login_required
 @require_POST
 def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    # Who may cancel depends on the workflow's status: the operation decides, under its lock.
     workflow = _get_workflow_for_user(request, workflow_id)
+    # Who may cancel depends on the status; the operation checks again under its lock.
+    if workflow.status in cancellation.CANCELLABLE and not cancellation.may_cancel(workflow, request.user):
+        raise PermissionDenied
     return act(request, lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
                done=f"Cancelled: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
 
