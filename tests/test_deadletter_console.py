@@ -231,10 +231,10 @@ def test_detail_shows_trace_and_replay_preview(entry, as_user):
     assert "INVALID_ARGUMENTS" in html
     assert f'<code data-testid="operation-key">{step.operation_key}</code>' in html
     assert "Printer on fire" in html
-    for check in ("action available", "action enabled", "deadline not passed", "plan as approved",
-                  "approvals still valid"):
+    for check in ("action available", "action enabled", "workflow not cancelled", "deadline not passed",
+                  "plan as approved", "approvals still valid"):
         assert check in html
-    assert html.count('data-testid="check-result">✓ pass<') == 5
+    assert html.count('data-testid="check-result">✓ pass<') == 6
     assert "Will run</strong>" in html
     assert "started " in html and " ms" in html  # timings of the failed attempt
     assert "Replay</button>" in html and "Discard</button>" in html
@@ -378,7 +378,7 @@ def test_bulk_preview_lists_exactly_the_selected_entries(park, as_user):
     assert Step.objects.get(pk=left.step_id).operation_key not in html
     assert "Replay 2</button>" in html
     assert '<label for="bulk-reason">' in html
-    assert html.count('data-testid="check-result">✓ pass<') == 10
+    assert html.count('data-testid="check-result">✓ pass<') == 12
 
 
 def test_bulk_preview_by_filter_takes_only_matching_entries(two_kinds, as_user):

@@ -319,6 +319,13 @@ TEMPLATES = {
                               "compensation": {"action": "ticket.close",
                                                "args": {"ticket_id": {"$from": "open.result.id"}}}}]},
     "/approve": {"comment": "ok"},
+    "/cancel": {"reason": "r"},
+    "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
+    # Before "/replay": the first suffix that matches is taken.
+    "/dead-letters/replay": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
+                                        "action": "ticket.create", "failure_class": "TRANSIENT"},
+                             "dry_run": True, "reason": "r"},
+    "/verify": {"workflow": "00000000-0000-0000-0000-000000000000"},
     "/reject": {"comment": "no"},
     "/replay": {"reason": "r"},
     "/discard": {"reason": "r"},

@@ -47,6 +47,8 @@ def console_routes(w):
         ("GET", f"/workflows/{w['planned']}/", None, ANY_USER),  # the agent submitted it
         ("POST", f"/workflows/{w['planned']}/approve", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
+        ("POST", f"/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
         ("POST", f"/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
          {"operator", "admin"}),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
@@ -77,8 +79,16 @@ def api_routes(w):
         ("POST", "/api/v1/workflows", ticket_plan("new"), ANY_USER),
         ("POST", f"/api/v1/workflows/{w['planned']}/approve", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
-        ("GET", "/api/v1/dead-letters", None, {"operator", "auditor", "admin"}),
-        ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"operator", "auditor", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
+        ("POST", f"/api/v1/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
+         {"operator", "admin"}),
+        # The agent submitted the failed workflow: its dead letter is the agent's to see.
+        ("GET", "/api/v1/dead-letters", None, {"agent", "operator", "auditor", "admin"}),
+        ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),
+        ("POST", "/api/v1/dead-letters/replay", {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
+         {"operator", "admin"}),
+        ("POST", "/api/v1/audit/verify", {}, {"auditor", "admin"}),
         ("GET", f"/api/v1/dead-letters/{w['dead']}/preview", None, {"operator", "auditor", "admin"}),
         ("POST", f"/api/v1/dead-letters/{w['dead']}/replay", {"reason": "r"}, {"operator", "admin"}),
         ("POST", f"/api/v1/dead-letters/{w['dead']}/discard", {"reason": "r"}, {"operator", "admin"}),

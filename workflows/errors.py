@@ -7,9 +7,11 @@ class DomainError(Exception):
     # Per-field messages, keyed by the field's name, when the error is about input.
     fields: dict[str, str] | None = None
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, fields: dict[str, str] | None = None):
         super().__init__(message)
         self.message = message
+        if fields is not None:
+            self.fields = fields
 
 
 class NotAllowed(DomainError):
@@ -19,6 +21,7 @@ class NotAllowed(DomainError):
 
 class ReasonRequired(DomainError):
     code = "invalid"
+    fields = {"reason": "A reason is required."}
 
 
 class WrongState(DomainError):

@@ -91,16 +91,20 @@ _WITH_EFFECTS = (W.RUNNING, W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION)
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     "workflow": {
         W.PLANNED: frozenset({W.APPROVED, W.REJECTED, W.EXPIRED, W.CANCELLED}),
-        W.APPROVED: frozenset({W.RUNNING}),
-        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING}),
-        W.FAILED: frozenset({W.RUNNING, W.COMPENSATING}),
-        W.NEEDS_ATTENTION: frozenset({W.RUNNING, W.FAILED, W.COMPENSATING}),
+        # An operator may cancel a plan at any point of its run; its steps
+        # stop where they stand (an effect in flight is still recorded).
+        W.APPROVED: frozenset({W.RUNNING, W.CANCELLED}),
+        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING, W.CANCELLED}),
+        W.FAILED: frozenset({W.RUNNING, W.COMPENSATING, W.CANCELLED}),
+        W.NEEDS_ATTENTION: frozenset({W.RUNNING, W.FAILED, W.COMPENSATING, W.CANCELLED}),
         W.COMPLETE: frozenset({W.COMPENSATING}),
         W.COMPENSATING: frozenset({W.COMPENSATED, W.COMPENSATION_FAILED}),
         W.COMPENSATION_FAILED: frozenset({W.COMPENSATING}),
-        W.REJECTED: frozenset(),
+        # Terminal for the plan, yet the effects it completed before it
+        # stopped can still be undone.
+        W.REJECTED: frozenset({W.COMPENSATING}),
         W.EXPIRED: frozenset(),
-        W.CANCELLED: frozenset(),
+        W.CANCELLED: frozenset({W.COMPENSATING}),
         W.COMPENSATED: frozenset(),
     },
     "step": {
@@ -138,7 +142,9 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     },
 }
 
-TERMINAL_WORKFLOW = frozenset(s for s, targets in TRANSITIONS["workflow"].items() if not targets) | {W.COMPLETE}
+# Listed, not derived from "no outgoing edge": a cancelled or rejected plan
+# is over even though its completed steps may still be compensated.
+TERMINAL_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W.COMPENSATED})
 ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
 # What a waiter for the end of a workflow waits for (DESIGN §21.2): the end
 # states, and the states that need a person, so that a waiter is never stuck.

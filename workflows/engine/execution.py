@@ -213,6 +213,9 @@ def _request_shared(steps: list[Step], log: list) -> None:
     passes. A step that fails the recheck keeps no attempt; `execute` blocks it."""
     if not steps:
         return
+    # Under the workflows' locks, so that a cancel either waits for these
+    # attempts (their effects then count as in flight) or is seen here.
+    policy.cancelled_workflows({step.workflow_id for step in steps}, lock=True)
     checks = policy.evaluate_many(steps)
     ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
     inflight.write_requested(ready, log)
@@ -333,6 +336,9 @@ def execute(step: Step) -> None:
         if recovery.reconcile_earlier_attempts(step, action, fence):
             return
         attempt = _request_attempt(step, fence, rules.version, step.bound_plan_hash)
+        if attempt is None:
+            outcomes.block(step, fence, policy.cancelled_problem())
+            return
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
             with LeaseKeeper(step.pk, fence):
@@ -350,11 +356,14 @@ def execute(step: Step) -> None:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
 
 
-def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt:
+def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt | None:
     """The checkpoint before the effect: committed before perform() is
-    called, with the plan hash the policy recheck bound the step to."""
+    called, with the plan hash the policy recheck bound the step to. None,
+    writing nothing, when the workflow was cancelled since the recheck."""
     with transaction.atomic():
         assert_lease(step, fence, StepStatus.RUNNING)
+        if policy.cancelled_workflows([step.workflow_id], lock=True):
+            return None
         number = (step.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
         attempt = Attempt.objects.create(
             step=step,

@@ -202,9 +202,14 @@ class Effects:
             return
         with transaction.atomic():
             held = still_held(steps, StepStatus.RUNNING)
+            cancelled = policy.cancelled_workflows({step.workflow_id for step in held}, lock=True)
+            stopped = [step for step in held if step.workflow_id in cancelled]
+            held = [step for step in held if step.workflow_id not in cancelled]
             entries: list[journal.Entry] = []
             write_requested(held, entries)
             journal.append_many(entries)
+        for step in stopped:
+            outcomes.block(step, step.fence, policy.cancelled_problem())
         taken = {step.pk for step in held}
         self.keeper.release([step.pk for step in steps if step.pk not in taken])
         failpoints.hit_each(failpoints.AFTER_REQUESTED, held)

@@ -116,7 +116,8 @@ def settle(step: Step, ok: bool, fence: int) -> None:
             Step.objects.ready_after([step])
             if step.lane:
                 compensating.step_complete(workflow, step)
-            elif not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
+            elif (workflow.status == WorkflowStatus.RUNNING
+                  and not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists()):
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
             move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,

@@ -17,6 +17,11 @@ from django.utils import timezone
 from workflows import actions, roles
 from workflows.engine import binding
 from workflows.models import ActionPolicy, Approval, Step, Workflow
+from workflows.states import WorkflowStatus
+
+
+NOT_CANCELLED = "workflow not cancelled"
+CANCELLED = "the workflow was cancelled: none of its steps starts any more"
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,8 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     plan_policies = {step.workflow_id: [current[name] for name in plan_actions[step.pk]]
                      for step in steps if not step.lane}
     tallies = _tally_approvals(list(forward.values()), plan_policies, now, hashes) if forward else {}
+    # Read afresh, not from the claim: a cancel may have come in since.
+    cancelled = cancelled_workflows(forward)
     results = {}
     for step in steps:
         step.bound_plan_hash = hashes[step.workflow_id, step.lane]
@@ -142,6 +149,8 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             results[step.pk] = checks + _compensation_checks(step, now)
             continue
         workflow = step.workflow
+        checks.append(Check(NOT_CANCELLED, workflow.pk not in cancelled,
+                            CANCELLED if workflow.pk in cancelled else "the workflow goes on"))
         checks.append(Check("deadline not passed", workflow.deadline > now,
                             f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
         unchanged = step.bound_plan_hash == workflow.plan_hash
@@ -166,6 +175,17 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         ))
         results[step.pk] = checks
     return results
+
+
+def cancelled_workflows(workflow_ids, *, lock: bool = False) -> set:
+    """Which of these workflows were cancelled. With `lock`, inside the
+    transaction that requests an attempt: the cancel takes the workflow's
+    row lock, so either the attempt commits first (its effect is then in
+    flight, and recorded) or it sees the cancel."""
+    rows = Workflow.objects.filter(pk__in=list(workflow_ids))
+    if lock:
+        rows = rows.select_for_update().order_by("pk")
+    return {pk for pk, status in rows.values_list("pk", "status") if status == WorkflowStatus.CANCELLED}
 
 
 def _set_aside(tally: Tally) -> str:
@@ -200,6 +220,10 @@ def _compensation_checks(step: Step, now) -> list[Check]:
         Check("deadline not passed", comp.deadline is not None and comp.deadline > now,
               f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline"),
     ]
+
+
+def cancelled_problem() -> list[str]:
+    return problems([Check(NOT_CANCELLED, False, CANCELLED)])
 
 
 def problems(checks: list[Check]) -> list[str]:

@@ -26,6 +26,7 @@ from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 
 COMPENSABLE_WORKFLOW = (
     WorkflowStatus.COMPLETE, WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.COMPENSATION_FAILED,
+    WorkflowStatus.CANCELLED, WorkflowStatus.REJECTED,
 )
 OPEN = (CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING)
 IRREVERSIBLE_WHY = "{action} cannot be undone: its effect stays in place and must be handled outside the system."
@@ -97,6 +98,7 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
         if locked.status not in COMPENSABLE_WORKFLOW:
             raise WrongState(f"A {locked.status} workflow cannot be compensated now.")
+        _refuse_in_flight(locked)
         completed = list(locked.steps.filter(lane=0, status=StepStatus.COMPLETE).order_by("-position"))
         if step_keys is not None:
             if not step_keys:
@@ -130,6 +132,16 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
     return comp
 
 
+def _refuse_in_flight(workflow: Workflow) -> None:
+    """A cancelled run may still have an effect in flight: its outcome is
+    recorded first, so that the undo covers it too."""
+    running = list(workflow.steps.filter(lane=0, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
+                   .values_list("key", flat=True))
+    if running:
+        raise WrongState(f"Step {', '.join(running)} still has an effect in flight: compensate once its outcome "
+                         "is recorded.")
+
+
 def _check_decider(comp: Compensation, user) -> None:
     if not roles.is_reviewer(user):
         raise NotAllowed("Only reviewers can authorize or decline a compensation.")
@@ -148,6 +160,7 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
         workflow = Workflow.objects.select_for_update().get(pk=comp.workflow_id)
         if workflow.status not in COMPENSABLE_WORKFLOW:
             raise WrongState(f"A {workflow.status} workflow cannot be compensated now.")
+        _refuse_in_flight(workflow)
         now = timezone.now()
         context = {"compensation": str(comp.pk), "requested_by": comp.requested_by.get_username(),
                    "authorized_by": by.get_username(), "reason": comp.reason, "decision_reason": reason}

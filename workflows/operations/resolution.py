@@ -34,13 +34,15 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
     if not reason:
         raise ReasonRequired("A reason is required.")
     if decision not in DECISIONS:
-        raise DomainError(f"Decision must be one of {', '.join(DECISIONS)}.")
+        message = f"Decision must be one of {', '.join(DECISIONS)}."
+        raise DomainError(message, fields={"decision": message})
     external_ref = (external_ref or "").strip()[:200]
     refuse_credentials(reason=reason, external_ref=external_ref)
     if refused := credential_fields(result or {}, "result"):
         raise CredentialRefused(refused)
     if decision in (HAPPENED, COMPENSATE) and not external_ref:
-        raise DomainError("Say where it happened: the external reference is the evidence.")
+        message = "Say where it happened: the external reference is the evidence."
+        raise DomainError(message, fields={"external_ref": message})
     with transaction.atomic():
         locked = Step.objects.select_for_update(of=("self",)).select_related("workflow").get(pk=step.pk)
         if locked.status != StepStatus.IN_DOUBT:

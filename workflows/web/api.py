@@ -13,10 +13,13 @@ from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConst
 
 from workflows import actions, roles
 from workflows.actions import catalog
+from workflows.audit import journal
 from workflows.errors import DomainError, NotAllowed
-from workflows.engine import limits
+from workflows.engine import limits, policy
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
-from workflows.operations import approvals, compensation, deadletters, plans, policies, tokens
+from workflows.operations import (
+    approvals, cancellation, compensation, deadletters, plans, policies, resolution, tokens,
+)
 from workflows.shapes import workflow_out
 from workflows.states import FailureClass, WorkflowStatus
 from workflows.web import waiting
@@ -441,20 +444,29 @@ def _require(request, *allowed) -> None:
         raise NotAllowed("Your role does not allow this.")
 
 
+def visible_dead_letters(user):
+    """Operators and auditors see every dead letter; an agent (a user in no
+    role) only those of its own workflows. Reviewers have none to see."""
+    if roles.is_operator(user) or roles.is_auditor(user):
+        return DeadLetter.objects.all()
+    if any(roles.has_role(user, role) for role in roles.ALL):
+        raise NotAllowed("Your role does not allow this.")
+    return DeadLetter.objects.filter(workflow__submitted_by=user)
+
+
 def _get_dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
-    _require(request, roles.OPERATORS, roles.AUDITORS)
-    entry = DeadLetter.objects.select_related("resolved_by").filter(pk=dead_letter_id).first()
+    entry = visible_dead_letters(request.user).select_related("resolved_by").filter(pk=dead_letter_id).first()
     if entry is None:
         raise Http404
     return entry
 
 
-@api.get("/dead-letters", response=DeadLetterPage, summary="List dead letters (operators, auditors)")
+@api.get("/dead-letters", response=DeadLetterPage,
+         summary="List dead letters (operators, auditors; an agent, those of its own workflows)")
 def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.Status | None = None,
                       action: str | None = None, failure_class: FailureClass | None = None,
                       cursor: str | None = None, limit: int = Query(50, ge=1, le=200)):
-    _require(request, roles.OPERATORS, roles.AUDITORS)
-    entries = DeadLetter.objects.select_related("resolved_by")
+    entries = visible_dead_letters(request.user).select_related("resolved_by")
     if workflow:
         entries = entries.filter(workflow_id=workflow)
     if status:
@@ -467,7 +479,71 @@ def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.
     return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
 
 
-@api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut, summary="One dead letter")
+class DeadLetterFilterIn(Schema):
+    """The GET list's query parameters. `status` may only say OPEN: nothing else is replayed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: UUID | None = None
+    status: DeadLetter.Status | None = None
+    action: str | None = Field(None, min_length=1, max_length=64)
+    failure_class: FailureClass | None = None
+
+
+class BulkReplayIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class")
+    dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
+    reason: str = Field("", max_length=2000, description="Required unless dry_run")
+
+
+class RefusalOut(Schema):
+    id: UUID
+    reason: str
+
+
+class BulkReplayOut(Schema):
+    dry_run: bool
+    matched: int = Field(..., description=f"Open dead letters the filter chose (at most {deadletters.MAX_BULK})")
+    capped: bool = Field(..., description="More match than one replay takes: replay again for the rest")
+    replayed: list[UUID] = Field(..., description="Replayed (dry run: those that would be)")
+    refused: list[RefusalOut] = Field(..., description="Refused, and why (dry run: those that would be)")
+    previews: list[ReplayPreviewOut] = Field(..., description="Dry run: exactly what each replay would run")
+
+
+# Registered before /dead-letters/{id}, whose route would take "replay" for an id.
+@api.post("/dead-letters/replay", response={200: BulkReplayOut, 202: BulkReplayOut},
+          summary="Replay the open dead letters a filter chooses (operators), with the console's bulk replay's "
+                  "limits and policy checks; dry_run answers what would be replayed (200), a replay answers 202")
+def replay_dead_letters(request, payload: BulkReplayIn):
+    _require(request, roles.OPERATORS)
+    chosen = payload.filter
+    if chosen.status not in (None, DeadLetter.Status.OPEN):
+        raise DomainError("Only open dead letters can be replayed.",
+                          fields={"filter.status": "Only OPEN dead letters can be replayed."})
+    if not (chosen.workflow or chosen.action or chosen.failure_class):
+        message = "Choose dead letters by workflow, action or failure_class: never all of them at once."
+        raise DomainError(message, fields={"filter": message})
+    entries = list(deadletters.select(workflow=chosen.workflow, action=chosen.action,
+                                      failure_class=chosen.failure_class))
+    found = {"matched": len(entries), "capped": len(entries) >= deadletters.MAX_BULK}
+    if payload.dry_run:
+        previews = deadletters.preview(entries)
+        return Status(200, {
+            "dry_run": True, **found,
+            "replayed": [p.dead_letter.pk for p in previews if p.will_run],
+            "refused": [{"id": p.dead_letter.pk, "reason": "Current policy does not allow this replay: "
+                         + "; ".join(policy.problems(p.checks))} for p in previews if not p.will_run],
+            "previews": [p.as_dict() for p in previews],
+        })
+    done, refused = deadletters.replay_many(entries, by=request.user, reason=payload.reason)
+    return Status(202, {"dry_run": False, **found, "replayed": [entry.pk for entry in done],
+                        "refused": [{"id": entry.pk, "reason": why} for entry, why in refused], "previews": []})
+
+
+@api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut,
+         summary="One dead letter (operators, auditors; an agent, one of its own workflows)")
 def get_dead_letter(request, dead_letter_id: UUID):
     return dead_letter_out(_get_dead_letter(request, dead_letter_id))
 
@@ -475,6 +551,7 @@ def get_dead_letter(request, dead_letter_id: UUID):
 @api.get("/dead-letters/{dead_letter_id}/preview", response=ReplayPreviewOut,
          summary="Exactly what a replay would run, and the policy checks as they stand now")
 def preview_dead_letter(request, dead_letter_id: UUID):
+    _require(request, roles.OPERATORS, roles.AUDITORS)
     entry = _get_dead_letter(request, dead_letter_id)
     return deadletters.preview([entry])[0].as_dict()
 
@@ -489,7 +566,7 @@ def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
 
 
 @api.post("/dead-letters/{dead_letter_id}/discard", response=DeadLetterOut,
-          summary="Close without running anything (operators)")
+          summary="Close without running anything (operators); the step stays DEAD_LETTERED")
 def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
     _require(request, roles.OPERATORS)
     entry = _get_dead_letter(request, dead_letter_id)
@@ -719,6 +796,67 @@ def decline_policy_change(request, change_id: UUID, payload: DecisionReasonIn):
     _require(request, roles.OPERATORS)
     found = policies.decline(_get_policy_change(request, change_id), by=request.user, reason=payload.reason)
     return policy_change_out(_get_policy_change(request, found.pk))
+
+
+# --- the console's other actions: cancel, resolve, bulk replay, verify ---------
+
+
+class ResolutionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["happened", "not_happened", "compensate"] = Field(
+        ..., description="`happened`: record the evidence and go on; `not_happened`: run the step again with the "
+                         "same operation key; `compensate`: it happened and must be undone (requests a compensation)")
+    external_ref: str = Field("", max_length=200, description="Where it happened: required unless `not_happened`")
+    result: dict[str, Any] | None = Field(None, description="The step's result as seen in the other system")
+    reason: str = Field(..., max_length=2000)
+
+
+@api.post("/workflows/{workflow_id}/cancel", response=WorkflowOut,
+          summary="Cancel a plan: its submitter while PLANNED, an operator once approved; no step starts after "
+                  "it, an effect in flight is recorded, completed steps can then be compensated")
+def cancel_workflow(request, workflow_id: UUID, payload: ReasonIn):
+    cancellation.cancel(_get_workflow(request, workflow_id), by=request.user, reason=payload.reason)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/steps/{step_key}/resolve", response=WorkflowOut,
+          summary="Settle an in-doubt step with evidence (operators), as the console does")
+def resolve_step(request, workflow_id: UUID, step_key: str, payload: ResolutionIn):
+    workflow = _get_workflow(request, workflow_id)
+    step = workflow.steps.filter(key=step_key).first()
+    if step is None:
+        raise Http404
+    resolution.resolve(step, by=request.user, decision=payload.decision, reason=payload.reason,
+                       external_ref=payload.external_ref, result=payload.result)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class VerifyIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: UUID | None = Field(None, description="Only this workflow's chain (fast); omitted, every chain")
+
+
+class VerificationOut(Schema):
+    at: datetime
+    by: str
+    scope: str
+    ok: bool
+    events: int
+    streams: int
+    problem_count: int
+    problems: list[str]
+    seconds: float
+
+
+@api.post("/audit/verify", response=VerificationOut,
+          summary="Recompute the audit chain now and record the check (auditors), as the console's Verify now")
+def verify_audit(request, payload: VerifyIn):
+    _require(request, roles.AUDITORS)
+    streams = [str(payload.workflow)] if payload.workflow else None
+    check = journal.record_verification(by=request.user.get_username(), streams=streams)
+    return {name: getattr(check, name) for name in VerificationOut.model_fields}
 
 
 # --- audit ------------------------------------------------------------------

@@ -11,6 +11,7 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/", views.workflow_detail, name="workflow_detail"),
     path("workflows/<uuid:workflow_id>/approve", views.approve, name="workflow_approve"),
     path("workflows/<uuid:workflow_id>/reject", views.reject, name="workflow_reject"),
+    path("workflows/<uuid:workflow_id>/cancel", views.cancel, name="workflow_cancel"),
     path("workflows/<uuid:workflow_id>/steps/", views.workflow_steps, name="workflow_steps"),
     path("workflows/<uuid:workflow_id>/previews/retake", views.retake_previews, name="workflow_retake_previews"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve", views.resolve_step, name="step_resolve"),

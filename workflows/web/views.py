@@ -20,7 +20,7 @@ from workflows import actions, roles
 from workflows.engine import policy
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Step, Workflow
-from workflows.operations import approvals, compensation, resolution
+from workflows.operations import approvals, cancellation, compensation, resolution
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
 from workflows.web import arguments
 from workflows.web.pages import act
@@ -186,6 +186,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
             and not any(c.status in compensation.OPEN for c in compensations)
             and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
         ),
+        "can_cancel": cancellation.may_cancel(workflow, request.user),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
@@ -265,6 +266,17 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
 
     return act(request, resolve, done=f"Resolved step {step.key}.", back=_detail_url(workflow),
                partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    workflow = _get_workflow_for_user(request, workflow_id)
+    # Who may cancel depends on the status; the operation checks again under its lock.
+    if workflow.status in cancellation.CANCELLABLE and not cancellation.may_cancel(workflow, request.user):
+        raise PermissionDenied
+    return act(request, lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
+               done=f"Cancelled: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
 
 
 @login_required
