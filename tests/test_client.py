@@ -178,8 +178,9 @@ def test_roles_and_unknown_objects_raise_forbidden_and_not_found(console):
     agent = console("agent")
     theirs = console("operator").submit("the operator's", NOOP)
 
+    assert agent.dead_letters() == []  # an agent's own: none yet
     with pytest.raises(Forbidden) as wrong_role:
-        agent.dead_letters()
+        console("reviewer").dead_letters()
     assert wrong_role.value.status == 403
     with pytest.raises(Forbidden) as no_token:
         console("agent", token="dc_not-a-real-token").get(theirs["id"])
