@@ -19,9 +19,9 @@ from django.conf import settings
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import ticket_plan
-from workflows.models import Workflow
-from workflows.operations import tokens
+from tests.conftest import run_until, ticket_plan
+from workflows.models import DeadLetter, Workflow
+from workflows.operations import approvals, plans, tokens
 from workflows.ops.processes import free_port
 from workflows.web import waiting
 
@@ -142,6 +142,31 @@ def test_a_refusal_from_the_console_is_a_tool_error_that_never_shows_the_token(a
 
     assert result.is_error and "404" in result.content[0].text
     assert agent_mcp.token not in result.content[0].text
+
+
+def dead_letter(user, reviewer, key) -> DeadLetter:
+    """A comment on a ticket the desk does not have: it fails for good."""
+    steps = [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]
+    workflow = plans.submit(user, {"name": "comment", "submission_key": key, "steps": steps}).workflow
+    approvals.approve(workflow, by=reviewer)
+    run_until(workflow.pk, "FAILED")
+    return DeadLetter.objects.get(workflow=workflow)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_list_dead_letters_shows_the_agent_its_own_only(agent_mcp, people, desk, django_user_model):
+    mine = dead_letter(people["agent"], people["reviewer"], "mine")
+    theirs = dead_letter(django_user_model.objects.create_user("other-agent"), people["reviewer"], "theirs")
+
+    async def script(session):
+        every = structured(await session.call_tool("list_dead_letters", {}))
+        of_theirs = structured(await session.call_tool("list_dead_letters", {"plan_id": str(theirs.workflow_id)}))
+        return every, of_theirs
+
+    every, of_theirs = agent_mcp(script)
+
+    assert [entry["id"] for entry in every["dead_letters"]] == [str(mine.pk)]
+    assert every["dead_letters"][0]["step_key"] == "note" and of_theirs["dead_letters"] == []
 
 
 @pytest.mark.live
