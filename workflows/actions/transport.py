@@ -5,7 +5,6 @@ classified (sent or not, retryable or not)."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 from urllib.parse import urlsplit
 
@@ -29,11 +28,7 @@ def http_session() -> requests.Session:
     worker's own logins must not travel to them."""
     session = getattr(_local, "session", None)
     if session is None:
-        session = _local.session = requests.Session()
-        session.trust_env = False
-        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-        if bundle:
-            session.verify = bundle
+        session = _local.session = outbound.new_session()
         _local.proxies = {}
     return session
 

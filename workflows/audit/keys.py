@@ -16,6 +16,7 @@ import hmac
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -85,9 +86,15 @@ def as_setting() -> str:
 
 
 def _development_key() -> AuditKey:
-    """A random key kept in VAR_DIR, created once by whichever process gets
-    there first (O_EXCL), read by the others."""
-    path = settings.VAR_DIR / "audit-key"
+    key = development_secret("audit-key", lambda: f"dev-{secrets.token_hex(4)}:{secrets.token_urlsafe(32)}")
+    return parse(key, name=str(settings.VAR_DIR / "audit-key"))[0]
+
+
+def development_secret(filename: str, make) -> str:
+    """A random development secret kept in VAR_DIR/`filename`, created once
+    (by `make()`) by whichever process gets there first (O_EXCL), read by
+    the others."""
+    path = settings.VAR_DIR / filename
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -95,12 +102,9 @@ def _development_key() -> AuditKey:
         pass
     else:
         with os.fdopen(fd, "w") as out:
-            out.write(f"dev-{secrets.token_hex(4)}:{secrets.token_urlsafe(32)}\n")
+            out.write(make() + "\n")
     for _ in range(50):  # the creator may still be writing
-        text = path.read_text().strip()
-        if text:
-            return parse(text, name=str(path))[0]
-        import time
-
+        if text := path.read_text().strip():
+            return text
         time.sleep(0.02)
     raise ImproperlyConfigured(f"{path} is empty: delete it to have a new development key generated")

@@ -5,13 +5,13 @@ the models so that settings can check the keys at start-up."""
 
 from __future__ import annotations
 
-import os
-import time
 from functools import cache
 
 from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from workflows.audit.keys import development_secret
 
 
 def parse_fernet_keys(raw: list[str], *, name: str = "WEBHOOK_SECRET_KEYS") -> MultiFernet:
@@ -42,19 +42,4 @@ def cipher() -> MultiFernet:
 
 
 def _development_key() -> str:
-    """A random key kept in VAR_DIR, created once by whichever process gets
-    there first (O_EXCL), read by the others."""
-    path = settings.VAR_DIR / "webhook-key"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as out:
-            out.write(Fernet.generate_key().decode() + "\n")
-    for _ in range(50):  # the creator may still be writing
-        if text := path.read_text().strip():
-            return text
-        time.sleep(0.02)
-    raise ImproperlyConfigured(f"{path} is empty: delete it to have a new development key generated")
+    return development_secret("webhook-key", lambda: Fernet.generate_key().decode())

@@ -119,17 +119,24 @@ class PinnedAdapter(HTTPAdapter):
         return host_params, pool_kwargs
 
 
+def new_session() -> requests.Session:
+    """A session that reads the environment now, once: the CA bundle; no
+    proxies or ~/.netrc of its own (callers pass proxies per request)."""
+    session = requests.Session()
+    session.trust_env = False
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        session.verify = bundle
+    return session
+
+
 _local = threading.local()
 
 
 def _session() -> requests.Session:
     session = getattr(_local, "session", None)
     if session is None:
-        session = _local.session = requests.Session()
-        session.trust_env = False
-        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-        if bundle:
-            session.verify = bundle
+        session = _local.session = new_session()
         adapter = PinnedAdapter()
         session.mount("http://", adapter)
         session.mount("https://", adapter)
