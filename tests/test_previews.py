@@ -6,10 +6,12 @@ ticket closed meanwhile blocks its `ticket.close` until a reviewer approves
 the new preview."""
 
 import json
+import threading
 import time
 
 import pytest
 import requests
+from django.db import connection, connections, transaction
 
 from tests.conftest import ticket_plan, wait_for_status
 from tests.test_crash_matrix import crash_at
@@ -162,6 +164,45 @@ def test_a_preview_task_delivered_twice_changes_nothing_the_second_time(api, des
     assert tasks.compute_previews(str(workflow.pk)) == 0
     assert Step.objects.get(workflow=workflow).preview["details"]["ticket"]["status"] == "open"
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="workflow.previewed").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_storing_previews_takes_the_workflow_row_first_as_a_decision_does(api, desk):
+    """A decision locks the workflow, journals, then marks the first step
+    ready; storing previews must queue behind it on the workflow's row, not
+    take the step rows first (that order deadlocked an approval on PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no row locks: a writer holds the whole database")
+    workflow = plans.submit(api["agent"].user, close_plan(open_ticket(desk)["id"])).workflow
+    holding, release, stored = threading.Event(), threading.Event(), []
+
+    def decide():
+        try:
+            with transaction.atomic():
+                Workflow.objects.select_for_update().get(pk=workflow.pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def store():
+        try:
+            stored.append(tasks.compute_previews(str(workflow.pk)))
+        finally:
+            connections.close_all()
+
+    decision = threading.Thread(target=decide)
+    decision.start()
+    assert holding.wait(10)
+    storing = threading.Thread(target=store)
+    storing.start()
+    storing.join(1.5)
+    waited = storing.is_alive()
+    release.set()
+    decision.join(10)
+    storing.join(30)
+    assert waited, "storing previews did not wait for the decision holding the workflow"
+    assert stored == [1]
 
 
 # --- approval binds the previews shown --------------------------------------------
