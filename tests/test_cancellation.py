@@ -2,15 +2,18 @@
 No step starts after a cancel, an effect in flight is recorded, and the
 completed steps can then be compensated."""
 
+import threading
 import time
 
 import pytest
+from django.db import connection, connections, transaction
 
 from tests.conftest import PASSWORD, ticket_plan, wait_for_status
 from workflows import states
-from workflows.engine import execution
+from workflows.engine import execution, locks
+from workflows.engine.transitions import move
 from workflows.models import Attempt, AuditEvent, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import approvals, cancellation, plans
 from workflows.states import AttemptStatus, WorkflowStatus
 
 
@@ -138,6 +141,87 @@ def test_a_cancel_between_the_recheck_and_the_attempt_is_seen_under_the_lock(peo
 
     assert execution._request_attempt(step, step.fence) is None
     assert not step.attempts.exists()
+
+
+def in_thread(fn):
+    """Run `fn` on its own connection; returns the thread and a list that
+    receives its result."""
+    result = []
+
+    def run():
+        try:
+            result.append(fn())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
+def holding(locks_taken, release):
+    """A transaction that takes `locks_taken()` and holds them until `release`."""
+    held = threading.Event()
+
+    def hold():
+        with transaction.atomic():
+            locks_taken()
+            held.set()
+            release.wait(30)
+
+    thread, _ = in_thread(hold)
+    assert held.wait(10)
+    return thread
+
+
+def postgresql_only():
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no row locks: a writer holds the whole database")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_waits_for_an_attempt_being_requested_and_lists_it_in_flight(people, desk):
+    postgresql_only()
+    workflow = approved(people)
+    step = execution.claim(workflow.pk)
+    release = threading.Event()
+    # The attempt's transaction holds its step, as `_request_attempt` does.
+    attempt = holding(lambda: execution.assert_lease(step, step.fence, "RUNNING"), release)
+
+    cancelling, _ = in_thread(lambda: cancellation.cancel(workflow, by=people["operator"], reason="stop"))
+    cancelling.join(1.5)
+    waited = cancelling.is_alive()
+    release.set()
+    attempt.join(10)
+    cancelling.join(30)
+
+    assert waited, "the cancel did not wait for the attempt holding its step"
+    assert status_of(workflow) == "CANCELLED"
+    assert AuditEvent.objects.get(verb="workflow.cancelled").data["in_flight"] == ["open"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_requested_while_a_cancel_commits_waits_and_sees_it(people, desk):
+    postgresql_only()
+    workflow = approved(people)
+    step = execution.claim(workflow.pk)
+    release = threading.Event()
+
+    def cancel_in_progress():  # the cancel's transaction, before its commit
+        locked = locks.plan(workflow.pk)
+        move(locked, WorkflowStatus.CANCELLED, actor=people["operator"], verb="workflow.cancelled",
+             data={"reason": "stop", "in_flight": []})
+
+    cancel = holding(cancel_in_progress, release)
+    requesting, result = in_thread(lambda: execution._request_attempt(step, step.fence))
+    requesting.join(1.5)
+    waited = requesting.is_alive()
+    release.set()
+    cancel.join(10)
+    requesting.join(30)
+
+    assert waited, "the attempt did not wait for the cancel holding its step"
+    assert result == [None] and not step.attempts.exists()
 
 
 def test_operators_cancel_from_the_workflow_page_and_the_submitter_before_approval(people, client):

@@ -213,9 +213,8 @@ def _request_shared(steps: list[Step], log: list) -> None:
     passes. A step that fails the recheck keeps no attempt; `execute` blocks it."""
     if not steps:
         return
-    # Under the workflows' locks, so that a cancel either waits for these
-    # attempts (their effects then count as in flight) or is seen here.
-    policy.cancelled_workflows({step.workflow_id for step in steps}, lock=True)
+    # The claim holds these steps' rows, so the recheck's read of their
+    # workflows sees any cancel that committed first (`locks`).
     checks = policy.evaluate_many(steps)
     ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
     inflight.write_requested(ready, log)
@@ -362,7 +361,7 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None, 
     writing nothing, when the workflow was cancelled since the recheck."""
     with transaction.atomic():
         assert_lease(step, fence, StepStatus.RUNNING)
-        if policy.cancelled_workflows([step.workflow_id], lock=True):
+        if policy.cancelled_workflows([step.workflow_id]):
             return None
         number = (step.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
         attempt = Attempt.objects.create(

@@ -202,7 +202,7 @@ class Effects:
             return
         with transaction.atomic():
             held = still_held(steps, StepStatus.RUNNING)
-            cancelled = policy.cancelled_workflows({step.workflow_id for step in held}, lock=True)
+            cancelled = policy.cancelled_workflows({step.workflow_id for step in held})
             stopped = [step for step in held if step.workflow_id in cancelled]
             held = [step for step in held if step.workflow_id not in cancelled]
             entries: list[journal.Entry] = []

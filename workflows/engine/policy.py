@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions, roles
@@ -177,21 +177,12 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     return results
 
 
-def cancelled_workflows(workflow_ids, *, lock: bool = False) -> set:
-    """Which of these workflows were cancelled. With `lock`, inside the
-    transaction that requests an attempt: the cancel takes the workflow's
-    row lock, so either the attempt commits first (its effect is then in
-    flight, and recorded) or it sees the cancel."""
-    ids = sorted(workflow_ids)
-    if lock and ids and connection.vendor == "postgresql":
-        # FOR SHARE: a cancel (an UPDATE) waits for these attempts and they
-        # for it, but workers requesting attempts never wait for each other.
-        table, pk = Workflow._meta.db_table, Workflow._meta.pk.column
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {pk}, status FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR SHARE", [ids])
-            rows = cursor.fetchall()
-    else:
-        rows = Workflow.objects.filter(pk__in=ids).values_list("pk", "status")
+def cancelled_workflows(workflow_ids) -> set:
+    """Which of these workflows were cancelled. Inside the transaction that
+    requests an attempt, read once the step rows are locked: a cancel locks
+    them before the workflow (`locks`), so either the attempt commits first
+    (its effect is then in flight, and listed) or this read sees the cancel."""
+    rows = Workflow.objects.filter(pk__in=sorted(workflow_ids)).values_list("pk", "status")
     return {pk for pk, status in rows if status == WorkflowStatus.CANCELLED}
 
 

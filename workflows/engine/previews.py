@@ -26,8 +26,9 @@ from workflows import actions
 from workflows.actions import Action, ActionError, Preview
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
+from workflows.engine import locks
 from workflows.engine.leases import WORKER
-from workflows.models import Step, Workflow
+from workflows.models import Step
 from workflows.states import FailureClass, PreviewState
 
 log = logging.getLogger(__name__)
@@ -109,11 +110,9 @@ def compute(workflow_id) -> int:
         taken = [(step, future.result()) for step, future in futures]
     summary = {}
     with transaction.atomic():
-        # The workflow's row first, as a decision takes it: an approval
-        # locks it, journals, then marks the first step ready, so storing
-        # previews (step rows, then the journal) in another order could
-        # deadlock with it.
-        list(Workflow.objects.select_for_update().filter(pk=workflow_id).values_list("pk", flat=True))
+        # The plan's rows in the one order (`locks`): an approval locks
+        # them, journals, then marks the first step ready.
+        locks.plan(workflow_id)
         for step, found in taken:
             fields = stored(found)
             if Step.objects.filter(pk=step.pk, preview_state=PreviewState.PENDING).update(**fields):

@@ -16,7 +16,7 @@ from workflows import roles
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows import actions
-from workflows.engine import binding, expiry, policy, wakeups
+from workflows.engine import binding, expiry, locks, policy, wakeups
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
@@ -39,7 +39,7 @@ def approve(workflow: Workflow, *, by, comment: str = "", preview_digests: dict[
     if workflow.status == WorkflowStatus.PLANNED and expiry.expire_one(workflow):
         raise WrongState("The plan's deadline passed: it expired before it was approved.")
     with transaction.atomic():
-        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        locked = locks.plan(workflow.pk)
         blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
         if locked.status == WorkflowStatus.PLANNED:
             if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash).exists():
@@ -97,7 +97,7 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
     pending until it has, and the new ones are what approvals bind."""
     _check_reviewer(workflow, by)
     with transaction.atomic():
-        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        locked = locks.plan(workflow.pk)
         blocked = locked.steps.filter(status=StepStatus.BLOCKED, lane=0).exists()
         if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
@@ -125,7 +125,7 @@ def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
     _check_reviewer(workflow, by)
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        locked = locks.plan(workflow.pk)
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
         binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,

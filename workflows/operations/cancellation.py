@@ -12,6 +12,7 @@ from django.db import transaction
 
 from workflows import roles
 from workflows.audit.redaction import refuse_credentials
+from workflows.engine import locks
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, ReasonRequired, WrongState
 from workflows.models import Step, Workflow
@@ -37,8 +38,11 @@ def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
     refuse_credentials(reason=reason)
     reason = reason[:2000]
     with transaction.atomic():
-        # The workers' attempt requests take this lock too (`policy.cancelled_workflows`).
-        locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        # Every forward step first, then the workflow (`locks`): an attempt
+        # being requested holds its step, so the cancel waits for it (its
+        # effect is then in flight, and listed), and an attempt requested
+        # after the cancel commits reads the workflow as CANCELLED.
+        locked = locks.plan(workflow.pk)
         if locked.status not in CANCELLABLE:
             raise WrongState(f"A {locked.status} workflow cannot be cancelled.")
         if not may_cancel(locked, by):
