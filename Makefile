@@ -21,9 +21,11 @@ setup: $(STAMP)
 run: setup
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo
 
+# The two database legs run side by side (most of their time is spent
+# waiting on real worker, desk and browser processes); each leg's output is
+# printed whole when it ends. `make test-sqlite` / `make test-postgres` run one.
 test: setup
-	@$(MAKE) --no-print-directory test-sqlite
-	@$(MAKE) --no-print-directory test-postgres
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
 test-sqlite: setup
 	@echo "== test suite on SQLite =="

@@ -18,9 +18,8 @@ REFUND = {"order_id": "A-1001", "amount_cents": 1250, "reason": "Arrived broken"
 
 @pytest.fixture(scope="session")
 def refunds_installed(tmp_path_factory):
-    plugin_packages.install("durableconsole-refunds", tmp_path_factory.mktemp("refunds"))
-    yield
-    plugin_packages.uninstall("durableconsole-refunds")
+    with plugin_packages.installed_for_this_session("durableconsole-refunds", tmp_path_factory.mktemp("refunds")):
+        yield
 
 
 @pytest.fixture
