@@ -94,6 +94,12 @@ class Workflow(models.Model):
     deadline = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The reviewer handling the plan ("I'm on it"), and when they last
+    # showed it: the claim lapses REVIEW_CLAIM_MINUTES after that
+    # (`operations.claims`). It only informs; it never blocks a decision.
+    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowQuerySet.as_manager()
 

@@ -2,6 +2,7 @@
 and as webhooks carry it: plain values, serialised by the caller."""
 
 from workflows.models import Workflow
+from workflows.operations import claims
 from workflows.states import PreviewState
 
 
@@ -50,6 +51,9 @@ def workflow_out(workflow: Workflow) -> dict:
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
+        # Who is handling the plan while it awaits a decision (DESIGN §22).
+        "claimed_by": holder.get_username() if (holder := claims.holder(workflow)) else None,
+        "claim_expires_at": claims.expires_at(workflow) if holder else None,
         "steps": [_step_out(step) for step in steps if step.lane == 0],
         "compensation_steps": [
             {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}

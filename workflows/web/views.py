@@ -20,7 +20,7 @@ from workflows import actions, roles
 from workflows.engine import policy
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Step, Workflow
-from workflows.operations import approvals, cancellation, compensation, resolution
+from workflows.operations import approvals, cancellation, claims, compensation, resolution
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
 from workflows.web import arguments
 from workflows.web.pages import act
@@ -49,16 +49,28 @@ def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
     awaiting, next_cursor = [], None
+    claim = request.GET.get("claim", "")
+    if claim not in INBOX_FILTERS:
+        return HttpResponseBadRequest("Unknown filter: claim is 'mine', 'unclaimed' or left out.")
     if roles.is_reviewer(request.user):
+        plans = Workflow.objects.reviewable_by(request.user).select_related("submitted_by", "claimed_by")
+        if claim == "mine":
+            plans = claims.held_by(plans, request.user)
+        elif claim == "unclaimed":
+            plans = claims.unclaimed(plans)
         try:
-            awaiting, next_cursor = page_by_created(
-                Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
-                request.GET.get("cursor") or None, PAGE_SIZE,
-            )
+            awaiting, next_cursor = page_by_created(plans, request.GET.get("cursor") or None, PAGE_SIZE)
         except DomainError as exc:
             return HttpResponseBadRequest(exc.message)
+    for workflow in awaiting:
+        workflow.holder = claims.holder(workflow)
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
-    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
+    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor,
+                                      "claim": claim, "filters": INBOX_FILTERS})
+
+
+# The inbox's claim filters: value -> label.
+INBOX_FILTERS = {"": "All", "mine": "Mine", "unclaimed": "Unclaimed"}
 
 
 PREVIEW_FIELDS = ("preview_state", "preview", "preview_digest", "preview_error", "preview_failure_class",
@@ -187,6 +199,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
             and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
         ),
         "can_cancel": cancellation.may_cancel(workflow, request.user),
+        **_claim_context(request, workflow, reviewer and awaiting),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
@@ -206,10 +219,26 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     }
 
 
+def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -> dict:
+    """Who handles the plan, and what this user may do about it."""
+    holder = claims.holder(workflow)
+    mine = holder is not None and holder.pk == request.user.pk
+    free = holder is None or mine
+    return {
+        "holder": holder, "claim_expires_at": claims.expires_at(workflow) if holder else None,
+        "held_by_another": may_review and holder is not None and not mine,
+        "can_claim": may_review and holder is None, "can_release": mine,
+        "can_assign": may_review and free,
+        "assignees": list(claims.assignees(workflow).exclude(pk=request.user.pk)) if may_review and free else [],
+    }
+
+
 @login_required
 @require_GET
 def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     workflow = _get_workflow_for_user(request, workflow_id)
+    if not request.htmx:  # the holder opening the plan renews their claim; the page's polling does not
+        claims.touch(workflow, request.user)
     template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"
     return render(request, template, _detail_context(request, workflow))
 
@@ -277,6 +306,36 @@ def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
         raise PermissionDenied
     return act(request, lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
                done=f"Cancelled: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+def _claiming(request: HttpRequest, workflow_id: UUID, operation, done: str) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    return act(request, lambda: operation(workflow), done=done, back=_detail_url(workflow),
+               partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_POST
+def claim(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _claiming(request, workflow_id, lambda workflow: claims.claim(workflow, by=request.user),
+                     "You are handling this plan.")
+
+
+@login_required
+@require_POST
+def release(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _claiming(request, workflow_id, lambda workflow: claims.release(workflow, by=request.user),
+                     "Released: the plan is back with every reviewer.")
+
+
+@login_required
+@require_POST
+def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    to = request.POST.get("to", "")
+    return _claiming(request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to),
+                     f"Assigned to {to}.")
 
 
 @login_required
