@@ -2,7 +2,7 @@
 and as webhooks carry it: plain values, serialised by the caller."""
 
 from workflows.models import Workflow
-from workflows.operations import claims
+from workflows.operations import claims, revisions
 from workflows.states import PreviewState
 
 
@@ -47,6 +47,9 @@ def workflow_out(workflow: Workflow) -> dict:
         "name": workflow.name,
         "status": workflow.status,
         "plan_hash": workflow.plan_hash,
+        "revision": workflow.revision,
+        "revisions": [{key: item[key] for key in ("number", "plan_hash", "by", "at")}
+                      for item in revisions.history(workflow)],
         "submitted_by": workflow.submitted_by.get_username(),
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,

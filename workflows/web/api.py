@@ -18,7 +18,7 @@ from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits, policy
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
 from workflows.operations import (
-    approvals, cancellation, claims, compensation, deadletters, plans, policies, resolution, tokens,
+    approvals, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
 from workflows.shapes import workflow_out
 from workflows.states import FailureClass, WorkflowStatus
@@ -242,6 +242,13 @@ class CompensationStepOut(StepOut):
     compensates: str | None
 
 
+class RevisionOut(Schema):
+    number: int
+    plan_hash: str
+    by: str
+    at: datetime
+
+
 class WorkflowOut(Schema):
     id: UUID
     name: str
@@ -251,6 +258,8 @@ class WorkflowOut(Schema):
     deadline: datetime
     created_at: datetime
     updated_at: datetime
+    revision: int = Field(1, description="1 as submitted, one more for each reviewer's edit")
+    revisions: list[RevisionOut] = Field(default_factory=list, description="Every revision, oldest first")
     claimed_by: str | None = Field(None, description="The reviewer handling the plan while it awaits a decision "
                                                      "(a claim informs, it never blocks a decision)")
     claim_expires_at: datetime | None = Field(None, description="When that claim lapses without its holder's "
@@ -282,7 +291,7 @@ class ApprovalIn(DecisionIn):
 
 def visible_workflows(user):
     return (Workflow.objects.visible_to(user).select_related("submitted_by", "claimed_by")
-            .prefetch_related("steps__attempts", "steps__compensates"))
+            .prefetch_related("steps__attempts", "steps__compensates", "revisions__by"))
 
 
 def _get_workflow(request, workflow_id: UUID) -> Workflow:
@@ -830,6 +839,30 @@ class ResolutionIn(Schema):
                   "it, an effect in flight is recorded, completed steps can then be compensated")
 def cancel_workflow(request, workflow_id: UUID, payload: ReasonIn):
     cancellation.cancel(_get_workflow(request, workflow_id), by=request.user, reason=payload.reason)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class StepEditIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(..., max_length=64)
+    args: dict[str, Any] = Field(..., description="The step's new arguments, whole, as its action's model "
+                                                  "takes them (see GET /api/v1/actions)")
+
+
+class ReviseIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[StepEditIn] = Field(..., min_length=1, max_length=50)
+    comment: str = Field("", max_length=4000)
+
+
+@api.post("/workflows/{workflow_id}/revise", response=WorkflowOut,
+          summary="Edit the arguments of steps of a plan awaiting review (reviewers): revision N+1 with a new plan "
+                  "hash; approvals of earlier revisions no longer count, and the editor cannot approve it")
+def revise_workflow(request, workflow_id: UUID, payload: ReviseIn):
+    steps = [{"key": step.key, "args": step.args} for step in payload.steps]
+    revisions.revise(_get_workflow(request, workflow_id), by=request.user, steps=steps, comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/approve", views.approve, name="workflow_approve"),
     path("workflows/<uuid:workflow_id>/reject", views.reject, name="workflow_reject"),
     path("workflows/<uuid:workflow_id>/cancel", views.cancel, name="workflow_cancel"),
+    path("workflows/<uuid:workflow_id>/revise", views.revise, name="workflow_revise"),
     path("workflows/<uuid:workflow_id>/claim", views.claim, name="workflow_claim"),
     path("workflows/<uuid:workflow_id>/release", views.release, name="workflow_release"),
     path("workflows/<uuid:workflow_id>/assign", views.assign, name="workflow_assign"),
