@@ -196,6 +196,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "durable-console@localhost")
 
 CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
 REVIEW_WEBHOOK_URL = env_str("REVIEW_WEBHOOK_URL", "")
+# A reviewer's claim on a plan ("I'm on it") lapses after this many minutes
+# without their activity on it (DESIGN §22).
+REVIEW_CLAIM_MINUTES = env_int("REVIEW_CLAIM_MINUTES", 30, minimum=1)
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # Durable execution

@@ -320,6 +320,9 @@ TEMPLATES = {
                                                "args": {"ticket_id": {"$from": "open.result.id"}}}}]},
     "/approve": {"comment": "ok"},
     "/cancel": {"reason": "r"},
+    "/claim": {},
+    "/release": {},
+    "/assign": {"to": "reviewer2"},
     "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
     # Before "/replay": the first suffix that matches is taken.
     "/dead-letters/replay": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",

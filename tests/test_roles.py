@@ -49,6 +49,9 @@ def console_routes(w):
         ("POST", f"/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
         ("POST", f"/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
          {"operator", "admin"}),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
@@ -81,6 +84,9 @@ def api_routes(w):
         ("POST", f"/api/v1/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
         ("POST", f"/api/v1/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
          {"operator", "admin"}),
         # The agent submitted the failed workflow: its dead letter is the agent's to see.

@@ -94,6 +94,15 @@ class Workflow(models.Model):
     deadline = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The reviewer handling the plan ("I'm on it"), and when they last
+    # showed it: the claim lapses REVIEW_CLAIM_MINUTES after that
+    # (`operations.claims`). It only informs; it never blocks a decision.
+    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    # The plan's revision: 1 as submitted, one more for each reviewer's edit
+    # (`operations.revisions`); an approval counts only for its revision.
+    revision = models.PositiveIntegerField(default=1, db_default=1)
 
     objects = WorkflowQuerySet.as_manager()
 
@@ -288,10 +297,31 @@ class Approval(models.Model):
     # `{step key: digest}` of the previews the reviewer was shown, sealed with
     # the rest; null (none shown) in rows written without it.
     preview_digests = models.JSONField(default=dict, blank=True, null=True)
+    # The plan revision decided on, sealed with the rest: an approval of an
+    # earlier revision never counts, even for a plan edited back to the same hash.
+    revision = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["workflow", "created_at"], name="approval_workflow")]
+
+
+class PlanRevision(models.Model):
+    """One revision of a plan: the steps as they stood, who made them and
+    why. Revision 1 (as submitted) is written when the plan is first edited;
+    a plan never edited has no rows and its one revision is the workflow's."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    plan = models.JSONField()
+    plan_hash = models.CharField(max_length=64)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    comment = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [models.UniqueConstraint(fields=["workflow", "number"], name="plan_revision_unique")]
 
 
 class Compensation(models.Model):

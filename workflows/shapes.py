@@ -2,6 +2,7 @@
 and as webhooks carry it: plain values, serialised by the caller."""
 
 from workflows.models import Workflow
+from workflows.operations import claims, revisions
 from workflows.states import PreviewState
 
 
@@ -46,10 +47,16 @@ def workflow_out(workflow: Workflow) -> dict:
         "name": workflow.name,
         "status": workflow.status,
         "plan_hash": workflow.plan_hash,
+        "revision": workflow.revision,
+        "revisions": [{key: item[key] for key in ("number", "plan_hash", "by", "at")}
+                      for item in revisions.history(workflow)],
         "submitted_by": workflow.submitted_by.get_username(),
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
+        # Who is handling the plan while it awaits a decision (DESIGN §22).
+        "claimed_by": holder.get_username() if (holder := claims.holder(workflow)) else None,
+        "claim_expires_at": claims.expires_at(workflow) if holder else None,
         "steps": [_step_out(step) for step in steps if step.lane == 0],
         "compensation_steps": [
             {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}

@@ -18,11 +18,6 @@ from datetime import UTC
 from workflows.audit import keys
 from workflows.models import Approval, Compensation, Step, canonical_json, sha256_hex
 
-# Plans have one revision until revisions exist (§22); the seal names it so
-# that an approval of one revision can never pass for another.
-REVISION = 1
-
-
 def entry(key: str, action: str, args, compensation) -> dict:
     """One step as the plan hash covers it: the shape plans were always
     hashed in (`plans.canonical_plan`), so hashes stored before binding was
@@ -78,7 +73,10 @@ def sealed_text(record: Approval | Compensation) -> str:
     return canonical_json({
         "seal": "approval",
         "workflow": str(record.workflow_id),
-        "revision": REVISION,
+        # The seal names the revision so that an approval of one revision
+        # can never pass for another (a migration's historical model may
+        # predate the field: its approvals were of revision 1).
+        "revision": getattr(record, "revision", 1),
         "plan_hash": record.plan_hash,
         "reviewer": record.reviewer_id,
         "decision": record.decision,

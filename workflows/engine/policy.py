@@ -103,7 +103,8 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     for approval in approvals:
         workflow = by_pk[approval.workflow_id]
         tally = tallies[workflow.pk]
-        if not approval.plan_hash == workflow.plan_hash == hashes[workflow.pk, 0]:
+        if (not approval.plan_hash == workflow.plan_hash == hashes[workflow.pk, 0]
+                or approval.revision != workflow.revision):
             tally.other_plan += 1
         elif not binding.verifies(approval):
             tally.unsealed += 1

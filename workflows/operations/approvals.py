@@ -20,6 +20,7 @@ from workflows.engine import binding, expiry, locks, policy, wakeups
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
+from workflows.operations import revisions
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
@@ -42,18 +43,23 @@ def approve(workflow: Workflow, *, by, comment: str = "", preview_digests: dict[
         locked = locks.plan(workflow.pk)
         blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
         if locked.status == WorkflowStatus.PLANNED:
-            if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash).exists():
+            if revisions.editor_of_current(locked) == by.pk:
+                raise NotAllowed(f"You edited revision {locked.revision} of this plan: as its co-author you "
+                                 "cannot approve it; another reviewer does (four eyes).")
+            if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash,
+                                       revision=locked.revision).exists():
                 raise WrongState("You have already decided on this plan.")
         elif not (locked.status == WorkflowStatus.FAILED and blocked):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
         shown = _previews_shown(locked, preview_digests)
         binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-                              plan_hash=locked.plan_hash, preview_digests=shown)).save()
+                              plan_hash=locked.plan_hash, revision=locked.revision,
+                              preview_digests=shown)).save()
         plan_policies = [policy.policy_for(name) for name in {s["action"] for s in locked.plan}]
         required = max([p.approvals_required for p in plan_policies] + [1])
         have = len(policy.valid_approvals(locked, plan_policies))
-        data = {"comment": comment, "plan_hash": locked.plan_hash, "preview_digests": shown, "approvals": have,
-                "required": required}
+        data = {"comment": comment, "plan_hash": locked.plan_hash, "revision": locked.revision,
+                "preview_digests": shown, "approvals": have, "required": required}
         if have < required:
             journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
                          workflow_id=locked.pk, data=data)
@@ -129,6 +135,6 @@ def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
         binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
-                              plan_hash=locked.plan_hash)).save()
+                              plan_hash=locked.plan_hash, revision=locked.revision)).save()
         move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected", data={"comment": comment})
     return locked

@@ -18,7 +18,7 @@ from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits, policy
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
 from workflows.operations import (
-    approvals, cancellation, compensation, deadletters, plans, policies, resolution, tokens,
+    approvals, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
 from workflows.shapes import workflow_out
 from workflows.states import FailureClass, WorkflowStatus
@@ -242,6 +242,13 @@ class CompensationStepOut(StepOut):
     compensates: str | None
 
 
+class RevisionOut(Schema):
+    number: int
+    plan_hash: str
+    by: str
+    at: datetime
+
+
 class WorkflowOut(Schema):
     id: UUID
     name: str
@@ -251,6 +258,12 @@ class WorkflowOut(Schema):
     deadline: datetime
     created_at: datetime
     updated_at: datetime
+    revision: int = Field(1, description="1 as submitted, one more for each reviewer's edit")
+    revisions: list[RevisionOut] = Field(default_factory=list, description="Every revision, oldest first")
+    claimed_by: str | None = Field(None, description="The reviewer handling the plan while it awaits a decision "
+                                                     "(a claim informs, it never blocks a decision)")
+    claim_expires_at: datetime | None = Field(None, description="When that claim lapses without its holder's "
+                                                                "activity (REVIEW_CLAIM_MINUTES)")
     steps: list[StepOut]
     compensation_steps: list[CompensationStepOut]
 
@@ -277,7 +290,8 @@ class ApprovalIn(DecisionIn):
 
 
 def visible_workflows(user):
-    return Workflow.objects.visible_to(user).select_related("submitted_by").prefetch_related("steps__attempts", "steps__compensates")
+    return (Workflow.objects.visible_to(user).select_related("submitted_by", "claimed_by")
+            .prefetch_related("steps__attempts", "steps__compensates", "revisions__by"))
 
 
 def _get_workflow(request, workflow_id: UUID) -> Workflow:
@@ -299,17 +313,25 @@ def submit_workflow(request, payload: PlanIn):
 
 @api.get("/workflows", response=WorkflowPage, summary="List workflows, newest first")
 def list_workflows(request, status: WorkflowStatus | None = None, cursor: str | None = None,
-                   limit: int = Query(50, ge=1, le=200)):
+                   limit: int = Query(50, ge=1, le=200),
+                   claim: Literal["mine", "unclaimed"] | None = Query(
+                       None, description="`mine`: plans you hold; `unclaimed`: plans nobody holds now")):
     workflows = visible_workflows(request.user)
     if status:
         workflows = workflows.filter(status=status)
+    if claim == "mine":
+        workflows = claims.held_by(workflows, request.user)
+    elif claim == "unclaimed":
+        workflows = claims.unclaimed(workflows)
     rows, next_cursor = page_by_created(workflows, cursor, limit)
     return {"items": [workflow_out(w) for w in rows], "next": next_cursor}
 
 
 @api.get("/workflows/{workflow_id}", response=WorkflowOut, summary="One workflow with its steps and attempts")
 def get_workflow(request, workflow_id: UUID):
-    return workflow_out(_get_workflow(request, workflow_id))
+    workflow = _get_workflow(request, workflow_id)
+    claims.touch(workflow, request.user)  # the holder's activity renews their claim
+    return workflow_out(workflow)
 
 
 class WaitOut(WorkflowOut):
@@ -817,6 +839,57 @@ class ResolutionIn(Schema):
                   "it, an effect in flight is recorded, completed steps can then be compensated")
 def cancel_workflow(request, workflow_id: UUID, payload: ReasonIn):
     cancellation.cancel(_get_workflow(request, workflow_id), by=request.user, reason=payload.reason)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class StepEditIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(..., max_length=64)
+    args: dict[str, Any] = Field(..., description="The step's new arguments, whole, as its action's model "
+                                                  "takes them (see GET /api/v1/actions)")
+
+
+class ReviseIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[StepEditIn] = Field(..., min_length=1, max_length=50)
+    comment: str = Field("", max_length=4000)
+
+
+@api.post("/workflows/{workflow_id}/revise", response=WorkflowOut,
+          summary="Edit the arguments of steps of a plan awaiting review (reviewers): revision N+1 with a new plan "
+                  "hash; approvals of earlier revisions no longer count, and the editor cannot approve it")
+def revise_workflow(request, workflow_id: UUID, payload: ReviseIn):
+    steps = [{"key": step.key, "args": step.args} for step in payload.steps]
+    revisions.revise(_get_workflow(request, workflow_id), by=request.user, steps=steps, comment=payload.comment)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class AssignIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    to: str = Field(..., min_length=1, max_length=150, description="The username of the reviewer to hand it to")
+
+
+@api.post("/workflows/{workflow_id}/claim", response=WorkflowOut,
+          summary="Claim a plan awaiting a decision (\"I'm on it\"), or renew one's own claim; reviewers. "
+                  "A claim informs, never blocks, and lapses after REVIEW_CLAIM_MINUTES without activity")
+def claim_workflow(request, workflow_id: UUID):
+    claims.claim(_get_workflow(request, workflow_id), by=request.user)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/release", response=WorkflowOut, summary="Release one's claim on a plan")
+def release_workflow(request, workflow_id: UUID):
+    claims.release(_get_workflow(request, workflow_id), by=request.user)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/assign", response=WorkflowOut,
+          summary="Hand a plan that is unclaimed, or one's own, to another reviewer")
+def assign_workflow(request, workflow_id: UUID, payload: AssignIn):
+    claims.assign(_get_workflow(request, workflow_id), by=request.user, to=payload.to)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

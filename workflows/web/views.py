@@ -11,18 +11,19 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from workflows import actions, roles
 from workflows.engine import policy
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Step, Workflow
-from workflows.operations import approvals, cancellation, compensation, resolution
+from workflows.operations import approvals, cancellation, claims, compensation, resolution, revisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
-from workflows.web import arguments
+from workflows.web import arguments, editing
 from workflows.web.pages import act
 from workflows.web.pagination import page_by_created
 
@@ -49,16 +50,28 @@ def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
     awaiting, next_cursor = [], None
+    claim = request.GET.get("claim", "")
+    if claim not in INBOX_FILTERS:
+        return HttpResponseBadRequest("Unknown filter: claim is 'mine', 'unclaimed' or left out.")
     if roles.is_reviewer(request.user):
+        plans = Workflow.objects.reviewable_by(request.user).select_related("submitted_by", "claimed_by")
+        if claim == "mine":
+            plans = claims.held_by(plans, request.user)
+        elif claim == "unclaimed":
+            plans = claims.unclaimed(plans)
         try:
-            awaiting, next_cursor = page_by_created(
-                Workflow.objects.reviewable_by(request.user).select_related("submitted_by"),
-                request.GET.get("cursor") or None, PAGE_SIZE,
-            )
+            awaiting, next_cursor = page_by_created(plans, request.GET.get("cursor") or None, PAGE_SIZE)
         except DomainError as exc:
             return HttpResponseBadRequest(exc.message)
+    for workflow in awaiting:
+        workflow.holder = claims.holder(workflow)
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
-    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor})
+    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor,
+                                      "claim": claim, "filters": INBOX_FILTERS})
+
+
+# The inbox's claim filters: value -> label.
+INBOX_FILTERS = {"": "All", "mine": "Mine", "unclaimed": "Unclaimed"}
 
 
 PREVIEW_FIELDS = ("preview_state", "preview", "preview_digest", "preview_error", "preview_failure_class",
@@ -187,6 +200,10 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
             and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
         ),
         "can_cancel": cancellation.may_cancel(workflow, request.user),
+        **_claim_context(request, workflow, reviewer and awaiting),
+        "revisions": revisions.history(workflow) if workflow.revision > 1 else [],
+        "can_revise": reviewer and workflow.status == WorkflowStatus.PLANNED,
+        "co_author": workflow.status == WorkflowStatus.PLANNED and revisions.editor_of_current(workflow) == request.user.pk,
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
@@ -206,10 +223,26 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     }
 
 
+def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -> dict:
+    """Who handles the plan, and what this user may do about it."""
+    holder = claims.holder(workflow)
+    mine = holder is not None and holder.pk == request.user.pk
+    free = holder is None or mine
+    return {
+        "holder": holder, "claim_expires_at": claims.expires_at(workflow) if holder else None,
+        "held_by_another": may_review and holder is not None and not mine,
+        "can_claim": may_review and holder is None, "can_release": mine,
+        "can_assign": may_review and free,
+        "assignees": list(claims.assignees(workflow).exclude(pk=request.user.pk)) if may_review and free else [],
+    }
+
+
 @login_required
 @require_GET
 def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     workflow = _get_workflow_for_user(request, workflow_id)
+    if not request.htmx:  # the holder opening the plan renews their claim; the page's polling does not
+        claims.touch(workflow, request.user)
     template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"
     return render(request, template, _detail_context(request, workflow))
 
@@ -277,6 +310,87 @@ def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
         raise PermissionDenied
     return act(request, lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
                done=f"Cancelled: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    """Edit the arguments of a plan's steps: the form, and its POST, which
+    makes the next revision (`operations.revisions`)."""
+    workflow = _get_workflow_for_user(request, workflow_id)
+    if not roles.is_reviewer(request.user) or workflow.submitted_by_id == request.user.pk:
+        raise PermissionDenied
+    steps = revisions.editable_steps(workflow)
+    forms = [{"step": step, "inputs": editing.inputs(step.key, step.action, step.args)} for step in steps]
+    problem, status = "", 200
+    if request.method == "POST":
+        edits, ok = [], True
+        for form in forms:
+            args, parsed = editing.parse(form["inputs"], request.POST)
+            ok = ok and parsed
+            if args != form["step"].args:
+                edits.append((form, args))
+        comment = request.POST.get("comment", "")[:4000]
+        if not ok:
+            problem, status = "Some fields need fixing: nothing was saved.", 400
+        elif not edits:
+            problem, status = "Nothing changed: edit an argument first.", 400
+        else:
+            try:
+                revised = revisions.revise(workflow, by=request.user, comment=comment,
+                                           steps=[{"key": form["step"].key, "args": args} for form, args in edits])
+            except DomainError as exc:
+                problem, status = exc.message, 400 if exc.status == 400 else exc.status
+                _place_errors(exc.fields or {}, [form for form, _ in edits])
+            else:
+                messages.success(request, f"Saved revision {revised.revision}. As its co-author you cannot "
+                                          "approve it: another reviewer does.")
+                return redirect(_detail_url(workflow))
+    return render(request, "workflows/revise.html",
+                  {"workflow": workflow, "forms": forms, "problem": problem,
+                   "comment": request.POST.get("comment", "") if request.method == "POST" else ""}, status=status)
+
+
+def _place_errors(fields: dict[str, str], edited: list[dict]) -> None:
+    """Put `steps.<i>.args.<argument>…` errors on the inputs of the edited step i."""
+    for path, message in fields.items():
+        parts = path.split(".")
+        if len(parts) >= 4 and parts[0] == "steps" and parts[1].isdigit() and parts[2] == "args":
+            index = int(parts[1])
+            if index < len(edited):
+                for item in edited[index]["inputs"]:
+                    if item.argument == parts[3] and not item.error:
+                        item.error = message if len(parts) == 4 else f"{'.'.join(parts[4:])}: {message}"
+
+
+def _claiming(request: HttpRequest, workflow_id: UUID, operation, done: str) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    return act(request, lambda: operation(workflow), done=done, back=_detail_url(workflow),
+               partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_POST
+def claim(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _claiming(request, workflow_id, lambda workflow: claims.claim(workflow, by=request.user),
+                     "You are handling this plan.")
+
+
+@login_required
+@require_POST
+def release(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    return _claiming(request, workflow_id, lambda workflow: claims.release(workflow, by=request.user),
+                     "Released: the plan is back with every reviewer.")
+
+
+@login_required
+@require_POST
+def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
+    to = request.POST.get("to", "")
+    return _claiming(request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to),
+                     f"Assigned to {to}.")
 
 
 @login_required
