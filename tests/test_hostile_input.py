@@ -320,6 +320,7 @@ TEMPLATES = {
                                                "args": {"ticket_id": {"$from": "open.result.id"}}}}]},
     "/approve": {"comment": "ok"},
     "/cancel": {"reason": "r"},
+    "/revise": {"steps": [{"key": "open", "args": {"title": "t", "body": "b"}}], "comment": "c"},
     "/claim": {},
     "/release": {},
     "/assign": {"to": "reviewer2"},

@@ -49,6 +49,10 @@ def console_routes(w):
         ("POST", f"/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
         ("POST", f"/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/steps/open/approve", {"comment": "x"}, {"reviewer", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/steps/open/reject", {"comment": "x"}, {"reviewer", "admin"}),
+        ("GET", f"/workflows/{w['planned']}/revise", None, {"reviewer", "admin"}),
+        ("POST", f"/workflows/{w['planned']}/revise", {"open:title": "t"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
@@ -84,6 +88,10 @@ def api_routes(w):
         ("POST", f"/api/v1/workflows/{w['planned']}/reject", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/cancel", {"reason": "r"}, {"agent"}),  # its submitter
         ("POST", f"/api/v1/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/steps/open/approve", {"comment": "x"}, {"reviewer", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/steps/open/reject", {"comment": "x"}, {"reviewer", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['planned']}/revise", {"steps": [{"key": "open", "args": {"title": "t"}}]},
+         {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),

@@ -21,10 +21,10 @@ def workflow(people):
 def test_status_strings_are_the_contract():
     assert set(WorkflowStatus.values) == {
         "PLANNED", "APPROVED", "RUNNING", "COMPLETE", "REJECTED", "EXPIRED", "CANCELLED", "FAILED",
-        "NEEDS_ATTENTION", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED"}
+        "NEEDS_ATTENTION", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED", "WAITING_GATE"}
     assert set(StepStatus.values) == {
         "PENDING", "RUNNING", "VERIFYING", "COMPLETE", "WAITING_RETRY", "IN_DOUBT", "DEAD_LETTERED", "BLOCKED",
-        "COMPENSATING", "COMPENSATED"}
+        "COMPENSATING", "COMPENSATED", "WAITING_GATE"}
     assert set(states.AttemptStatus.values) == {"REQUESTED", "SUCCEEDED", "FAILED", "UNKNOWN", "RECONCILED"}
     assert set(states.FailureClass.values) == {
         "TRANSIENT", "RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "INVALID_ARGUMENTS",

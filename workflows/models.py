@@ -216,6 +216,12 @@ class Step(models.Model):
     # The preview as approved, kept when the one taken again before the effect
     # differed from it (the step is then BLOCKED): reviewers see both.
     approved_preview = models.JSONField(null=True, blank=True)
+    # A gate in the middle of the plan (DESIGN §22): `{"approvals": N,
+    # "note": str}`. The run pauses before this step (WAITING_GATE) until N
+    # reviewers approve it, seeing the results before it; `gate_opened_at`
+    # is when they had.
+    gate = models.JSONField(null=True, blank=True)
+    gate_opened_at = models.DateTimeField(null=True, blank=True)
 
     objects = StepQuerySet.as_manager()
 
@@ -322,6 +328,30 @@ class PlanRevision(models.Model):
     class Meta:
         ordering = ["number"]
         constraints = [models.UniqueConstraint(fields=["workflow", "number"], name="plan_revision_unique")]
+
+
+class GateApproval(models.Model):
+    """A reviewer's decision on a gate: sealed with the audit key over the
+    plan, the gate's step and the digest of the results they were shown."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "APPROVE"
+        REJECT = "REJECT"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="gate_approvals")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="gate_approvals")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decision = models.CharField(max_length=16, choices=Decision.choices)
+    comment = models.TextField(blank=True, default="")
+    plan_hash = models.CharField(max_length=64)
+    results_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    mac = models.CharField(max_length=64, blank=True, default="")
+    key_id = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["step", "reviewer"], name="gate_decision_once")]
 
 
 class Compensation(models.Model):

@@ -3,7 +3,7 @@ and as webhooks carry it: plain values, serialised by the caller."""
 
 from workflows.models import Workflow
 from workflows.operations import claims, revisions
-from workflows.states import PreviewState
+from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
 def _step_out(step) -> dict:
@@ -15,6 +15,7 @@ def _step_out(step) -> dict:
         "external_ref": step.external_ref or None,
         "result": step.result,
         "preview": _preview_out(step),
+        "gate": step.gate,
         "attempts": [
             {
                 "number": a.number,
@@ -26,6 +27,20 @@ def _step_out(step) -> dict:
             for a in step.attempts.all()
         ],
     }
+
+
+def _gate_out(workflow: Workflow, steps) -> dict | None:
+    """The gate the workflow waits at, with what its approvers bind."""
+    from workflows.engine import gates  # moves emit events in this shape: gates moves steps
+
+    if workflow.status != WorkflowStatus.WAITING_GATE:
+        return None
+    step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
+    if step is None:
+        return None
+    return {"step": step.key, "note": str((step.gate or {}).get("note", "")),
+            "approvals": len(gates.valid_approvals(step, workflow)), "required": gates.required(step),
+            "results_digest": gates.results_digest(step)}
 
 
 def _preview_out(step) -> dict:
@@ -47,6 +62,7 @@ def workflow_out(workflow: Workflow) -> dict:
         "name": workflow.name,
         "status": workflow.status,
         "plan_hash": workflow.plan_hash,
+        "gate": _gate_out(workflow, steps),
         "revision": workflow.revision,
         "revisions": [{key: item[key] for key in ("number", "plan_hash", "by", "at")}
                       for item in revisions.history(workflow)],

@@ -20,6 +20,8 @@ class WorkflowStatus(models.TextChoices):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    # Paused before a gate until enough reviewers approve it (DESIGN §22).
+    WAITING_GATE = "WAITING_GATE"
 
 
 class StepStatus(models.TextChoices):
@@ -33,6 +35,7 @@ class StepStatus(models.TextChoices):
     BLOCKED = "BLOCKED"
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
+    WAITING_GATE = "WAITING_GATE"
 
 
 class AttemptStatus(models.TextChoices):
@@ -94,7 +97,11 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         # An operator may cancel a plan at any point of its run; its steps
         # stop where they stand (an effect in flight is still recorded).
         W.APPROVED: frozenset({W.RUNNING, W.CANCELLED}),
-        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING, W.CANCELLED}),
+        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING, W.CANCELLED,
+                              W.WAITING_GATE}),
+        # Paused at a gate: on with its approvals, ended by a rejection or the
+        # deadline, or stopped by an operator.
+        W.WAITING_GATE: frozenset({W.RUNNING, W.REJECTED, W.EXPIRED, W.CANCELLED}),
         W.FAILED: frozenset({W.RUNNING, W.COMPENSATING, W.CANCELLED}),
         W.NEEDS_ATTENTION: frozenset({W.RUNNING, W.FAILED, W.COMPENSATING, W.CANCELLED}),
         W.COMPLETE: frozenset({W.COMPENSATING}),
@@ -103,12 +110,15 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         # Terminal for the plan, yet the effects it completed before it
         # stopped can still be undone.
         W.REJECTED: frozenset({W.COMPENSATING}),
-        W.EXPIRED: frozenset(),
+        # A plan that expired at a gate may have completed steps to undo.
+        W.EXPIRED: frozenset({W.COMPENSATING}),
         W.CANCELLED: frozenset({W.COMPENSATING}),
         W.COMPENSATED: frozenset(),
     },
     "step": {
-        S.PENDING: frozenset({S.RUNNING, S.BLOCKED}),
+        S.PENDING: frozenset({S.RUNNING, S.BLOCKED, S.WAITING_GATE}),
+        # Approved: back in line to run; rejected, expired or cancelled: it never runs.
+        S.WAITING_GATE: frozenset({S.PENDING}),
         S.RUNNING: frozenset({S.VERIFYING, S.WAITING_RETRY, S.IN_DOUBT, S.DEAD_LETTERED, S.BLOCKED}),
         S.WAITING_RETRY: frozenset({S.RUNNING, S.BLOCKED}),
         S.VERIFYING: frozenset({S.COMPLETE, S.IN_DOUBT, S.DEAD_LETTERED}),
@@ -149,7 +159,7 @@ ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
 # What a waiter for the end of a workflow waits for (DESIGN §21.2): the end
 # states, and the states that need a person, so that a waiter is never stuck.
 SETTLED_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W.FAILED, W.NEEDS_ATTENTION,
-                              W.COMPENSATED, W.COMPENSATION_FAILED})
+                              W.COMPENSATED, W.COMPENSATION_FAILED, W.WAITING_GATE})
 RETRYABLE_CLASSES = frozenset({FailureClass.TRANSIENT, FailureClass.RATE_LIMITED, FailureClass.DEPENDENCY_UNAVAILABLE})
 
 

@@ -18,12 +18,15 @@ from datetime import UTC
 from workflows.audit import keys
 from workflows.models import Approval, Compensation, Step, canonical_json, sha256_hex
 
-def entry(key: str, action: str, args, compensation) -> dict:
+def entry(key: str, action: str, args, compensation, gate=None) -> dict:
     """One step as the plan hash covers it: the shape plans were always
     hashed in (`plans.canonical_plan`), so hashes stored before binding was
-    checked stay valid. A step's `gate` joins it, only when the step has
-    one, once steps have gates (§22)."""
-    return {"key": key, "action": action, "args": args, "compensation": compensation or None}
+    checked stay valid. A step's `gate` joins it only when the step has one
+    (§22): a plan without gates hashes as it always did."""
+    found = {"key": key, "action": action, "args": args, "compensation": compensation or None}
+    if gate:
+        found["gate"] = gate
+    return found
 
 
 def plan_hash(entries: list[dict]) -> str:
@@ -40,11 +43,12 @@ def stored_hashes(lanes, manager=None) -> dict[tuple, str]:
         return {}
     steps = (Step.objects if manager is None else manager).filter(
         workflow_id__in={workflow for workflow, _ in lanes}, lane__in={lane for _, lane in lanes})
-    rows = steps.order_by("position").values_list("workflow_id", "lane", "key", "action", "args", "compensation")
+    gated = manager is None or any(field.name == "gate" for field in manager.model._meta.get_fields())
+    columns = ("workflow_id", "lane", "key", "action", "args", "compensation") + (("gate",) if gated else ())
     plans: dict[tuple, list[dict]] = {lane: [] for lane in lanes}
-    for workflow_id, lane, key, action, args, compensation in rows:
+    for workflow_id, lane, key, action, args, compensation, *gate in steps.order_by("position").values_list(*columns):
         if (workflow_id, lane) in plans:
-            plans[workflow_id, lane].append(entry(key, action, args, compensation))
+            plans[workflow_id, lane].append(entry(key, action, args, compensation, gate[0] if gate else None))
     return {lane: plan_hash(entries) for lane, entries in plans.items()}
 
 
@@ -59,6 +63,17 @@ def sealed_text(record: Approval | Compensation) -> str:
     decided on; for a compensation, the undo its authorizer allowed. The
     `seal` label keeps a MAC made for one kind of record (or for anything
     else signed with the audit key) from passing for another."""
+    if record._meta.model_name == "gateapproval":
+        return canonical_json({
+            "seal": "gate",
+            "workflow": str(record.workflow_id),
+            "step": record.step_id,
+            "plan_hash": record.plan_hash,
+            "results": record.results_digest,
+            "reviewer": record.reviewer_id,
+            "decision": record.decision,
+            "at": _instant(record.created_at),
+        })
     if record._meta.model_name == "compensation":  # also a migration's historical model
         return canonical_json({
             "seal": "compensation",

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions, roles
-from workflows.engine import binding
+from workflows.engine import binding, gates
 from workflows.models import ActionPolicy, Approval, Step, Workflow
 from workflows.states import WorkflowStatus
 
@@ -174,6 +174,13 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
             f"reviewer, plan hash unchanged, within lifetime){_set_aside(tally)}",
         ))
+        if step.gate:
+            valid, need = gates.valid_approvals(step, workflow), gates.required(step)
+            checks.append(Check(
+                "gate approved", len(valid) >= need,
+                f"{len(valid)} of {need} gate approvals valid (sealed, approver active, still a reviewer, plan "
+                "and the results before the gate as they were shown)",
+            ))
         results[step.pk] = checks
     return results
 

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from workflows import roles
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import locks
+from workflows.engine import gates, locks
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, ReasonRequired, WrongState
 from workflows.models import Step, Workflow
@@ -20,7 +20,7 @@ from workflows.states import StepStatus, WorkflowStatus
 
 # Once approved, only an operator stops a plan.
 BY_OPERATOR = (WorkflowStatus.APPROVED, WorkflowStatus.RUNNING, WorkflowStatus.FAILED,
-               WorkflowStatus.NEEDS_ATTENTION)
+               WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.WAITING_GATE)
 CANCELLABLE = (WorkflowStatus.PLANNED, *BY_OPERATOR)
 
 
@@ -52,6 +52,9 @@ def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
         in_flight = sorted(Step.objects.filter(workflow=locked, lane=0,
                                                status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
                            .values_list("key", flat=True))
+        was = locked.status
         move(locked, WorkflowStatus.CANCELLED, actor=by, verb="workflow.cancelled",
              data={"reason": reason, "in_flight": in_flight})
+        if was == WorkflowStatus.WAITING_GATE:
+            gates.leave(locked, by, "gate.closed", {"reason": "the workflow was cancelled"})
     return locked

@@ -76,7 +76,7 @@ def _may_review(workflow: Workflow, user) -> bool:
 
 
 def _locked(workflow: Workflow) -> Workflow:
-    locked = Workflow.objects.select_for_update().select_related("claimed_by").get(pk=workflow.pk)
+    locked = Workflow.objects.select_for_update(of=("self",)).select_related("claimed_by").get(pk=workflow.pk)
     if not awaiting_decision(locked):
         raise WrongState(f"The workflow is {locked.status}, not awaiting a decision: there is nothing to claim.")
     return locked

@@ -26,7 +26,7 @@ from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 
 COMPENSABLE_WORKFLOW = (
     WorkflowStatus.COMPLETE, WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.COMPENSATION_FAILED,
-    WorkflowStatus.CANCELLED, WorkflowStatus.REJECTED,
+    WorkflowStatus.CANCELLED, WorkflowStatus.REJECTED, WorkflowStatus.EXPIRED,
 )
 OPEN = (CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING)
 IRREVERSIBLE_WHY = "{action} cannot be undone: its effect stays in place and must be handled outside the system."

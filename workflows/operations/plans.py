@@ -84,6 +84,8 @@ def validate(body: dict) -> dict[str, str]:
             source, _, rest = ref.partition(".result")
             if source not in seen or (rest and not rest.startswith(".")):
                 _add(errors, {path: "A $from reference must name an earlier step: '<step key>.result.<field>'."})
+        if step.get("gate") is not None:
+            _add(errors, _gate_errors(step["gate"], index, f"{where}.gate"))
         compensation = step.get("compensation")
         if compensation is not None:
             undo = actions.find(compensation["action"])
@@ -95,6 +97,30 @@ def validate(body: dict) -> dict[str, str]:
             _add(errors, credential_fields(undo_args, f"{where}.compensation.args"))
             _add(errors, secrets.check(undo_args, undo, f"{where}.compensation.args"))
         seen.append(key)
+    return errors
+
+
+MAX_GATE_APPROVALS = 10
+
+
+def _gate_errors(gate, index: int, where: str) -> dict[str, str]:
+    """A gate is `{"approvals": 1..10, "note": text}`, on any step but the
+    first (the plan's own approval already stands before that one)."""
+    if index == 0:
+        return {where: "The first step cannot carry a gate: the plan's approval already stands before it."}
+    if not isinstance(gate, dict):
+        return {where: 'A gate is {"approvals": N, "note": "..."}.'}
+    errors = {}
+    for name in sorted(set(gate) - {"approvals", "note"}):
+        errors[f"{where}.{name}"] = "Unknown field: a gate has approvals and note."
+    approvals = gate.get("approvals")
+    if type(approvals) is not int or not 1 <= approvals <= MAX_GATE_APPROVALS:
+        errors[f"{where}.approvals"] = f"A whole number of approvals, 1 to {MAX_GATE_APPROVALS}."
+    note = gate.get("note", "")
+    if not isinstance(note, str) or len(note) > 2000:
+        errors[f"{where}.note"] = "Text of at most 2000 characters."
+    elif kind := find_credential(note):
+        errors[f"{where}.note"] = f"This looks like a credential ({kind}): remove it."
     return errors
 
 
@@ -124,6 +150,8 @@ def canonical_plan(steps: list[dict]) -> list[dict]:
             "action": step["action"],
             "args": step["args"],
             "compensation": step["compensation"] if step.get("compensation") else None,
+            # Only on a gated step: a plan without gates is stored and hashed as it always was.
+            **({"gate": step["gate"]} if step.get("gate") else {}),
         }
         for step in steps
     ]
@@ -175,6 +203,7 @@ def submit(user, body: dict) -> Submission:
                     action=step["action"],
                     args=step["args"],
                     compensation=step["compensation"],
+                    gate=step.get("gate"),
                     operation_key=operation_key_for(workflow.id, step["key"]),
                     preview_state=previews.initial_state(actions.find(step["action"]), step["args"]),
                 )

@@ -20,6 +20,7 @@ from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChang
 from workflows.operations import (
     approvals, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
+from workflows.operations import gates as gate_decisions
 from workflows.shapes import workflow_out
 from workflows.states import FailureClass, WorkflowStatus
 from workflows.web import waiting
@@ -190,11 +191,23 @@ class CompensationIn(Schema):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+GATE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["approvals"], "properties": {
+    "approvals": {"type": "integer", "minimum": 1, "maximum": 10,
+                  "description": "Reviewers who must approve before this step runs"},
+    "note": {"type": "string", "maxLength": 2000, "description": "What the reviewers are to check at the gate"}}}
+
+
 class StepIn(Schema):
     key: str = Field(..., min_length=1, max_length=64)
     action: str = Field(..., min_length=1, max_length=64)
     args: dict[str, Any] = Field(default_factory=dict)
     compensation: CompensationIn | None = None
+    # Checked by `plans.validate` (field errors at steps.<i>.gate.<field>) and
+    # stored exactly as sent, so it is a plain object here.
+    gate: dict[str, Any] | None = Field(
+        None, description="Pause the run before this step until reviewers approve it, seeing the results of the "
+                          "steps before it (not on the first step)", json_schema_extra={"anyOf": [GATE_SCHEMA,
+                                                                                                   {"type": "null"}]})
 
 
 class PlanIn(Schema):
@@ -236,6 +249,17 @@ class StepOut(Schema):
     result: dict[str, Any] | None
     preview: PreviewOut
     attempts: list[AttemptOut]
+    gate: dict[str, Any] | None = Field(None, description="The step's gate, as submitted, or null")
+
+
+class GateOut(Schema):
+    step: str
+    note: str
+    approvals: int = Field(..., description="Gate approvals that count so far")
+    required: int
+    results_digest: str = Field(..., description="What an approval binds: the digest of the results before the "
+                                                 "gate; pass it back to be refused (409 results_changed) if they "
+                                                 "changed since")
 
 
 class CompensationStepOut(StepOut):
@@ -258,6 +282,7 @@ class WorkflowOut(Schema):
     deadline: datetime
     created_at: datetime
     updated_at: datetime
+    gate: GateOut | None = Field(None, description="The gate the workflow waits at (WAITING_GATE), else null")
     revision: int = Field(1, description="1 as submitted, one more for each reviewer's edit")
     revisions: list[RevisionOut] = Field(default_factory=list, description="Every revision, oldest first")
     claimed_by: str | None = Field(None, description="The reviewer handling the plan while it awaits a decision "
@@ -360,6 +385,38 @@ def wait_for_workflow(request, workflow_id: UUID, until: waiting.Until = "decisi
 def approve_workflow(request, workflow_id: UUID, payload: ApprovalIn):
     workflow = _get_workflow(request, workflow_id)
     approvals.approve(workflow, by=request.user, comment=payload.comment, preview_digests=payload.preview_digests)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class GateDecisionIn(DecisionIn):
+    model_config = ConfigDict(extra="forbid")
+
+    results_digest: Digest | None = Field(
+        None, description="The digest of the results you were shown (`gate.results_digest`): 409 `results_changed` "
+                          "if they changed since. Omitted, the approval binds the current results.")
+
+
+def _gate_step(workflow: Workflow, step_key: str):
+    if not workflow.steps.filter(key=step_key, lane=0).exists():
+        raise Http404
+    return step_key
+
+
+@api.post("/workflows/{workflow_id}/steps/{step_key}/approve", response=WorkflowOut,
+          summary="Approve the gate the workflow waits at before this step (reviewers, not the submitter); the run "
+                  "goes on once the gate's approvals are in")
+def approve_gate(request, workflow_id: UUID, step_key: str, payload: GateDecisionIn):
+    workflow = _get_workflow(request, workflow_id)
+    gate_decisions.approve(workflow, _gate_step(workflow, step_key), by=request.user, comment=payload.comment,
+                           results_digest=payload.results_digest)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+@api.post("/workflows/{workflow_id}/steps/{step_key}/reject", response=WorkflowOut,
+          summary="Reject the gate: the workflow ends REJECTED, its completed steps can then be compensated")
+def reject_gate(request, workflow_id: UUID, step_key: str, payload: DecisionIn):
+    workflow = _get_workflow(request, workflow_id)
+    gate_decisions.reject(workflow, _gate_step(workflow, step_key), by=request.user, comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

@@ -18,10 +18,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from workflows import actions, roles
-from workflows.engine import policy
+from workflows.engine import gates, policy
 from workflows.errors import DomainError
 from workflows.models import Approval, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, claims, compensation, resolution, revisions
+from workflows.operations import gates as gate_decisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
 from workflows.web import arguments, editing
 from workflows.web.pages import act
@@ -65,9 +66,14 @@ def inbox(request: HttpRequest) -> HttpResponse:
             return HttpResponseBadRequest(exc.message)
     for workflow in awaiting:
         workflow.holder = claims.holder(workflow)
+    at_gates = []
+    if roles.is_reviewer(request.user) and not request.GET.get("cursor"):
+        at_gates = list(Workflow.objects.filter(status=WorkflowStatus.WAITING_GATE)
+                        .exclude(submitted_by=request.user).select_related("submitted_by")
+                        .order_by("updated_at")[:PAGE_SIZE])
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
     return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor,
-                                      "claim": claim, "filters": INBOX_FILTERS})
+                                      "claim": claim, "filters": INBOX_FILTERS, "at_gates": at_gates})
 
 
 # The inbox's claim filters: value -> label.
@@ -201,6 +207,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         ),
         "can_cancel": cancellation.may_cancel(workflow, request.user),
         **_claim_context(request, workflow, reviewer and awaiting),
+        **_gate_context(workflow, steps, reviewer),
         "revisions": revisions.history(workflow) if workflow.revision > 1 else [],
         "can_revise": reviewer and workflow.status == WorkflowStatus.PLANNED,
         "co_author": workflow.status == WorkflowStatus.PLANNED and revisions.editor_of_current(workflow) == request.user.pk,
@@ -221,6 +228,41 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "previews_pending": workflow.status == WorkflowStatus.PLANNED and any(
             step.preview_state == PreviewState.PENDING for step in steps),
     }
+
+
+def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict:
+    """The gate the workflow waits at: its note, its approvals so far, and
+    the digest of the results above it, which a reviewer's approval binds."""
+    step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
+    if workflow.status != WorkflowStatus.WAITING_GATE or step is None:
+        return {"gate": None}
+    return {"gate": {"step": step, "note": (step.gate or {}).get("note", ""),
+                     "approvals": len(gates.valid_approvals(step, workflow)), "required": gates.required(step),
+                     "results_digest": gates.results_digest(step), "can_decide": reviewer}}
+
+
+@login_required
+@require_POST
+def gate_approve(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved",
+                          results_digest=request.POST.get("results_digest") or None)
+
+
+@login_required
+@require_POST
+def gate_reject(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    return _gate_decision(request, workflow_id, step_key, gate_decisions.reject, "Gate rejected")
+
+
+def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str,
+                   **options) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    get_object_or_404(workflow.steps, key=step_key, lane=0)
+    comment = request.POST.get("comment", "")[:4000]
+    return act(request, lambda: decision(workflow, step_key, by=request.user, comment=comment, **options),
+               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
 
 
 def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -> dict:

@@ -1,0 +1,81 @@
+"""Gates in the middle of a plan (DESIGN §22): the run pauses before a step
+that carries `"gate": {"approvals": N, "note"}` until N reviewers approve it,
+having seen the results of the steps before it.
+
+The pause is taken by the claim that finds the gated step ready, in its
+transaction and under its row lock, so two workers never both pause it and
+no attempt is ever requested for a step whose gate is shut. The decisions
+are `operations.gates`; this module holds what the engine needs: the pause,
+the digest of the results a gate's approvers see, and the count of valid
+gate approvals the policy recheck makes before the gated step's attempt.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+
+from workflows import roles
+from workflows.audit import journal
+from workflows.engine import binding
+from workflows.engine.leases import WORKER
+from workflows.engine.transitions import move, move_many
+from workflows.models import GateApproval, Step, Workflow, canonical_json, sha256_hex
+from workflows.states import StepStatus, WorkflowStatus
+
+
+def shut(step: Step) -> bool:
+    """A forward step whose gate has yet to open."""
+    return bool(step.gate) and step.gate_opened_at is None and step.lane == 0
+
+
+def pause(steps: list[Step]) -> None:
+    """Inside the claim's transaction, with these (ready, PENDING) steps'
+    rows locked: each waits at its gate, and so does its workflow."""
+    log: list[journal.Entry] = []
+    waiting = move_many([step for step in steps if step.status == StepStatus.PENDING], StepStatus.WAITING_GATE,
+                        actor=WORKER, verb="step.waiting_gate", locked=True, log=log, next_attempt_at=None,
+                        data=lambda step: {"gate": step.gate})
+    workflows = {step.workflow_id: step.workflow for step in waiting}
+    for status in (WorkflowStatus.APPROVED, WorkflowStatus.RUNNING):
+        move_many([w for w in workflows.values() if w.status == status], WorkflowStatus.WAITING_GATE,
+                  actor=WORKER, verb="workflow.waiting_gate", log=log,
+                  data=lambda workflow: {"steps": [s.key for s in waiting if s.workflow_id == workflow.pk]})
+    journal.append_many(log)
+
+
+def results_shown(step: Step) -> list[list]:
+    """What a gate's approvers see of the run so far: each forward step
+    before the gate, in order, with its status and result."""
+    return [[key, status, result] for key, status, result in
+            Step.objects.filter(workflow_id=step.workflow_id, lane=0, position__lt=step.position)
+            .order_by("position").values_list("key", "status", "result")]
+
+
+def results_digest(step: Step) -> str:
+    """The digest a gate approval binds: SHA-256 of `results_shown`."""
+    return sha256_hex(canonical_json(results_shown(step)))
+
+
+def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -> list[GateApproval]:
+    """Approvals of this gate that still count: sealed, for the plan as it
+    stands and the results as they stand, by a reviewer who is still active
+    and still a reviewer, not the submitter. One per reviewer."""
+    digest = digest or results_digest(step)
+    approvals = list(GateApproval.objects.filter(step=step, decision=GateApproval.Decision.APPROVE))
+    reviewers = set(get_user_model().objects.filter(
+        pk__in={a.reviewer_id for a in approvals}, is_active=True, groups__name=roles.REVIEWERS,
+    ).values_list("pk", flat=True)) if approvals else set()
+    return [a for a in approvals
+            if a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
+            and a.reviewer_id in reviewers and a.reviewer_id != workflow.submitted_by_id]
+
+
+def required(step: Step) -> int:
+    return int((step.gate or {}).get("approvals", 1))
+
+
+def leave(workflow: Workflow, actor, verb: str, data: dict) -> None:
+    """Inside the transaction that stops a workflow waiting at a gate
+    (expired, cancelled): its gated step goes back to PENDING, never to run."""
+    for step in Step.objects.filter(workflow=workflow, lane=0, status=StepStatus.WAITING_GATE):
+        move(step, StepStatus.PENDING, actor=actor, verb=verb, data=data)
