@@ -124,6 +124,22 @@ class Workflow(models.Model):
 
         return self.status in TERMINAL_WORKFLOW
 
+    def claim(self, now=None):
+        """(reviewer, lapses at) of the claim on this plan while it awaits a
+        decision, or None (unclaimed, lapsed, or decided): `operations.claims`."""
+        from datetime import timedelta
+
+        if self.claimed_by_id is None or self.claimed_at is None:
+            return None
+        lapses = self.claimed_at + timedelta(minutes=settings.REVIEW_CLAIM_MINUTES)
+        if lapses <= (now or timezone.now()):
+            return None
+        if self.status != WorkflowStatus.PLANNED and not (
+                self.status == WorkflowStatus.FAILED
+                and self.steps.filter(lane=0, status=StepStatus.BLOCKED).exists()):
+            return None
+        return self.claimed_by, lapses
+
 
 def operation_key_for(workflow_id: uuid.UUID, step_key: str) -> str:
     """The stable idempotency key of one logical operation: every attempt and

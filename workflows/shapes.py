@@ -1,8 +1,8 @@
 """The shape of a workflow as the API answers GET /api/v1/workflows/{id}
 and as webhooks carry it: plain values, serialised by the caller."""
 
+from workflows.engine import gates
 from workflows.models import Workflow
-from workflows.operations import claims, revisions
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
@@ -29,10 +29,19 @@ def _step_out(step) -> dict:
     }
 
 
+def _revisions_out(workflow: Workflow) -> list[dict]:
+    """Every revision, oldest first (`operations.revisions`); a plan never
+    edited has one, the workflow's own."""
+    rows = sorted(workflow.revisions.all(), key=lambda row: row.number)  # prefetched by lists
+    if not rows:
+        return [{"number": 1, "plan_hash": workflow.plan_hash, "by": workflow.submitted_by.get_username(),
+                 "at": workflow.created_at}]
+    return [{"number": row.number, "plan_hash": row.plan_hash, "by": row.by.get_username(), "at": row.created_at}
+            for row in rows]
+
+
 def _gate_out(workflow: Workflow, steps) -> dict | None:
     """The gate the workflow waits at, with what its approvers bind."""
-    from workflows.engine import gates  # moves emit events in this shape: gates moves steps
-
     if workflow.status != WorkflowStatus.WAITING_GATE:
         return None
     step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
@@ -64,15 +73,14 @@ def workflow_out(workflow: Workflow) -> dict:
         "plan_hash": workflow.plan_hash,
         "gate": _gate_out(workflow, steps),
         "revision": workflow.revision,
-        "revisions": [{key: item[key] for key in ("number", "plan_hash", "by", "at")}
-                      for item in revisions.history(workflow)],
+        "revisions": _revisions_out(workflow),
         "submitted_by": workflow.submitted_by.get_username(),
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
         # Who is handling the plan while it awaits a decision (DESIGN §22).
-        "claimed_by": holder.get_username() if (holder := claims.holder(workflow)) else None,
-        "claim_expires_at": claims.expires_at(workflow) if holder else None,
+        "claimed_by": claim[0].get_username() if (claim := workflow.claim()) else None,
+        "claim_expires_at": claim[1] if claim else None,
         "steps": [_step_out(step) for step in steps if step.lane == 0],
         "compensation_steps": [
             {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}

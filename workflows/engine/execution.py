@@ -29,7 +29,7 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
-    failpoints, gates, inflight, limits, outcomes, policy, previews, recovery, references, wakeups,
+    failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, recovery, references, wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
@@ -164,7 +164,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
         # A step whose gate is shut is not claimed: it and its workflow
         # wait for the gate's approvals, paused here under the claim's lock.
         if shut := [step for step in found if gates.shut(step)]:
-            gates.pause(shut)
+            gatekeeper.pause(shut)
             found = [step for step in found if step not in shut]
         # Keep every step that shares its commits and a few that run alone;
         # the rest stay due (their row locks go with this commit).

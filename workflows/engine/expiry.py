@@ -3,7 +3,7 @@ worker loop's sweep or when a reviewer tries to approve one too late."""
 
 from django.db import transaction
 
-from workflows.engine import gates, locks
+from workflows.engine import gatekeeper, locks
 from workflows.engine.transitions import move
 from workflows.models import Workflow
 from workflows.states import WorkflowStatus
@@ -29,7 +29,7 @@ def expire_overdue(limit: int = 200) -> int:
             locked = locks.plan(workflow.pk)
             if locked.status == WorkflowStatus.WAITING_GATE and move(
                     locked, WorkflowStatus.EXPIRED, actor="system", data={"reason": AT_GATE}):
-                gates.leave(locked, "system", "gate.closed", {"reason": AT_GATE})
+                gatekeeper.leave(locked, "system", "gate.closed", {"reason": AT_GATE})
                 expired += 1
     return expired
 

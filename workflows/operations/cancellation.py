@@ -12,7 +12,7 @@ from django.db import transaction
 
 from workflows import roles
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import gates, locks
+from workflows.engine import gatekeeper, locks
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, ReasonRequired, WrongState
 from workflows.models import Step, Workflow
@@ -56,5 +56,5 @@ def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
         move(locked, WorkflowStatus.CANCELLED, actor=by, verb="workflow.cancelled",
              data={"reason": reason, "in_flight": in_flight})
         if was == WorkflowStatus.WAITING_GATE:
-            gates.leave(locked, by, "gate.closed", {"reason": "the workflow was cancelled"})
+            gatekeeper.leave(locked, by, "gate.closed", {"reason": "the workflow was cancelled"})
     return locked

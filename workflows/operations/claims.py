@@ -42,25 +42,16 @@ def awaiting_decision(workflow: Workflow) -> bool:
         and workflow.steps.filter(lane=0, status=StepStatus.BLOCKED).exists())
 
 
-def _live(workflow: Workflow, now: datetime | None = None) -> bool:
-    return (workflow.claimed_by_id is not None and workflow.claimed_at is not None
-            and workflow.claimed_at > cutoff(now))
-
-
 def holder(workflow: Workflow, now: datetime | None = None):
     """The reviewer holding the plan now, or None (unclaimed, lapsed, or no
     longer awaiting a decision)."""
-    if workflow.status not in (WorkflowStatus.PLANNED, WorkflowStatus.FAILED) or not _live(workflow, now):
-        return None
-    if workflow.status == WorkflowStatus.FAILED and not awaiting_decision(workflow):
-        return None
-    return workflow.claimed_by
+    current = workflow.claim(now)
+    return current[0] if current else None
 
 
 def expires_at(workflow: Workflow) -> datetime | None:
-    if holder(workflow) is None:
-        return None
-    return workflow.claimed_at + timedelta(minutes=settings.REVIEW_CLAIM_MINUTES)
+    current = workflow.claim()
+    return current[1] if current else None
 
 
 def held_by(queryset: QuerySet, user) -> QuerySet:
@@ -157,7 +148,7 @@ def touch(workflow: Workflow, user) -> None:
     """The holder opened the plan: their claim runs from now. At most one
     write a minute; nothing for anyone else."""
     now = timezone.now()
-    if workflow.claimed_by_id != user.pk or not _live(workflow, now) or workflow.claimed_at > now - TOUCH_EVERY:
+    if workflow.claimed_by_id != user.pk or workflow.claim(now) is None or workflow.claimed_at > now - TOUCH_EVERY:
         return
     if Workflow.objects.filter(pk=workflow.pk, claimed_by=user, claimed_at=workflow.claimed_at).update(claimed_at=now):
         workflow.claimed_at = now
