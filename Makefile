@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
 
-.PHONY: setup run test test-sqlite test-postgres bench clean
+.PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,20 +18,29 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# What the browser tests run inside Chromium (axe-core), from the npm
+# registry at the version package-lock.json pins; the console never serves it.
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+setup-browser-checks: $(NODE_STAMP)
+
 run: setup
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo
 
 # The two database legs run side by side (most of their time is spent
 # waiting on real worker, desk and browser processes); each leg's output is
 # printed whole when it ends. `make test-sqlite` / `make test-postgres` run one.
-test: setup
+test: setup setup-browser-checks
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
-test-sqlite: setup
+test-sqlite: setup setup-browser-checks
 	@echo "== test suite on SQLite =="
 	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
-test-postgres: setup
+test-postgres: setup setup-browser-checks
 	@echo "== test suite on PostgreSQL ($(PG_TEST_URL)) =="
 	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(PG_TEST_URL)" 2>/dev/null; then \
 		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS); \
@@ -49,4 +58,4 @@ bench: setup
 	$(BIN)/python manage.py bench
 
 clean:
-	rm -rf $(VENV) var staticfiles test-artifacts .pytest_cache
+	rm -rf $(VENV) node_modules var staticfiles test-artifacts .pytest_cache

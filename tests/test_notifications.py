@@ -53,8 +53,16 @@ def test_an_optional_webhook_is_called(people, settings):
     tasks.notify_reviewers(str(workflow.pk))
     thread.join(5)
     server.server_close()
-    assert received == [{"event": "plan.awaiting_review", "workflow_id": str(workflow.pk), "name": workflow.name,
-                         "url": f"{settings.CONSOLE_URL}/workflows/{workflow.pk}/"}]
+    [payload] = received
+    assert {key: payload[key] for key in ("event", "workflow_id", "name", "url", "risk", "revision")} == {
+        "event": "plan.awaiting_review", "workflow_id": str(workflow.pk), "name": workflow.name,
+        "url": f"{settings.CONSOLE_URL}/workflows/{workflow.pk}/", "risk": "LOW", "revision": 1}
+    # Two buttons per reviewer, each reviewer's own links; never the submitter's.
+    assert [r["username"] for r in payload["reviewers"]] == ["reviewer", "reviewer2", "admin"]
+    for reviewer in payload["reviewers"]:
+        assert [action["label"] for action in reviewer["actions"]] == ["Approve", "Reject"]
+        assert all(action["url"].startswith(f"{settings.CONSOLE_URL}/review/link/") for action in reviewer["actions"])
+    assert "1. ticket.create (open)" in payload["text"] and "Time left to decide" in payload["text"]
 
 
 def test_submission_queues_the_notice(people):

@@ -16,6 +16,12 @@ class WorkflowsConfig(AppConfig):
         plugins.discover()
         checks.register(plugins_left_out)
 
+        from django.contrib.auth.signals import user_logged_in
+
+        from workflows.web.auth import remember_sign_in
+
+        user_logged_in.connect(remember_sign_in, dispatch_uid="durableconsole.remember_sign_in")
+
 
 def plugins_left_out(app_configs, **kwargs) -> list[checks.CheckMessage]:
     """`manage.py check` names the plugins left out (ACTION_PLUGINS_STRICT=0)."""

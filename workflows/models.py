@@ -370,6 +370,17 @@ class GateApproval(models.Model):
         constraints = [models.UniqueConstraint(fields=["step", "reviewer"], name="gate_decision_once")]
 
 
+class UsedReviewLink(models.Model):
+    """A one-click review link that decided (`operations.links`): each
+    link's nonce once, so a link decides at most once."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="+")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decision = models.CharField(max_length=16)
+    used_at = models.DateTimeField(default=timezone.now)
+
+
 class Compensation(models.Model):
     """An explicit, authorized undo: new effects that counter completed ones."""
 

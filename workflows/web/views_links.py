@@ -1,0 +1,54 @@
+"""Deciding from a review link (`operations.links`): the link's page shows
+the plan and its previews and asks for confirmation; only that page's POST
+decides. Sign-in comes first when needed (the login page sends the
+reviewer back to the link, a local path it checks)."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import REDIRECT_FIELD_NAME
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_http_methods
+
+from workflows.errors import DomainError
+from workflows.operations import links
+from workflows.web.auth import SIGNED_IN_AT
+from workflows.web.views import _detail_url, _previews_shown, _with_review_facts
+
+def signed_in_recently(request: HttpRequest) -> bool:
+    at = request.session.get(SIGNED_IN_AT)
+    return isinstance(at, int) and time.time() - at <= settings.DECISION_MAX_AUTH_AGE
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def review_link(request: HttpRequest, token: str) -> HttpResponse:
+    try:
+        link = links.check(token, request.user)
+    except links.LinkRefused as refused:
+        return render(request, "workflows/review_link.html", {"refused": refused.message}, status=refused.status)
+    if request.method == "POST":
+        if not signed_in_recently(request):
+            hours = settings.DECISION_MAX_AUTH_AGE / 3600
+            messages.warning(request, f"Sign in again to decide: a decision needs a sign-in from the last "
+                                      f"{hours:g} hours.")
+            login = reverse(settings.LOGIN_URL)
+            return redirect(f"{login}?{urlencode({REDIRECT_FIELD_NAME: request.path})}")
+        try:
+            links.decide(token, request.user, comment=request.POST.get("comment", "")[:4000],
+                         preview_digests=_previews_shown(request))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect(request.path)
+        done = "Approved" if link.decision == "approve" else "Rejected"
+        messages.success(request, f"{done}: {link.workflow.name}")
+        return redirect(_detail_url(link.workflow))
+    workflow = _with_review_facts([link.workflow])[0]
+    return render(request, "workflows/review_link.html", {"link": link, "workflow": workflow})
