@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
-from workflows.operations import approvals, compensation, plans, policies, tokens
+from workflows.operations import approvals, compensation, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
@@ -414,6 +414,8 @@ def world(people, desk, monkeypatch):
         "content_type_id": [str(ContentType.objects.get_for_model(Workflow).pk)],
         "app_label": ["workflows", "auth"],
         "url": ["workflows/", "nowhere/"],
+        # A real review link of the walking admin's (its page, and its POST deciding once).
+        "token": [links.make(planned, people["admin"], "approve"), links.make(planned, people["admin"], "reject")],
     }
 
 
