@@ -100,6 +100,10 @@ class Workflow(models.Model):
     claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+")
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # When reviewers are reminded and who is told once the review deadline
+    # passes (DESIGN §22), as the plan set it: `{"deadline_seconds",
+    # "remind_before_seconds": [...], "escalate_to": group}`; null for none.
+    review = models.JSONField(null=True, blank=True)
     # The plan's revision: 1 as submitted, one more for each reviewer's edit
     # (`operations.revisions`); an approval counts only for its revision.
     revision = models.PositiveIntegerField(default=1, db_default=1)
@@ -368,6 +372,27 @@ class GateApproval(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [models.UniqueConstraint(fields=["step", "reviewer"], name="gate_decision_once")]
+
+
+class ReviewNotice(models.Model):
+    """A reminder before a plan's review deadline, or the escalation once it
+    passed: one row each, written with the plan, sent once by whichever
+    cluster takes its row first (`operations.notifications.send_due`)."""
+
+    class Kind(models.TextChoices):
+        REMINDER = "REMINDER"
+        ESCALATION = "ESCALATION"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="review_notices")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    due_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # What became of it: the number of people told, or why nobody was.
+    outcome = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workflow", "kind", "due_at"], name="review_notice_once")]
+        indexes = [models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="review_notice_due")]
 
 
 class UsedReviewLink(models.Model):

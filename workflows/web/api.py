@@ -220,6 +220,17 @@ class PlanIn(Schema):
         "Where this plan's events are posted, signed with your webhook secret (Standard Webhooks): https, or "
         "http to a loopback host."))
     steps: list[StepIn] = Field(..., min_length=1)
+    review: dict[str, Any] | None = Field(
+        None, description="Review deadline (seconds from submission, before the plan's own deadline), reminders "
+                          "so many seconds before it, and the group told once it passes; checked by the server "
+                          "(field errors at review.<field>)",
+        json_schema_extra={"anyOf": [{"type": "object", "additionalProperties": False, "required": ["deadline_seconds"],
+                                      "properties": {"deadline_seconds": {"type": "integer", "minimum": 1},
+                                                     "remind_before_seconds": {"type": "array", "maxItems": 5,
+                                                                               "items": {"type": "integer",
+                                                                                         "minimum": 1}},
+                                                     "escalate_to": {"type": "string"}}},
+                                     {"type": "null"}]})
 
 
 class AttemptOut(Schema):
