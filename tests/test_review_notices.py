@@ -123,3 +123,28 @@ def test_two_clusters_remind_escalate_and_expire_each_exactly_once(people, leads
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="workflow.expired").count() == 1
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb__in=["reviewers.reminder",
                                                                         "reviewers.escalation"]).count() == 2
+
+
+def test_an_action_policy_sets_the_review_of_plans_that_set_none(people, leads, api):
+    Group.objects.create(name="night-shift")
+    tightened = api["operator"].patch("/actions/ticket.create/policy", {
+        "review_deadline_seconds": 1800, "review_reminder_seconds": 600, "escalation_group": "leads",
+        "reason": "tickets must not wait"})
+    assert tightened.status_code == 200, tightened.content  # tighter: applied by one operator
+    assert tightened.json()["review_deadline_seconds"] == 1800
+
+    workflow = plans.submit(people["agent"], {**ticket_plan("by-policy"), "deadline_seconds": 7200}).workflow
+    notices = {(n.kind, n.due_at - workflow.created_at, n.group) for n in ReviewNotice.objects.filter(workflow=workflow)}
+    assert notices == {("REMINDER", timedelta(seconds=1200), ""), ("ESCALATION", timedelta(seconds=1800), "leads")}
+    assert workflow.review is None  # the plan set none: nothing is written into what it submitted
+
+    own = plans.submit(people["agent"], reviewed_plan("own-review")).workflow  # the plan's own review wins
+    assert ReviewNotice.objects.filter(workflow=own, kind="ESCALATION").get().due_at - own.created_at == timedelta(
+        seconds=3600)
+
+    # Telling another group, or dropping the deadline, loosens: a second operator decides.
+    for change in ({"escalation_group": "night-shift"}, {"review_deadline_seconds": None}):
+        answer = api["operator"].patch("/actions/ticket.create/policy", {**change, "reason": "r"})
+        assert answer.status_code == 202, (change, answer.content)
+    assert api["operator"].patch("/actions/ticket.create/policy", {"escalation_group": "nobody",
+                                                                    "reason": "r"}).status_code == 400

@@ -133,15 +133,14 @@ def _send(notice: ReviewNotice) -> str:
     workflow = notice.workflow
     if workflow.status != WorkflowStatus.PLANNED:
         return f"not sent: the plan is {workflow.status}"
-    review = workflow.review or {}
-    review_deadline = workflow.created_at + timedelta(seconds=review.get("deadline_seconds", 0))
+    review_deadline = notice.deadline
     if notice.kind == ReviewNotice.Kind.REMINDER:
         _, about = _about(workflow, review_deadline)
         reviewers = list(reviewers_for(workflow))
         subject = f"Reminder: plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
         sent = send_mass_mail(_mails(subject, about, reviewers, _links(workflow, reviewers)), fail_silently=False)
         return f"{sent} reviewer(s) reminded"
-    group = review.get("escalate_to")
+    group = notice.group
     if not group:
         return "not sent: the plan names no escalation group"
     _, about = _about(workflow, workflow.deadline)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from workflows import actions
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
-from workflows.engine import binding, previews, wakeups
+from workflows.engine import binding, policy, previews, wakeups
 from workflows.models import ReviewNotice, Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
@@ -258,8 +258,8 @@ def submit(user, body: dict) -> Submission:
                 workflow_id=workflow.pk,
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
-            if review is not None:
-                _schedule_notices(workflow, review)
+            if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
+                _schedule_notices(workflow, chosen)
             # Queued with the submission (same database): commits or rolls back with it.
             wakeups.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
             if any(step.preview_state == PreviewState.PENDING for step in steps):
@@ -274,12 +274,32 @@ def submit(user, body: dict) -> Submission:
     return Submission(workflow, created=True)
 
 
+def _policy_review(plan: list[dict], deadline_seconds: int) -> dict | None:
+    """A plan that sets no review gets the strictest of its actions'
+    policies: the shortest review deadline, with that policy's reminder and
+    escalation group; none when it would come after the plan expires."""
+    current = policy.policies_for({step["action"] for step in plan})
+    setting = [rules for rules in current.values() if rules.review_deadline_seconds]
+    if not setting:
+        return None
+    rules = min(setting, key=lambda item: (item.review_deadline_seconds, item.action))
+    if rules.review_deadline_seconds >= deadline_seconds:
+        return None
+    review = {"deadline_seconds": rules.review_deadline_seconds}
+    if rules.review_reminder_seconds and rules.review_reminder_seconds < rules.review_deadline_seconds:
+        review["remind_before_seconds"] = [rules.review_reminder_seconds]
+    if rules.escalation_group:
+        review["escalate_to"] = rules.escalation_group
+    return review
+
+
 def _schedule_notices(workflow: Workflow, review: dict) -> None:
     """The plan's reminders and its escalation, as rows to send when due."""
     deadline = workflow.created_at + timedelta(seconds=review["deadline_seconds"])
-    notices = [ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.REMINDER, due_at=deadline - timedelta(seconds=s))
-               for s in review.get("remind_before_seconds", [])]
-    notices.append(ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=deadline))
+    notices = [ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.REMINDER, deadline=deadline,
+                            due_at=deadline - timedelta(seconds=s)) for s in review.get("remind_before_seconds", [])]
+    notices.append(ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=deadline,
+                                deadline=deadline, group=review.get("escalate_to") or ""))
     ReviewNotice.objects.bulk_create(notices)
 
 
