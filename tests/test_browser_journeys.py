@@ -333,3 +333,41 @@ def test_the_csp_guard_sees_a_blocked_inline_script(browsing, people):
     assert page.evaluate("window.__inline_ran") is None
     assert len(browsing.violations) == 1 and "inline script" in browsing.violations[0]
     browsing.violations.clear()
+
+
+def test_a_reviewer_edits_an_argument_and_another_approves_the_revision(browsing, people):
+    workflow = plans.submit(people["agent"], ticket_plan("journey-edit")).workflow
+    editor = browsing.log_in("reviewer")
+    editor.goto(f"/workflows/{workflow.pk}/")
+    editor.get_by_test_id("edit-plan").click()
+    editor.get_by_label("Title").fill("Printer on fire, floor 4")
+    editor.get_by_label("Why (the agent and the audit trail see it)").fill("wrong floor")
+    editor.get_by_role("button", name="Save revision 2").click()
+    expect(editor.get_by_test_id("revisions")).to_contain_text("Printer on fire, floor 4")
+    expect(editor.get_by_test_id("co-author")).to_be_visible()
+    expect(editor.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+    shot(editor, "edit-and-approve-diff")
+
+    other = browsing.log_in("reviewer2")
+    other.goto(f"/workflows/{workflow.pk}/")
+    other.get_by_role("button", name="Approve", exact=True).click()
+    expect(other.get_by_test_id("workflow-status")).to_have_text("APPROVED")
+    assert Workflow.objects.get(pk=workflow.pk).revision == 2
+
+
+def test_a_reviewer_approves_a_gate_after_seeing_the_results_before_it(browsing, people, desk):
+    from tests.test_gates import gated_plan
+
+    workflow = plans.submit(people["agent"], gated_plan("journey-gate")).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    run_until(workflow.pk, "WAITING_GATE")
+    page = browsing.log_in("reviewer2")
+    expect(page.get_by_role("heading", name="Runs waiting at a gate")).to_be_visible()
+    page.get_by_role("link", name=workflow.name).click()
+    expect(page.get_by_test_id("gate")).to_contain_text("Check the ticket before closing it")
+    expect(page.get_by_test_id("step-open")).to_contain_text("COMPLETE")
+    shot(page, "gate")
+    page.get_by_label("Comment").last.fill("the ticket is the right one")
+    page.get_by_role("button", name="Approve the gate").click()
+    expect(page.get_by_test_id("workflow-status")).not_to_have_text("WAITING_GATE")
+    assert run_until(workflow.pk, "COMPLETE") == "COMPLETE"

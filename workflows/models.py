@@ -100,6 +100,11 @@ class Workflow(models.Model):
     claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+")
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # When reviewers are reminded and who is told once the review deadline
+    # passes (DESIGN §22), as the plan set it: `{"deadline_seconds",
+    # "remind_before_seconds": [...], "escalate_to": group}`; null for none
+    # (its actions' policies may still set one: `ReviewNotice`).
+    review = models.JSONField(null=True, blank=True)
     # The plan's revision: 1 as submitted, one more for each reviewer's edit
     # (`operations.revisions`); an approval counts only for its revision.
     revision = models.PositiveIntegerField(default=1, db_default=1)
@@ -370,6 +375,31 @@ class GateApproval(models.Model):
         constraints = [models.UniqueConstraint(fields=["step", "reviewer"], name="gate_decision_once")]
 
 
+class ReviewNotice(models.Model):
+    """A reminder before a plan's review deadline, or the escalation once it
+    passed: one row each, written with the plan, sent once by whichever
+    cluster takes its row first (`operations.notifications.send_due`)."""
+
+    class Kind(models.TextChoices):
+        REMINDER = "REMINDER"
+        ESCALATION = "ESCALATION"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="review_notices")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    due_at = models.DateTimeField()
+    # The review deadline it is about, and (an escalation) the group told;
+    # from the plan's `review`, else from its actions' policies.
+    deadline = models.DateTimeField()
+    group = models.CharField(max_length=150, blank=True, default="")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # What became of it: the number of people told, or why nobody was.
+    outcome = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workflow", "kind", "due_at"], name="review_notice_once")]
+        indexes = [models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="review_notice_due")]
+
+
 class UsedReviewLink(models.Model):
     """A one-click review link that decided (`operations.links`): each
     link's nonce once, so a link decides at most once."""
@@ -449,6 +479,12 @@ class ActionPolicy(models.Model):
     rate_per_second = models.FloatField(
         null=True, blank=True, help_text="Claims per second across the cluster (a token bucket of one second)."
     )
+    # The review every plan using this action gets unless the plan sets its
+    # own (DESIGN §22): a deadline (seconds from submission), a reminder so
+    # many seconds before it, and the group told once it passes.
+    review_deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
+    review_reminder_seconds = models.PositiveIntegerField(null=True, blank=True)
+    escalation_group = models.CharField(max_length=150, null=True, blank=True)
     version = models.PositiveIntegerField(default=1)
     updated_by = models.CharField(max_length=150, blank=True, default="")
     updated_at = models.DateTimeField(default=timezone.now)

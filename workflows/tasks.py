@@ -24,6 +24,10 @@ def notify_reviewers(workflow_id: str) -> int:
     return notifications.notify_reviewers(workflow_id)
 
 
+def send_review_notices() -> int:
+    return notifications.send_due()
+
+
 def compute_previews(workflow_id: str) -> int:
     return previews.compute(workflow_id)
 

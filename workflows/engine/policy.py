@@ -241,7 +241,7 @@ def recheck(step: Step) -> list[str]:
 
 
 EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts", "max_in_flight",
-            "rate_per_second")
+            "rate_per_second", "review_deadline_seconds", "review_reminder_seconds", "escalation_group")
 
 
 def update(action: str, *, by, reason: str = "", context: dict | None = None, **changes) -> ActionPolicy:

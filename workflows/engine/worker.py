@@ -18,13 +18,14 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.utils import DatabaseError
+from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.signals import pre_execute
 from django_q.tasks import async_task
 
 from workflows.audit import checkpoints
 from workflows.engine import execution, expiry, recovery
-from workflows.models import Step
+from workflows.models import ReviewNotice, Step
 from workflows.states import StepStatus
 from workflows.webhooks import delivery
 
@@ -88,6 +89,11 @@ def tick(broker) -> bool:
     # lease ended), have no wake-up of their own.
     if delivery.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
         async_task("workflows.tasks.deliver_webhooks", task_name="deliver webhooks", broker=broker)
+    # Reminders and escalations before a plan's review deadline: sent once,
+    # whichever cluster's task takes each first.
+    if ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists() \
+            and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+        async_task("workflows.tasks.send_review_notices", task_name="review notices", broker=broker)
     return due
 
 

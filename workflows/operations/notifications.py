@@ -11,15 +11,15 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mass_mail
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from workflows import roles
 from workflows.audit import journal
 from workflows.engine import policy
-from workflows.models import Workflow
+from workflows.models import ReviewNotice, Workflow
 from workflows.operations import links
-from workflows.states import WorkflowStatus
+from workflows.states import PreviewState, WorkflowStatus
 
 log = logging.getLogger(__name__)
 RISK_ORDER = ["LOW", "MEDIUM", "HIGH"]
@@ -42,24 +42,10 @@ def notify_reviewers(workflow_id) -> int:
         return 0  # decided (or gone) before the notice went out: nothing to say
     link = workflow_url(workflow)
     subject = f"Plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
-    risks = policy.policies_for({step["action"] for step in workflow.plan})
-    risk = max((risks[step["action"]].risk for step in workflow.plan), key=RISK_ORDER.index)
-    left = max(workflow.deadline - timezone.now(), timedelta(0))
-    about = (
-        f"{workflow.submitted_by.get_username()} submitted a plan with {len(workflow.plan)} step(s), "
-        f"{risk} risk:\n" + "".join(f"  {n}. {step['action']} ({step['key']})\n" for n, step in
-                                    enumerate(workflow.plan, 1))
-        + f"Plan hash: {workflow.plan_hash} (revision {workflow.revision})\n"
-        f"Time left to decide: {_duration(left)}\n\nReview it: {link}\n"
-    )
+    risk, about = _about(workflow, workflow.deadline)
     reviewers = list(reviewers_for(workflow))
-    # Each reviewer's own one-click links: bound to them, this revision, and used once.
-    own = {user.pk: {decision: links.url(links.make(workflow, user, decision)) for decision in links.DECISIONS}
-           for user in reviewers}
-    mails = [(subject, about + f"\nOr decide from here (you confirm on the page that opens):\n"
-                              f"  Approve: {own[user.pk]['approve']}\n  Reject:  {own[user.pk]['reject']}\n",
-              None, [user.email]) for user in reviewers if user.email]
-    sent = send_mass_mail(mails, fail_silently=False)
+    own = _links(workflow, reviewers)
+    sent = send_mass_mail(_mails(subject, about, reviewers, own), fail_silently=False)
     hook = settings.REVIEW_WEBHOOK_URL
     if hook:
         # Shaped for a chat message with two buttons per reviewer; only ever
@@ -80,6 +66,91 @@ def notify_reviewers(workflow_id) -> int:
         journal.append(actor="system", verb="reviewers.notified", obj_type="workflow", obj_id=workflow.pk,
                      workflow_id=workflow.pk, data={"emails": sent, "webhook": bool(hook)})
     return sent
+
+
+def _about(workflow: Workflow, until) -> tuple[str, str]:
+    """(risk, text) of a notice: the plan, its risk, what each step will do
+    (its preview where a worker took one) and the time left until `until`."""
+    risks = policy.policies_for({step["action"] for step in workflow.plan})
+    risk = max((risks[step["action"]].risk for step in workflow.plan), key=RISK_ORDER.index)
+    previews = dict(workflow.steps.filter(lane=0, preview_state=PreviewState.READY)
+                    .values_list("key", "preview__summary"))
+    left = max(until - timezone.now(), timedelta(0))
+    text = (
+        f"“{workflow.name}”: {workflow.submitted_by.get_username()} submitted a plan with {len(workflow.plan)} step(s), "
+        f"{risk} risk:\n"
+        + "".join(f"  {n}. {step['action']} ({step['key']})"
+                  + (f": {previews[step['key']]}" if previews.get(step["key"]) else "") + "\n"
+                  for n, step in enumerate(workflow.plan, 1))
+        + f"Plan hash: {workflow.plan_hash} (revision {workflow.revision})\n"
+        f"Time left to decide: {_duration(left)}\n\nReview it: {workflow_url(workflow)}\n"
+    )
+    return risk, text
+
+
+def _links(workflow: Workflow, reviewers) -> dict:
+    """Each reviewer's own one-click links: bound to them, this revision, and used once."""
+    return {user.pk: {decision: links.url(links.make(workflow, user, decision)) for decision in links.DECISIONS}
+            for user in reviewers}
+
+
+def _mails(subject: str, about: str, reviewers, own: dict) -> list[tuple]:
+    return [(subject, about + "\nOr decide from here (you confirm on the page that opens):\n"
+                              f"  Approve: {own[user.pk]['approve']}\n  Reject:  {own[user.pk]['reject']}\n",
+             None, [user.email]) for user in reviewers if user.email]
+
+
+def any_due() -> bool:
+    return ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists()
+
+
+def send_due(limit: int = 100) -> int:
+    """Send the reminders and escalations that came due, each once: a
+    notice's row is taken with SKIP LOCKED and marked sent in the
+    transaction that sends it, so clusters sweeping at once never both send
+    one. (A process killed between the mail and the commit sends it again:
+    once more, never lost.) Returns the notices settled."""
+    settled = 0
+    for _ in range(limit):
+        with transaction.atomic():
+            due = ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).order_by("due_at")
+            if connection.features.has_select_for_update_skip_locked:
+                due = due.select_for_update(skip_locked=True, of=("self",))
+            notice = due.select_related("workflow__submitted_by").first()
+            if notice is None:
+                return settled
+            notice.outcome = _send(notice)
+            notice.sent_at = timezone.now()
+            notice.save(update_fields=["sent_at", "outcome"])
+            journal.append(actor="system", verb=f"reviewers.{notice.kind.lower()}", obj_type="workflow",
+                           obj_id=notice.workflow_id, workflow_id=notice.workflow_id,
+                           data={"due_at": notice.due_at.isoformat(), "outcome": notice.outcome})
+        settled += 1
+    return settled
+
+
+def _send(notice: ReviewNotice) -> str:
+    workflow = notice.workflow
+    if workflow.status != WorkflowStatus.PLANNED:
+        return f"not sent: the plan is {workflow.status}"
+    review_deadline = notice.deadline
+    if notice.kind == ReviewNotice.Kind.REMINDER:
+        _, about = _about(workflow, review_deadline)
+        reviewers = list(reviewers_for(workflow))
+        subject = f"Reminder: plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
+        sent = send_mass_mail(_mails(subject, about, reviewers, _links(workflow, reviewers)), fail_silently=False)
+        return f"{sent} reviewer(s) reminded"
+    group = notice.group
+    if not group:
+        return "not sent: the plan names no escalation group"
+    _, about = _about(workflow, workflow.deadline)
+    told = (get_user_model().objects.filter(is_active=True, groups__name=group).exclude(pk=workflow.submitted_by_id)
+            .exclude(email="").distinct().order_by("pk"))
+    subject = f"Escalation: plan not reviewed in time: {workflow.name}"[:200].replace("\n", " ")
+    body = (f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "
+            f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}")
+    sent = send_mass_mail([(subject, body, None, [user.email]) for user in told], fail_silently=False)
+    return f"{sent} member(s) of {group} told"
 
 
 def _duration(left: timedelta) -> str:

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
-from workflows.engine import binding, previews, wakeups
-from workflows.models import Step, Workflow, canonical_json, operation_key_for, sha256_hex
+from workflows.engine import binding, policy, previews, wakeups
+from workflows.models import ReviewNotice, Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
 
@@ -58,6 +59,8 @@ def validate(body: dict) -> dict[str, str]:
     if callback := body.get("callback_url"):
         if message := outbound.url_problem(callback):
             errors["callback_url"] = message
+    if body.get("review") is not None:
+        _add(errors, _review_errors(body["review"], deadline or settings.DEFAULT_DEADLINE_SECONDS))
     for field in ("name", "submission_key"):
         if kind := find_credential(body.get(field) or ""):
             errors[field] = f"This looks like a credential ({kind}): remove it."
@@ -101,6 +104,33 @@ def validate(body: dict) -> dict[str, str]:
 
 
 MAX_GATE_APPROVALS = 10
+MAX_REMINDERS = 5
+
+
+def _review_errors(review, plan_deadline: int) -> dict[str, str]:
+    """`{"deadline_seconds": s, "remind_before_seconds": [...], "escalate_to":
+    group}`: a review deadline before the plan's own (when it expires),
+    reminders before the review deadline, and the group told once it passed."""
+    if not isinstance(review, dict):
+        return {"review": 'An object: {"deadline_seconds", "remind_before_seconds", "escalate_to"}.'}
+    errors = {f"review.{name}": "Unknown field: review has deadline_seconds, remind_before_seconds and escalate_to."
+              for name in sorted(set(review) - {"deadline_seconds", "remind_before_seconds", "escalate_to"})}
+    deadline = review.get("deadline_seconds")
+    if type(deadline) is not int or not 1 <= deadline < plan_deadline:
+        errors["review.deadline_seconds"] = (f"Whole seconds from submission, at least 1 and before the plan's own "
+                                             f"deadline ({plan_deadline} s), when it expires.")
+        deadline = None
+    before = review.get("remind_before_seconds", [])
+    if not isinstance(before, list) or len(before) > MAX_REMINDERS or any(
+            type(item) is not int or item < 1 or (deadline is not None and item >= deadline) for item in before):
+        errors["review.remind_before_seconds"] = (f"Up to {MAX_REMINDERS} whole numbers of seconds before the review "
+                                                  "deadline, each at least 1 and less than it.")
+    elif len(set(before)) != len(before):
+        errors["review.remind_before_seconds"] = "Each reminder time once."
+    group = review.get("escalate_to")
+    if group is not None and (not isinstance(group, str) or not Group.objects.filter(name=group).exists()):
+        errors["review.escalate_to"] = "The name of an existing group, told when the review deadline passes."
+    return errors
 
 
 def _gate_errors(gate, index: int, where: str) -> dict[str, str]:
@@ -175,6 +205,9 @@ def submit(user, body: dict) -> Submission:
     if callback_url:
         # Only when given: submissions hashed before callbacks existed still match.
         hashed["callback_url"] = callback_url
+    review = body.get("review")
+    if review is not None:
+        hashed["review"] = review
     submission_hash = sha256_hex(canonical_json(hashed))
     existing = _existing(user, body["submission_key"], submission_hash)
     if existing:
@@ -191,6 +224,7 @@ def submit(user, body: dict) -> Submission:
                 plan_hash=plan_hash,
                 context=context,
                 callback_url=callback_url,
+                review=review,
                 deadline=now + timedelta(seconds=deadline_seconds),
                 created_at=now,
                 updated_at=now,
@@ -224,6 +258,8 @@ def submit(user, body: dict) -> Submission:
                 workflow_id=workflow.pk,
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
+            if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
+                _schedule_notices(workflow, chosen)
             # Queued with the submission (same database): commits or rolls back with it.
             wakeups.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
             if any(step.preview_state == PreviewState.PENDING for step in steps):
@@ -236,6 +272,35 @@ def submit(user, body: dict) -> Submission:
             return Submission(existing, created=False)
         raise
     return Submission(workflow, created=True)
+
+
+def _policy_review(plan: list[dict], deadline_seconds: int) -> dict | None:
+    """A plan that sets no review gets the strictest of its actions'
+    policies: the shortest review deadline, with that policy's reminder and
+    escalation group; none when it would come after the plan expires."""
+    current = policy.policies_for({step["action"] for step in plan})
+    setting = [rules for rules in current.values() if rules.review_deadline_seconds]
+    if not setting:
+        return None
+    rules = min(setting, key=lambda item: (item.review_deadline_seconds, item.action))
+    if rules.review_deadline_seconds >= deadline_seconds:
+        return None
+    review = {"deadline_seconds": rules.review_deadline_seconds}
+    if rules.review_reminder_seconds and rules.review_reminder_seconds < rules.review_deadline_seconds:
+        review["remind_before_seconds"] = [rules.review_reminder_seconds]
+    if rules.escalation_group:
+        review["escalate_to"] = rules.escalation_group
+    return review
+
+
+def _schedule_notices(workflow: Workflow, review: dict) -> None:
+    """The plan's reminders and its escalation, as rows to send when due."""
+    deadline = workflow.created_at + timedelta(seconds=review["deadline_seconds"])
+    notices = [ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.REMINDER, deadline=deadline,
+                            due_at=deadline - timedelta(seconds=s)) for s in review.get("remind_before_seconds", [])]
+    notices.append(ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=deadline,
+                                deadline=deadline, group=review.get("escalate_to") or ""))
+    ReviewNotice.objects.bulk_create(notices)
 
 
 def _existing(user, submission_key: str, submission_hash: str) -> Workflow | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
@@ -41,11 +42,13 @@ INTEGERS = {
     "approval_ttl_seconds": (1, 2_147_483_647, True),
     "max_attempts": (1, 1000, False),
     "max_in_flight": (1, 1_000_000, True),
+    "review_deadline_seconds": (1, 2_147_483_647, True),
+    "review_reminder_seconds": (1, 2_147_483_647, True),
 }
 MAX_RATE = 1_000_000.0
 # Where a larger value is the tighter one; elsewhere the smaller one is, and
 # an empty (unlimited) value is the loosest.
-LARGER_IS_TIGHTER = {"approvals_required", "risk"}
+LARGER_IS_TIGHTER = {"approvals_required", "risk", "review_reminder_seconds"}
 
 
 class PolicyInvalid(DomainError):
@@ -98,6 +101,9 @@ def clean(changes: dict) -> dict:
         elif name == "risk":
             if value not in RISKS:
                 errors[name] = f"Must be one of {', '.join(RISKS)}."
+        elif name == "escalation_group":
+            if value is not None and (not isinstance(value, str) or not Group.objects.filter(name=value).exists()):
+                errors[name] = "The name of an existing group, or null for none."
         elif name == "rate_per_second":
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or not 0 < value <= MAX_RATE):
@@ -122,15 +128,19 @@ def _rank(name: str, value):
         return 0 if value else 1
     if name == "risk":
         return RISKS.index(value)
+    if name == "escalation_group":
+        return 0 if value is None else 1
     if name in LARGER_IS_TIGHTER:
-        return value
+        return -math.inf if value is None else value
     return -math.inf if value is None else -value
 
 
 def loosens(current: ActionPolicy, changes: dict) -> list[str]:
     """The fields among `changes` whose new value is looser than the current one."""
     return sorted(name for name, value in changes.items()
-                  if _rank(name, value) < _rank(name, getattr(current, name)))
+                  if _rank(name, value) < _rank(name, getattr(current, name))
+                  # Telling another group than the one set is no tightening either.
+                  or (name == "escalation_group" and getattr(current, name) not in (None, value)))
 
 
 def _check_operator(user) -> None:

@@ -220,6 +220,17 @@ class PlanIn(Schema):
         "Where this plan's events are posted, signed with your webhook secret (Standard Webhooks): https, or "
         "http to a loopback host."))
     steps: list[StepIn] = Field(..., min_length=1)
+    review: dict[str, Any] | None = Field(
+        None, description="Review deadline (seconds from submission, before the plan's own deadline), reminders "
+                          "so many seconds before it, and the group told once it passes; checked by the server "
+                          "(field errors at review.<field>)",
+        json_schema_extra={"anyOf": [{"type": "object", "additionalProperties": False, "required": ["deadline_seconds"],
+                                      "properties": {"deadline_seconds": {"type": "integer", "minimum": 1},
+                                                     "remind_before_seconds": {"type": "array", "maxItems": 5,
+                                                                               "items": {"type": "integer",
+                                                                                         "minimum": 1}},
+                                                     "escalate_to": {"type": "string"}}},
+                                     {"type": "null"}]})
 
 
 class AttemptOut(Schema):
@@ -776,6 +787,12 @@ class PolicyOut(Schema):
     max_attempts: int
     max_in_flight: int | None
     rate_per_second: float | None
+    review_deadline_seconds: int | None = Field(None, description="Plans using this action (and setting no review "
+                                                                  "of their own) are to be decided this many "
+                                                                  "seconds after submission")
+    review_reminder_seconds: int | None = Field(None, description="Reviewers are reminded so many seconds before "
+                                                                  "that review deadline")
+    escalation_group: str | None = Field(None, description="The group told once that review deadline passes")
     version: int
     updated_by: str
     updated_at: datetime
@@ -796,6 +813,9 @@ class PolicyPatchIn(Schema):
     max_attempts: StrictInt | None = None
     max_in_flight: StrictInt | None = None
     rate_per_second: StrictFloat | StrictInt | None = None
+    review_deadline_seconds: StrictInt | None = None
+    review_reminder_seconds: StrictInt | None = None
+    escalation_group: str | None = Field(None, max_length=150)
     reason: str = Field(..., max_length=2000)
     version: StrictInt | None = Field(None, description="The version you looked at: 409 if the policy changed since")
 

@@ -38,6 +38,9 @@ class PolicyForm(forms.Form):
     max_attempts = forms.IntegerField()
     max_in_flight = forms.IntegerField(required=False)
     rate_per_second = forms.FloatField(required=False)
+    review_deadline_seconds = forms.IntegerField(required=False)
+    review_reminder_seconds = forms.IntegerField(required=False)
+    escalation_group = forms.CharField(required=False, max_length=150, empty_value=None)
     reason = forms.CharField(max_length=2000)
     version = forms.IntegerField(widget=forms.HiddenInput)
 
