@@ -11,7 +11,7 @@ import time
 
 import pytest
 import requests
-from django.db import connection, connections, transaction
+from django.db import connection
 
 from tests.conftest import ticket_plan, wait_for_status
 from tests.test_crash_matrix import crash_at
@@ -173,29 +173,12 @@ def test_storing_previews_takes_the_workflow_row_first_as_a_decision_does(api, d
     take the step rows first (that order deadlocked an approval on PostgreSQL)."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has no row locks: a writer holds the whole database")
+    from tests.test_cancellation import holding, in_thread
+
     workflow = plans.submit(api["agent"].user, close_plan(open_ticket(desk)["id"])).workflow
-    holding, release, stored = threading.Event(), threading.Event(), []
-
-    def decide():
-        try:
-            with transaction.atomic():
-                Workflow.objects.select_for_update().get(pk=workflow.pk)
-                holding.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    def store():
-        try:
-            stored.append(tasks.compute_previews(str(workflow.pk)))
-        finally:
-            connections.close_all()
-
-    decision = threading.Thread(target=decide)
-    decision.start()
-    assert holding.wait(10)
-    storing = threading.Thread(target=store)
-    storing.start()
+    release = threading.Event()
+    decision = holding(lambda: Workflow.objects.select_for_update().get(pk=workflow.pk), release)
+    storing, stored = in_thread(lambda: tasks.compute_previews(str(workflow.pk)))
     storing.join(1.5)
     waited = storing.is_alive()
     release.set()

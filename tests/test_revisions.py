@@ -200,3 +200,13 @@ def test_the_console_form_shows_each_error_and_saves_nothing(api):
     assert 'data-testid="error-open:title"' in too_long.content.decode()
     assert Workflow.objects.get(pk=workflow_id).revision == 1
     assert console("agent").get(f"/workflows/{workflow_id}/revise").status_code == 403
+
+
+@pytest.mark.parametrize("value", ['{"$from": 1e400}', "NaN", "Infinity", '"\\u0000"'])
+def test_the_console_form_refuses_numbers_json_cannot_hold_and_nul(api, value):
+    workflow_id = submitted(api)
+    answer = console("reviewer").post(f"/workflows/{workflow_id}/revise", {
+        "open:title": "t", "open:body": "Floor 3", "note:ticket_id": value,
+        "note:body": "Extinguisher on its way", "close:ticket_id": '{"$from": "open.result.id"}'})
+    assert answer.status_code == 400
+    assert Workflow.objects.get(pk=workflow_id).revision == 1

@@ -9,6 +9,7 @@ validation as a submission (`operations.revisions`), never by this module.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,11 +153,19 @@ def _value(kind: str, raw: str) -> Any:
         except ValueError:
             raise ValueError("Enter a whole number.") from None
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ValueError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
     if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise ValueError("Enter a number.")
+    return value
+
+
+def _finite(text: str) -> float:
+    """A number too large for a float (1e400) is refused, not stored as infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number.")
     return value
 
 
