@@ -739,6 +739,20 @@ class AuditVerification(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
 
 
+class Team(models.Model):
+    """A group of people and agents that see and decide only their own work
+    (DESIGN §23). Rows that existed before teams belong to `default`."""
+
+    DEFAULT = "default"
+
+    name = models.SlugField(max_length=64, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100, blank=True, default="")
