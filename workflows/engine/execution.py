@@ -29,7 +29,7 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
-    failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, recovery, references, wakeups,
+    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, recovery, references, wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
@@ -266,7 +266,10 @@ def drain(budget_seconds: float | None = None) -> int:
         effects = inflight.Effects(keeper)
         while True:
             batch = []
-            claiming = time.monotonic() < stop_at
+            stopping = draining.requested()
+            if stopping:
+                effects.give_back()
+            claiming = time.monotonic() < stop_at and not stopping
             if claiming and (effects.wanted >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
                 batch = claim_batch(alone=effects.wanted)
             if batch:
@@ -275,7 +278,10 @@ def drain(budget_seconds: float | None = None) -> int:
             elif not effects.busy:
                 break
             effects.collect(timeout=0 if batch else POLL)
-    if not claiming and due_steps(window=1).exists():
+    # A cluster that is draining leaves the work it did not claim to the
+    # other clusters, whose loops find it due; a wake-up queued here could
+    # only be taken by this cluster's own workers while they stop.
+    if not claiming and not stopping and due_steps(window=1).exists():
         wakeups.enqueue("workflows.tasks.drain", name="drain")
     return done
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.utils import timezone
 
 from workflows import actions
 from workflows.actions import Action, ActionError, Outcome
@@ -35,6 +36,7 @@ from workflows.audit import journal
 from workflows.audit.redaction import redact_text
 from workflows.engine import failpoints, outcomes, policy, previews, recovery, references
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held
+from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
 from workflows.states import FailureClass, StepStatus
 
@@ -156,6 +158,19 @@ class Effects:
         failpoints.hit_each(failpoints.AFTER_CLAIM, steps)
         self.waiting.extend(steps)
         self._fill()
+
+    def give_back(self) -> None:
+        """The cluster is draining: the steps claimed ahead, not yet sent, go
+        back in line at once (not when their leases run out), for the other
+        clusters. Each is moved under its own claim, as a recovery would."""
+        steps, self.waiting = self.waiting, []
+        if not steps:
+            return
+        with transaction.atomic():
+            move_many(steps, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.released", expect=("fence",),
+                      data=lambda step: {"reason": "the cluster is draining", "fence": step.fence},
+                      next_attempt_at=timezone.now(), lease_owner="", lease_expires_at=None)
+        self.keeper.release([step.pk for step in steps])
 
     def _fill(self) -> None:
         if self.room > 0 and self.waiting:

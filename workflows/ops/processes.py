@@ -246,6 +246,24 @@ def sentinel_children(pgid: int) -> list[int]:
     return sorted(pid for pid, ppid in members if ppid in sentinels)
 
 
+def descendants(pid: int) -> set[int]:
+    """The live processes below `pid` (its children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _ in _live_processes():
+        children.setdefault(parent, []).append(child)
+    found, frontier = set(), [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    return any(live == pid for live, _, _ in _live_processes())
+
+
 def gone(pids, timeout: float = 2.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
 from workflows.audit import keys, signing
-from workflows.engine import worker
+from workflows.engine import draining, worker
 
 
 class Command(QClusterCommand):
@@ -30,8 +30,14 @@ class Command(QClusterCommand):
         # sentinel held when a signal to the whole process group killed it.
         # Here a signal only ends the loop; then the sentinel, if still alive,
         # is asked to stop gracefully, and killed if it does not.
+        # A signal also drains: the workers claim nothing more and finish the
+        # effects they have in flight before the sentinel stops them.
+        def stop(*_):
+            draining.request()
+            stopping.append(True)
+
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stopping.append(True))
+            signal.signal(signum, stop)
         worker.loop(lambda: not stopping and cluster.sentinel.is_alive())
         sentinel = cluster.sentinel
         if sentinel.is_alive():
