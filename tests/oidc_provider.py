@@ -48,6 +48,7 @@ class _State:
         self.mode = "good"
         self.sub = "alice"
         self.groups: list[str] = []
+        self.auth_time = True  # send the auth_time claim
         self.codes: dict[str, dict] = {}
         self.tokens: dict[str, dict] = {}
         self.log: list[dict] = []
@@ -124,6 +125,7 @@ def _handler(state: _State):
                     state.mode = changes["mode"]
                 state.sub = changes.get("sub", state.sub)
                 state.groups = changes.get("groups", state.groups)
+                state.auth_time = changes.get("auth_time", state.auth_time)
                 if changes.get("clear_log"):
                     state.log.clear()
                 return self._json({"mode": state.mode})
@@ -146,6 +148,8 @@ def _handler(state: _State):
             claims = {"iss": state.issuer, "sub": grant["sub"], "aud": CLIENT_ID, "iat": now, "exp": now + 300,
                       "auth_time": now, "nonce": grant.get("nonce"), "groups": grant["groups"],
                       "preferred_username": grant["sub"], "email": f"{grant['sub']}@example.com"}
+            if not state.auth_time:
+                del claims["auth_time"]
             key = state.key
             if state.mode == "wrong_audience":
                 claims["aud"] = "another-client"

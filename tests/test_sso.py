@@ -41,7 +41,7 @@ def provider():
 
 @pytest.fixture
 def sso_on(settings, provider, db):
-    provider.control(mode="good", sub="alice", groups=["idp-reviewers"], clear_log=True)
+    provider.control(mode="good", sub="alice", groups=["idp-reviewers"], auth_time=True, clear_log=True)
     settings.OIDC_ISSUER = provider.issuer
     settings.OIDC_CLIENT_ID = CLIENT_ID
     settings.OIDC_CLIENT_SECRET = CLIENT_SECRET
@@ -240,6 +240,27 @@ def test_a_renewal_the_provider_grants_keeps_the_session(sso_on):
     assert again.status_code == 302 and again["Location"] == "/workflows/"
     assert signed_in_user(client) == user_id
     assert client.session["oidc_id_token_expiration"] > time.time()
+
+
+def test_a_silent_renewal_does_not_count_as_signing_in_again(sso_on, settings):
+    """Without the provider's auth_time, a renewal nobody typed a password
+    for leaves the sign-in time as it was: a decision still asks."""
+    sso_on.control(auth_time=False)
+    client = Client()
+    sign_in(client)
+    _stale(client, settings)
+    stale = client.session[SIGNED_IN_AT]
+    session = client.session
+    session["oidc_id_token_expiration"] = time.time() - 1
+    session.save()
+    renew = client.get("/workflows/")
+    answer = requests.get(renew["Location"], allow_redirects=False, timeout=5)
+    back = urlsplit(answer.headers["Location"])
+    assert client.get(f"{back.path}?{back.query}").status_code == 302
+    assert client.session[SIGNED_IN_AT] == stale and client.session["oidc_id_token_expiration"] > time.time()
+
+    sign_in(client, reauth="1")  # a real sign-in again
+    assert time.time() - client.session[SIGNED_IN_AT] < 60
 
 
 def test_an_htmx_request_due_for_renewal_is_sent_through_the_provider_whole(sso_on):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 import requests
@@ -50,6 +50,8 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 CACHE_SECONDS = 3600
 LEEWAY_SECONDS = 30
 SCOPES = "openid email profile"
+# The states of the silent renewals (prompt=none) this session sent to the provider.
+SILENT_STATES = "durableconsole.oidc_silent_states"
 
 
 class ProviderUnavailable(Exception):
@@ -325,6 +327,8 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
             return _problem(request, "Sign-in refused",
                             "This sign-in answer does not belong to a sign-in started here, or was already used "
                             "(unknown state). Start again from the login page.", 400)
+        # A silent renewal proves nothing about when the person last signed in.
+        self.silent = request.GET["state"] in request.session.get(SILENT_STATES, [])
         try:
             response = super().get(request)
         except SignInRefused as exc:
@@ -345,9 +349,13 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
         session = self.request.session
         session[SSO_SESSION_KEY] = {name: sign_in.get(name) for name in ("iss", "sub", "groups")}
         now = int(time.time())
-        # When the person last proved who they are at the provider (a silent
-        # renewal proves nothing new): decisions need it recent.
-        session[SIGNED_IN_AT] = min(now, sign_in["auth_time"]) if sign_in.get("auth_time") else now
+        # When the person last proved who they are at the provider: its
+        # `auth_time`; without one, now, unless this was a silent renewal
+        # (which proves nothing new). Decisions need it recent.
+        if sign_in.get("auth_time"):
+            session[SIGNED_IN_AT] = min(now, sign_in["auth_time"])
+        elif not getattr(self, "silent", False) or SIGNED_IN_AT not in session:
+            session[SIGNED_IN_AT] = now
         return response
 
 
@@ -382,6 +390,8 @@ class SessionRefresh(oidc_middleware.SessionRefresh):
             return _unavailable(request, exc)
         if response is None:
             return None
+        state = parse_qs(urlsplit(response["Location"]).query).get("state", [""])[0]
+        request.session[SILENT_STATES] = [*request.session.get(SILENT_STATES, [])[-9:], state]
         htmx = request.headers.get("HX-Request") == "true"  # before django-htmx's middleware
         if request.method != "GET" or htmx:
             # A form or a partial cannot be carried through the provider: back to the page it came from.
