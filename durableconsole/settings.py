@@ -6,7 +6,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from durableconsole.env import env_bool, env_float, env_int, env_list, env_str
+from durableconsole.env import (
+    env_bool, env_float, env_group_map, env_int, env_list, env_networks, env_secret, env_str,
+)
 from workflows.audit.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -67,6 +69,11 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Who is asking (client address, provider identity, token) for the audit
+    # trail; then an SSO session whose ID token is due is renewed at the
+    # provider, or ended (both do nothing without OIDC_ISSUER).
+    "workflows.web.identity.RequestIdentity",
+    "workflows.web.sso.SessionRefresh",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -77,7 +84,10 @@ MIDDLEWARE = [
 
 AUTHENTICATION_BACKENDS = [
     "workflows.web.auth.ThrottledLogins",
-    "django.contrib.auth.backends.ModelBackend",
+    "workflows.web.auth.LocalPasswords",
+    # OpenID Connect sign-in (mozilla-django-oidc); answers only the
+    # provider's callback, and only when OIDC_ISSUER is set.
+    "workflows.web.sso.ProviderSignIn",
 ]
 # Login throttling: after AXES_FAILURE_LIMIT failures for one username from
 # one address, that pair is locked out for AXES_COOLOFF_MINUTES.
@@ -87,6 +97,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "workflows/locked_out.html"
 AXES_ENABLED = env_bool("AXES_ENABLED", True)
+# Locked out by the same client address the audit trail records.
+AXES_CLIENT_IP_CALLABLE = "workflows.web.identity.axes_client_address"
 
 # No inline scripts or styles anywhere; htmx is configured (meta tag) to fit.
 CONTENT_SECURITY_POLICY = {
@@ -117,6 +129,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "workflows.web.views.roles_context",
+                "workflows.web.sso.sign_in_context",
             ],
         },
     },
@@ -202,6 +215,41 @@ REVIEW_CLAIM_MINUTES = env_int("REVIEW_CLAIM_MINUTES", 30, minimum=1)
 # A decision (from a review link) needs a sign-in younger than this many
 # seconds, or asks to sign in again (DESIGN §22, §23).
 DECISION_MAX_AUTH_AGE = env_int("DECISION_MAX_AUTH_AGE", 12 * 3600, minimum=60)
+
+# Sign-in (DESIGN §23). OpenID Connect when OIDC_ISSUER is set: its endpoints
+# come from the issuer's discovery document, read at the first sign-in (not
+# here), so a provider that is down stops sign-in, not start-up.
+OIDC_ISSUER = (env_str("OIDC_ISSUER", "") or "").strip().rstrip("/")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET")
+if OIDC_ISSUER:
+    if not OIDC_ISSUER.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(f"OIDC_ISSUER must be an https:// URL; got {OIDC_ISSUER!r}")
+    if OIDC_ISSUER.startswith("http://") and not DEBUG:
+        raise ImproperlyConfigured("OIDC_ISSUER must be an https:// URL when DEBUG is off")
+    if not OIDC_CLIENT_ID or not OIDC_CLIENT_SECRET:
+        raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or OIDC_CLIENT_SECRET_FILE)")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or "groups"
+# Django group (role, `global`, or a reviewer group such as
+# payments-reviewers) or team name → provider groups; at every sign-in an
+# SSO user's groups and teams become exactly what these yield.
+OIDC_ROLE_MAP = env_group_map("OIDC_ROLE_MAP")
+OIDC_TEAM_MAP = env_group_map("OIDC_TEAM_MAP")
+for _team in OIDC_TEAM_MAP:
+    if not _team.replace("-", "").replace("_", "").isalnum():
+        raise ImproperlyConfigured(f"OIDC_TEAM_MAP: team name {_team!r} must be a slug (letters, digits, - and _)")
+# After this many seconds an SSO session's ID token is renewed at the
+# provider (silently, prompt=none) at the next request; if the provider
+# refuses, the session ends.
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env_int("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", 15 * 60, minimum=1)
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Local username/password sign-in (the embedded default's accounts); 0 leaves SSO only.
+LOCAL_LOGIN = env_bool("LOCAL_LOGIN", True)
+if not LOCAL_LOGIN and not OIDC_ISSUER:
+    raise ImproperlyConfigured("LOCAL_LOGIN=0 needs OIDC_ISSUER: nobody could sign in")
+# Addresses and networks of the reverse proxies whose X-Forwarded-For is
+# believed for the client address (audit, login throttling).
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # Durable execution

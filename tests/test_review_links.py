@@ -145,7 +145,7 @@ def test_a_decision_needs_a_recent_sign_in(people, planned, settings):
     session.save()
 
     answer = reviewer.post(path_of(token), {})
-    assert answer.status_code == 302 and unquote(answer["Location"]) == f"/login/?next={path_of(token)}"
+    assert answer.status_code == 302 and unquote(answer["Location"]) == f"/login/?next={path_of(token)}&reauth=1"
     assert status(planned) == "PLANNED" and not UsedReviewLink.objects.exists()
 
     assert reviewer.login(username="reviewer", password=PASSWORD)  # signing in again

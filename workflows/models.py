@@ -639,6 +639,13 @@ class AuditEvent(models.Model):
     hash = models.CharField(max_length=64)
     hash_alg = models.CharField(max_length=16, choices=[(SHA256, SHA256), (HMAC_SHA256, HMAC_SHA256)])
     key_id = models.CharField(max_length=32, blank=True, default="")
+    # Who was behind the actor (DESIGN §23), hashed with the event when set:
+    # the identity provider's subject and issuer for an SSO user, the API
+    # token's id (its public prefix) for an agent, and the client address.
+    subject = models.CharField(max_length=255, blank=True, default="")
+    issuer = models.CharField(max_length=255, blank=True, default="")
+    token_id = models.CharField(max_length=16, blank=True, default="")
+    client_address = models.CharField(max_length=45, blank=True, default="")
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -751,6 +758,24 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ProviderIdentity(models.Model):
+    """The account an identity provider's subject signs in as (DESIGN §23):
+    found by (issuer, subject), never by a name or an email address another
+    account could share."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_identity")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True)  # the provider's groups at the last sign-in
+    signed_in_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="provider_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
 
 
 class ApiToken(models.Model):

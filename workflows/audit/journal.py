@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.audit import checkpoints, keys
+from workflows.audit.identity import fields_for as requester_fields
 from workflows.audit.keys import AuditKey
 from workflows.audit.redaction import redact
 from workflows.models import AuditEvent, AuditHead, AuditVerification, canonical_json, sha256_hex, update_rows
@@ -30,20 +31,39 @@ GENESIS = "0" * 64
 
 
 def event_hash(prev_hash: str, *, key: AuditKey | None = None, stream, seq, at, actor, verb, object_type, object_id,
-               workflow_id, data) -> str:
+               workflow_id, data, identity: dict | None = None) -> str:
     """HMAC-SHA256 under `key` (plain SHA-256 without one: rows written before
     keyed audit) over the previous hash and the event's canonical JSON
-    (sorted keys, no spaces): {"actor", "at", "data", "object_id",
-    "object_type", "seq", "stream", "verb", "workflow_id"}."""
+    (sorted keys, no spaces): {"actor", "at", "data", "identity",
+    "object_id", "object_type", "seq", "stream", "verb", "workflow_id"}.
+    `identity` (who was behind the actor: `subject`, `issuer`, `token_id`,
+    `client_address`, the non-empty ones) is left out when empty, as it is
+    for every event written before it was recorded: their links still
+    verify."""
     return _digest(key, prev_hash, stream, seq, at.isoformat(), actor, verb, object_type, str(object_id),
-                   str(workflow_id) if workflow_id else None, canonical_json(data))
+                   str(workflow_id) if workflow_id else None, canonical_json(data), identity_json(identity))
 
 
-def _digest(key, prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json) -> str:
+def identity_json(identity: dict | None) -> str:
+    """The canonical JSON of an event's non-empty identity fields; "" for none."""
+    present = {name: value for name, value in (identity or {}).items() if value}
+    return canonical_json(present) if present else ""
+
+
+def identity_of(event: AuditEvent) -> dict[str, str]:
+    return {name: getattr(event, name) for name in IDENTITY_FIELDS if getattr(event, name)}
+
+
+IDENTITY_FIELDS = ("subject", "issuer", "token_id", "client_address")
+
+
+def _digest(key, prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json,
+            identity_json="") -> str:
     # The canonical JSON of the event, assembled in key order around the
     # data's own canonical JSON (exactly canonical_json of the whole object).
     body = "".join((
         '{"actor":', _string(actor), ',"at":', _string(at), ',"data":', data_json,
+        ',"identity":' + identity_json if identity_json else "",
         ',"object_id":', _string(object_id), ',"object_type":', _string(object_type), ',"seq":', str(int(seq)),
         ',"stream":', _string(stream), ',"verb":', _string(verb),
         ',"workflow_id":', "null" if workflow_id is None else _string(workflow_id), "}",
@@ -98,10 +118,13 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
     for entry in entries:
         head = heads[_stream(entry.workflow_id)]
         workflow_id = str(entry.workflow_id) if entry.workflow_id else None
-        row = (head.stream, head.seq + 1, at, actor_name(entry.actor), entry.verb, entry.obj_type,
+        actor = actor_name(entry.actor)
+        who = requester_fields(actor)
+        row = (head.stream, head.seq + 1, at, actor, entry.verb, entry.obj_type,
                str(entry.obj_id), workflow_id, canonical_json(redact(entry.data or {})), head.hash)
-        digest = _digest(key, head.hash, row[0], row[1], at_text, *row[3:9])
-        rows.append((*row, digest, AuditEvent.HMAC_SHA256, key.kid))
+        digest = _digest(key, head.hash, row[0], row[1], at_text, *row[3:9], identity_json(who))
+        rows.append((*row, digest, AuditEvent.HMAC_SHA256, key.kid,
+                     *(who.get(name, "") for name in IDENTITY_FIELDS)))
         head.seq, head.hash = row[1], digest
     connection = transaction.get_connection()
     if connection.vendor == "postgresql" and len(rows) > 1:
@@ -118,7 +141,7 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
 
 
 _COLUMNS = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-            "prev_hash", "hash", "hash_alg", "key_id")
+            "prev_hash", "hash", "hash_alg", "key_id", *IDENTITY_FIELDS)
 
 
 def _copy(connection, rows: list[tuple]) -> None:
@@ -262,7 +285,7 @@ class _StreamCheck:
         if (key is not None or event.hash_alg == AuditEvent.SHA256) and event.hash != event_hash(
                 event.prev_hash, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
                 verb=event.verb, object_type=event.object_type, object_id=event.object_id,
-                workflow_id=event.workflow_id, data=event.data):
+                workflow_id=event.workflow_id, data=event.data, identity=identity_of(event)):
             found.append((ALTERED, f"{where} was altered (hash mismatch)"))
         if self.pinned.get(event.seq, event.hash) != event.hash:
             found.append((ALTERED, f"{where} is not the event {self.pins.label} signed: history rewritten"))

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConst
 
 from workflows import actions, roles
 from workflows.actions import catalog
-from workflows.audit import journal
+from workflows.audit import identity, journal
 from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits, policy
 from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
@@ -33,6 +33,9 @@ class BearerToken(HttpBearer):
         user = tokens.authenticate(token)
         if user is not None:
             request.user = user
+            # The agent's events name the token they came with: its public
+            # prefix, as tokens.issue stores and shows it.
+            identity.update(username=user.get_username(), token=token[:10], subject="", issuer="")
         return user
 
 
@@ -1031,6 +1034,10 @@ class AuditEventOut(Schema):
     hash_alg: str = Field(..., description="`hmac-sha256` (under the audit key `key_id`), or `sha256` for events "
                                            "written before keyed audit")
     key_id: str
+    subject: str = Field(..., description="The identity provider's subject of an SSO actor ('' otherwise)")
+    issuer: str = Field(..., description="The identity provider (issuer) of an SSO actor")
+    token_id: str = Field(..., description="The API token (its public prefix) an agent's request came with")
+    client_address: str = Field(..., description="The client's address (X-Forwarded-For only from TRUSTED_PROXIES)")
 
 
 class AuditEventPage(Schema):

@@ -2,13 +2,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from workflows.web import (
-    views, views_audit, views_compensation, views_deadletters, views_links, views_ops, views_policies,
+    auth, sso, views, views_audit, views_compensation, views_deadletters, views_links, views_ops, views_policies,
 )
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
-    path("login/", auth_views.LoginView.as_view(template_name="workflows/login.html"), name="login"),
+    path("login/", auth.SignIn.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # OpenID Connect sign-in (404 without OIDC_ISSUER).
+    path("oidc/authenticate/", sso.SignInStart.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
     path("review/link/<str:token>/", views_links.review_link, name="review_link"),
     path("workflows/", views.workflow_list, name="workflow_list"),
     path("workflows/<uuid:workflow_id>/", views.workflow_detail, name="workflow_detail"),

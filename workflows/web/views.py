@@ -25,6 +25,7 @@ from workflows.operations import approvals, cancellation, claims, compensation, 
 from workflows.operations import gates as gate_decisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
 from workflows.web import arguments, editing
+from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
 from workflows.web.pagination import page_by_created
 
@@ -243,6 +244,7 @@ def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def gate_approve(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
     return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved",
                           results_digest=request.POST.get("results_digest") or None)
@@ -250,6 +252,7 @@ def gate_approve(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def gate_reject(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
     return _gate_decision(request, workflow_id, step_key, gate_decisions.reject, "Gate rejected")
 
@@ -319,7 +322,11 @@ def _previews_shown(request: HttpRequest) -> dict[str, str] | None:
 
 
 def _detail_url(workflow: Workflow) -> str:
-    return reverse("workflow_detail", kwargs={"workflow_id": workflow.pk})
+    return _detail_path(workflow.pk)
+
+
+def _detail_path(workflow_id: UUID) -> str:
+    return reverse("workflow_detail", kwargs={"workflow_id": workflow_id})
 
 
 def _live(request: HttpRequest, workflow: Workflow) -> HttpResponse:
@@ -437,6 +444,7 @@ def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return _decide(request, workflow_id, approvals.approve, "Approved", preview_digests=_previews_shown(request))
 
@@ -454,6 +462,7 @@ def retake_previews(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def reject(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return _decide(request, workflow_id, approvals.reject, "Rejected")
 

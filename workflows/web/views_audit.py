@@ -34,7 +34,7 @@ from workflows.web.pagination import page_by_id
 PAGE_SIZE = 100
 EXPORT_CHUNK = 2000
 FIELDS = ("id", "stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-          "prev_hash", "hash", "hash_alg", "key_id")
+          "prev_hash", "hash", "hash_alg", "key_id", *journal.IDENTITY_FIELDS)
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -195,6 +195,8 @@ def event_row(event: AuditEvent) -> dict:
         "hash": event.hash,
         "hash_alg": event.hash_alg,
         "key_id": event.key_id,
+        # Who was behind the actor (hashed with the event when present).
+        **{name: getattr(event, name) for name in journal.IDENTITY_FIELDS},
     }
 
 

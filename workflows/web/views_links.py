@@ -5,26 +5,16 @@ reviewer back to the link, a local path it checks)."""
 
 from __future__ import annotations
 
-import time
-
-from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from workflows.errors import DomainError
 from workflows.operations import links
-from workflows.web.auth import SIGNED_IN_AT
+from workflows.web.auth import ask_to_sign_in_again, signed_in_recently
 from workflows.web.views import _detail_url, _previews_shown, _with_review_facts
-
-def signed_in_recently(request: HttpRequest) -> bool:
-    at = request.session.get(SIGNED_IN_AT)
-    return isinstance(at, int) and time.time() - at <= settings.DECISION_MAX_AUTH_AGE
 
 
 @login_required
@@ -36,11 +26,7 @@ def review_link(request: HttpRequest, token: str) -> HttpResponse:
         return render(request, "workflows/review_link.html", {"refused": refused.message}, status=refused.status)
     if request.method == "POST":
         if not signed_in_recently(request):
-            hours = settings.DECISION_MAX_AUTH_AGE / 3600
-            messages.warning(request, f"Sign in again to decide: a decision needs a sign-in from the last "
-                                      f"{hours:g} hours.")
-            login = reverse(settings.LOGIN_URL)
-            return redirect(f"{login}?{urlencode({REDIRECT_FIELD_NAME: request.path})}")
+            return ask_to_sign_in_again(request, request.path)
         try:
             links.decide(token, request.user, comment=request.POST.get("comment", "")[:4000],
                          preview_digests=_previews_shown(request))
