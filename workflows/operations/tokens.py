@@ -5,6 +5,7 @@ import secrets
 
 from django.utils import timezone
 
+from workflows import teams
 from workflows.models import ApiToken
 
 PREFIX = "dc_"
@@ -14,14 +15,18 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue(user, name: str = "") -> str:
+def issue(user, name: str = "", team=None) -> str:
+    """A new token of `user` for `team` (default: the `default` team): the
+    plans submitted with it belong to that team (DESIGN §23)."""
     token = PREFIX + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token))
+    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token),
+                            team=team or teams.default_team())
     return token
 
 
 def authenticate(token: str):
-    """The active user the token belongs to, or None."""
+    """The active user the token belongs to, or None. The token row rides
+    on the user as `api_token`: a submission takes its team from it."""
     if not token or len(token) > 200:
         return None
     row = (
@@ -34,6 +39,7 @@ def authenticate(token: str):
     now = timezone.now()
     if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    row.user.api_token = row
     return row.user
 
 
