@@ -658,11 +658,12 @@ class AuditEventQuerySet(models.QuerySet):
 
     def visible_to(self, user):
         """Global auditors see every event; others, the events of their
-        teams' workflows (events about no workflow — policies, keys,
-        endpoints — are for global auditors only)."""
+        teams' workflows and the cluster's own (about no workflow: policies,
+        teams, keys, checkpoints), which concern every team."""
         if teams.is_global(user):
             return self
-        return self.filter(workflow_id__in=Workflow.objects.visible_to(user).values("pk"))
+        return self.filter(Q(workflow_id__isnull=True)
+                           | Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk")))
 
 
 class AuditEvent(models.Model):

@@ -8,7 +8,7 @@ query that shows or changes team work starts from the user through the
 """
 
 from django.apps import apps
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from workflows import roles
 
@@ -45,7 +45,12 @@ def team_ids(user) -> set[int]:
         return set()
     cache = getattr(user, "_team_cache", None)
     if cache is None:
-        cache = set(user.teams.values_list("pk", flat=True)) or {default_team_id()}
+        # One query: the user's teams, and `default` in case they have none.
+        Team = apps.get_model("workflows", "Team")
+        mine = Team.members.through.objects.filter(team=OuterRef("pk"), user=user.pk)
+        rows = list(Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
+                .annotate(member=Exists(mine)).values_list("pk", "member"))
+        cache = {pk for pk, member in rows if member} or {pk for pk, _ in rows} or {default_team_id()}
         user._team_cache = cache
     return cache
 
