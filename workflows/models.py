@@ -71,12 +71,13 @@ class WorkflowQuerySet(models.QuerySet):
         return self.filter(status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
 
     def visible_to(self, user):
-        """People see the plans of their teams (global roles: every team);
-        an agent sees only what it submitted (DESIGN §23)."""
+        """People see the plans of their teams (global roles: every team)
+        and what they submitted themselves; an agent sees only what it
+        submitted (DESIGN §23)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(team_id__in=teams.team_ids(user))
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
         return self.filter(submitted_by=user)
 
 
@@ -135,7 +136,7 @@ class Workflow(models.Model):
         if teams.is_global(user):
             return True
         if teams.is_staff_role(user):
-            return self.team_id in teams.team_ids(user)
+            return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
         return self.submitted_by_id == user.pk
 
     def require_visible_to(self, user) -> None:
@@ -603,7 +604,7 @@ class DeadLetterQuerySet(models.QuerySet):
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(workflow__team_id__in=teams.team_ids(user))
+            return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
         return self.filter(workflow__submitted_by=user)
 
 
@@ -658,12 +659,18 @@ class AuditEventQuerySet(models.QuerySet):
 
     def visible_to(self, user):
         """Global auditors see every event; others, the events of their
-        teams' workflows and the cluster's own (about no workflow: policies,
-        teams, keys, checkpoints), which concern every team."""
+        teams' workflows, of their teams and their teams' webhook endpoints,
+        and the cluster's own (about no workflow: policies, keys,
+        checkpoints), which concern every team."""
         if teams.is_global(user):
             return self
-        return self.filter(Q(workflow_id__isnull=True)
-                           | Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk")))
+        endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
+        mine = [str(pk) for pk in teams.team_ids(user)]
+        return self.filter(
+            Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk"))
+            | (Q(workflow_id__isnull=True) & ~Q(object_type__in=["webhook_endpoint", "team"]))
+            | Q(object_type="webhook_endpoint", object_id__in=endpoints)
+            | Q(object_type="team", object_id__in=mine))
 
 
 class AuditEvent(models.Model):

@@ -16,11 +16,14 @@ def _hash(token: str) -> str:
 
 
 def issue(user, name: str = "", team=None) -> str:
-    """A new token of `user` for `team` (default: the `default` team): the
-    plans submitted with it belong to that team (DESIGN §23)."""
+    """A new token of `user` for `team`: the plans submitted with it belong
+    to that team (DESIGN §23). None: the user's team if they are a member
+    of exactly one, else `default` (`manage.py issue_token` names one)."""
+    if team is None:
+        only = list(user.teams.all()[:2])
+        team = only[0] if len(only) == 1 else teams.default_team()
     token = PREFIX + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token),
-                            team=team or teams.default_team())
+    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token), team=team)
     return token
 
 
