@@ -44,7 +44,8 @@ def roles_context(request: HttpRequest) -> dict:
 
 
 def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
-    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by"), pk=workflow_id)
+    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by", "team"),
+                             pk=workflow_id)
 
 
 @login_required
