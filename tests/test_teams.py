@@ -315,3 +315,18 @@ def test_changing_or_clearing_a_reviewer_group_needs_a_second_operator(people, r
     assert operator.get("/actions/noop/policy").json()["reviewer_group"] == "refund-reviewers"
     page = console("operator").get("/actions/noop/policy").content.decode()
     assert 'name="reviewer_group"' in page and "refund-reviewers" in page
+
+
+def test_only_the_team_reviewers_who_may_approve_are_told(people, payments, refund_reviewers, mailoutbox):
+    from workflows.operations import notifications
+
+    for user in (people["reviewer"], payments["reviewer"], payments["reviewer2"]):
+        user.email = f"{user.username}@example.com"
+        user.save(update_fields=["email"])
+    paid = payments["agent"].submit(ticket_plan("paid"))
+    notifications.notify_reviewers(paid.pk)
+    assert sorted(m.to[0] for m in mailoutbox) == ["pay-reviewer2@example.com", "pay-reviewer@example.com"]
+    mailoutbox.clear()
+    refund = payments["agent"].submit(noop_plan("refund"))
+    notifications.notify_reviewers(refund.pk)
+    assert [m.to[0] for m in mailoutbox] == ["pay-reviewer2@example.com"]
