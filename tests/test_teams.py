@@ -3,6 +3,8 @@ people see, decide and replay only within their teams; global roles see
 every team; an action policy may name the group whose members alone approve.
 """
 
+import io
+
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
@@ -92,16 +94,16 @@ def test_a_plan_belongs_to_the_team_of_the_token_it_came_with(people, payments, 
 
 
 def test_issue_token_names_the_agents_team(people, payments):
-    call_command("issue_token", "agent", "--team", "payments", stdout=open("/dev/null", "w"))
+    call_command("issue_token", "agent", "--team", "payments", stdout=io.StringIO())
     assert ApiToken.objects.filter(user=people["agent"]).latest("created_at").team.name == "payments"
-    call_command("issue_token", "agent", stdout=open("/dev/null", "w"))
+    call_command("issue_token", "agent", stdout=io.StringIO())
     assert ApiToken.objects.filter(user=people["agent"]).latest("created_at").team.name == Team.DEFAULT
     with pytest.raises(CommandError, match="No team named 'nope'"):
         call_command("issue_token", "agent", "--team", "nope")
 
 
 def test_the_team_command_adds_teams_and_members_with_clear_errors(people):
-    call_command("team", "add", "risk", stdout=open("/dev/null", "w"))
+    call_command("team", "add", "risk", stdout=io.StringIO())
     risk = Team.objects.get(name="risk")
     for bad in ("Risk Team", "a/b", "x" * 65):
         with pytest.raises(CommandError, match="team name"):
@@ -112,9 +114,9 @@ def test_the_team_command_adds_teams_and_members_with_clear_errors(people):
         call_command("team", "member", "risk", "nobody")
     with pytest.raises(CommandError, match="No team named 'ghosts'"):
         call_command("team", "member", "ghosts", "reviewer")
-    call_command("team", "member", "risk", "reviewer", stdout=open("/dev/null", "w"))
+    call_command("team", "member", "risk", "reviewer", stdout=io.StringIO())
     assert list(risk.members.values_list("username", flat=True)) == ["reviewer"]
-    call_command("team", "member", "risk", "reviewer", "--remove", stdout=open("/dev/null", "w"))
+    call_command("team", "member", "risk", "reviewer", "--remove", stdout=io.StringIO())
     assert not risk.members.exists()
     verbs = list(AuditEvent.objects.filter(object_type="team").values_list("verb", flat=True))
     assert verbs == ["team.created", "team.member_added", "team.member_removed"]

@@ -1,9 +1,16 @@
 """Roles are plain Django groups; membership is all it takes."""
 
+from collections import defaultdict
+
+from django.contrib.auth import get_user_model
+
 REVIEWERS = "reviewers"
 OPERATORS = "operators"
 AUDITORS = "auditors"
 ALL = (REVIEWERS, OPERATORS, AUDITORS)
+# Auditors in this group see every team (so do superusers); it gives
+# nothing to anyone else (DESIGN §23, `workflows.teams`).
+GLOBAL = "global"
 
 
 def has_role(user, role: str) -> bool:
@@ -25,18 +32,11 @@ def is_operator(user) -> bool:
 
 def is_auditor(user) -> bool:
     return has_role(user, AUDITORS)
-# Auditors in this group see every team (so do superusers); it gives
-# nothing to anyone else (DESIGN §23, `workflows.teams`).
-GLOBAL = "global"
 
 
 def in_all_groups(user_ids, groups) -> set:
     """Which of these users are, now, members of every one of `groups` (an
     action policy's `reviewer_group`s): read afresh, never from a cache."""
-    from collections import defaultdict
-
-    from django.contrib.auth import get_user_model
-
     user_ids, groups = set(user_ids), set(groups)
     if not groups or not user_ids:
         return user_ids

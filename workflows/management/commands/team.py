@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows.errors import DomainError
+from workflows.models import Team
 from workflows.operations import memberships
 
 
@@ -32,8 +33,6 @@ class Command(BaseCommand):
                     done = memberships.add_member(team, username, by="manage.py")
                     self.stdout.write(f"Added {username} to {team}." if done else f"{username} is in {team} already.")
             else:
-                from workflows.models import Team
-
                 for team in Team.objects.prefetch_related("members").order_by("name"):
                     names = ", ".join(sorted(user.get_username() for user in team.members.all())) or "(no members)"
                     self.stdout.write(f"{team.name}: {names}")
