@@ -433,14 +433,18 @@ def test_verify_audit_command_records_what_the_page_shows(auditor, trail, capsys
 
 # --- fixed query counts -----------------------------------------------------
 
-LIST_QUERIES = 6  # session, user, groups, page of events, latest whole-chain and workflow checks
-API_QUERIES = 3  # token with its user, groups, page of events
-EXPORT_QUERIES = 4  # session, user, groups, the streamed events
+# session, user, groups, teams, the teams' webhook endpoints, page of events, latest whole-chain check, the
+# workflow is the auditor's team's, its latest check
+LIST_QUERIES = 9
+API_QUERIES = 5  # token with its user, groups, teams, the teams' webhook endpoints, page of events
+EXPORT_QUERIES = 6  # session, user, groups, teams, the teams' webhook endpoints, the streamed events
 
 
 @pytest.mark.parametrize("count", [5, 150])
 def test_the_list_runs_a_fixed_number_of_queries(auditor, people, django_assert_num_queries, count):
-    events = add_events(count, workflow_id="6f1c2b9e-1111-4d6f-9c5e-2f2a9d0e7a11")
+    # A workflow of the auditor's team: only those teams' events are listed.
+    workflow = plans.submit(people["agent"], ticket_plan("counted")).workflow
+    events = add_events(count, workflow_id=str(workflow.pk))
     journal.record_verification(by="auditor")
     with django_assert_num_queries(LIST_QUERIES):
         response = auditor.get(LIST, {"workflow": str(events[0].workflow_id), "actor": "bot"})

@@ -191,3 +191,182 @@ def test_agents_cannot_reach_others_objects_by_guessing_ids(world, people):
     assert client.get(f"/api/v1/workflows/{theirs.pk}").status_code == 404
     console = _console_client("agent")
     assert console.get(f"/workflows/{theirs.pk}/").status_code == 404
+
+
+# --- the team dimension (DESIGN §23) ------------------------------------------
+#
+# The same world, in team `blue`: its agent's token is blue's, and blue's own
+# reviewers, operators and auditors handle it. Every URL and API operation is
+# tried by a member of blue (allowed as the role allows), by a member of
+# another team (the `default` personas: 404 for blue's objects, lists without
+# them, and none of blue's rows changed), and by global roles (an auditor in
+# the `global` group, a superuser), who see every team.
+
+from django.contrib.auth.models import Group, User  # noqa: E402
+
+from workflows import roles  # noqa: E402
+from workflows.models import Compensation, Team, Workflow  # noqa: E402
+from workflows.webhooks import endpoints as webhook_endpoints  # noqa: E402
+from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret  # noqa: E402
+
+ROLE_GROUPS = {"reviewer": [roles.REVIEWERS], "reviewer2": [roles.REVIEWERS], "operator": [roles.OPERATORS],
+               "auditor": [roles.AUDITORS], "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS]}
+# Each team persona, and the persona of the matrix whose rights it has.
+BLUE = {f"blue-{role}": role for role in ("reviewer", "operator", "auditor", "admin")}
+OTHER = {role: role for role in ("reviewer", "operator", "auditor", "admin")}
+GLOBAL = {"global-auditor": "auditor", "root": "admin"}
+
+
+def _user(name, groups, team=None, **extra):
+    user = User.objects.create_user(name, password=PASSWORD, **extra)
+    user.groups.add(*(Group.objects.get_or_create(name=group)[0] for group in groups))
+    if team is not None:
+        team.members.add(user)
+    return user
+
+
+@pytest.fixture
+def blue_world(people):
+    blue = Team.objects.create(name="blue")
+    members = {f"blue-{role}": _user(f"blue-{role}", groups, blue) for role, groups in ROLE_GROUPS.items()}
+    _user("global-auditor", [roles.AUDITORS, roles.GLOBAL])
+    _user("root", [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS], is_superuser=True)
+    tokens.issue(people["agent"], team=blue)  # the agent's newest token: the plans below are blue's
+    planned = plans.submit(people["agent"], ticket_plan("blue-planned")).workflow
+    body = {"name": "half done", "submission_key": "blue-failed", "steps": [
+        {"key": "first", "action": "noop", "args": {}},
+        {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
+    failed = plans.submit(people["agent"], body).workflow
+    assert planned.team == failed.team == blue
+    approvals.approve(failed, by=members["blue-reviewer2"])
+    execution.execute(execution.claim(failed.pk))
+    step = execution.claim(failed.pk)
+    attempt = execution._request_attempt(step, step.fence)
+    outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
+                            step.fence)
+    comp = compensation.request(failed, by=members["blue-operator"], reason="undo")
+    endpoint, _ = webhook_endpoints.create(by=members["blue-operator"], url="https://hooks.example.com/blue")
+    assert endpoint.team == blue
+    delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
+                                              status=WebhookDelivery.Status.DEAD)
+    return {"planned": planned.pk, "failed": failed.pk, "dead": DeadLetter.objects.get(workflow=failed).pk,
+            "comp": comp.pk, "endpoint": endpoint.pk, "delivery": delivery.pk}
+
+
+def team_console_routes(w):
+    """The matrix's console routes for blue's world (handed to blue's second
+    reviewer), and the rest of the console: steps, previews, policies."""
+    routes = [(method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
+              for method, path, data, allowed in console_routes(w)]
+    return routes + [
+        ("GET", f"/workflows/{w['planned']}/steps/", None, ANY_USER),
+        ("POST", f"/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
+        ("GET", "/actions/", None, {"operator", "auditor", "admin"}),
+        ("GET", "/actions/noop/policy", None, {"operator", "auditor", "admin"}),
+    ]
+
+
+def team_api_routes(w):
+    routes = [(method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
+              for method, path, data, allowed in api_routes(w)]
+    return routes + [
+        ("POST", f"/api/v1/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
+        ("GET", "/api/v1/actions/noop/policy", None, {"operator", "auditor", "admin"}),
+        ("GET", "/api/v1/webhooks", None, {"operator", "auditor", "admin"}),
+        ("GET", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "auditor", "admin"}),
+        ("PATCH", f"/api/v1/webhooks/{w['endpoint']}", {"description": "d"}, {"operator", "admin"}),
+        ("POST", f"/api/v1/webhooks/{w['endpoint']}/secret", {}, {"operator", "admin"}),
+        ("DELETE", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "admin"}),
+        ("GET", "/api/v1/webhook-deliveries", None, {"operator", "auditor", "admin"}),
+        ("POST", f"/api/v1/webhook-deliveries/{w['delivery']}/replay", {"reason": "r"}, {"operator", "admin"}),
+        ("POST", "/api/v1/audit/verify", {"workflow": str(w["planned"])}, {"auditor", "admin"}),
+    ]
+
+
+def _blue_rows(w) -> dict:
+    """The state of blue's rows that a request might change."""
+    return {
+        "workflows": dict(Workflow.objects.filter(pk__in=[w["planned"], w["failed"]])
+                          .values_list("pk", "status")),
+        "claims": list(Workflow.objects.filter(pk=w["planned"]).values_list("claimed_by", "revision")),
+        "dead": DeadLetter.objects.get(pk=w["dead"]).status,
+        "comp": Compensation.objects.get(pk=w["comp"]).status,
+        "deliveries": list(WebhookDelivery.objects.filter(pk=w["delivery"]).values_list("status", "retry_base")),
+        "endpoint": list(WebhookEndpoint.objects.filter(pk=w["endpoint"]).values_list("description", "enabled")),
+        "secrets": WebhookSecret.objects.filter(endpoint=w["endpoint"]).count(),
+    }
+
+
+def _names_blue(text: str, w) -> bool:
+    return any(str(w[key]) in text for key in ("planned", "failed", "dead", "comp", "endpoint", "delivery"))
+
+
+def _judge_team(kind, role, allowed, path, data, status, location, body, w, before, after):
+    """kind: `blue` (right team), `other` (another team), `global`."""
+    if kind != "other":
+        if role in allowed:
+            return status not in (401, 403, 404) and "/login/" not in location
+        return status in (403, 404)
+    if before != after:
+        return False  # another team's request changed blue's rows
+    if role not in allowed:
+        return status in (403, 404)
+    if _names_blue(path, w) or (path.endswith("/audit/verify") and (data or {}).get("workflow")):
+        return status == 404  # blue's object: as if it did not exist
+    # A list, a filter or a selection: answered, without blue's rows.
+    return status not in (401, 403, 404) and not _names_blue(body, w)
+
+
+def _team_personas():
+    return [*(("blue", name, role) for name, role in BLUE.items()),
+            *(("other", name, role) for name, role in OTHER.items()),
+            *(("global", name, role) for name, role in GLOBAL.items())]
+
+
+def test_every_console_url_for_each_team_and_global_roles(blue_world):
+    wrong = []
+    for method, path, data, allowed in team_console_routes(blue_world):
+        for kind, persona, role in _team_personas():
+            client = _console_client(persona)
+            with transaction.atomic():
+                sid = transaction.savepoint()
+                before = _blue_rows(blue_world)
+                response = client.get(path) if method == "GET" else client.post(path, data)
+                body = b"".join(response.streaming_content) if response.streaming else response.content
+                after = _blue_rows(blue_world)
+                transaction.savepoint_rollback(sid)
+            if not _judge_team(kind, role, allowed, path, data, response.status_code, response.get("Location", ""),
+                               body.decode(errors="replace"), blue_world, before, after):
+                wrong.append(f"{kind:6} {persona:14} {method} {path} -> {response.status_code}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_every_api_operation_for_each_team_and_global_roles(blue_world):
+    keys = {persona: tokens.issue(User.objects.get(username=persona)) for _, persona, _ in _team_personas()}
+    wrong = []
+    for method, path, data, allowed in team_api_routes(blue_world):
+        for kind, persona, role in _team_personas():
+            client = Client(HTTP_AUTHORIZATION=f"Bearer {keys[persona]}")
+            with transaction.atomic():
+                sid = transaction.savepoint()
+                before = _blue_rows(blue_world)
+                if method == "GET":
+                    response = client.get(path)
+                elif method == "DELETE":
+                    response = client.delete(path)
+                else:
+                    send = client.patch if method == "PATCH" else client.post
+                    response = send(path, data or {}, content_type="application/json")
+                after = _blue_rows(blue_world)
+                transaction.savepoint_rollback(sid)
+            if not _judge_team(kind, role, allowed, path, data, response.status_code, "",
+                               response.content.decode(), blue_world, before, after):
+                wrong.append(f"{kind:6} {persona:14} {method} {path} -> {response.status_code}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_global_group_gives_nothing_to_a_reviewer(blue_world):
+    _user("global-reviewer", [roles.REVIEWERS, roles.GLOBAL])
+    client = _console_client("global-reviewer")
+    assert client.get(f"/workflows/{blue_world['planned']}/").status_code == 404
+    assert str(blue_world["planned"]) not in client.get("/").content.decode()

@@ -19,6 +19,13 @@ class NotAllowed(DomainError):
     status = 403
 
 
+class NotVisible(DomainError):
+    """The object is outside the user's teams: answered as if it did not exist."""
+
+    code = "not_found"
+    status = 404
+
+
 class ReasonRequired(DomainError):
     code = "invalid"
     fields = {"reason": "A reason is required."}

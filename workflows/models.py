@@ -13,6 +13,7 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
+from workflows import teams
 from workflows.states import (
     AttemptStatus, CompensationStatus, FailureClass, PolicyChangeStatus, PreviewState, StepStatus, WorkflowStatus,
 )
@@ -64,17 +65,19 @@ class WorkflowQuerySet(models.QuerySet):
         return self.filter(status=WorkflowStatus.PLANNED)
 
     def reviewable_by(self, user):
-        return self.awaiting_review().exclude(submitted_by=user)
+        return self.visible_to(user).awaiting_review().exclude(submitted_by=user)
 
     def active(self):
         return self.filter(status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
 
     def visible_to(self, user):
-        """Staff roles see every workflow; an agent sees only what it submitted."""
-        from workflows import roles
-
-        if any(roles.has_role(user, role) for role in roles.ALL):
+        """People see the plans of their teams (global roles: every team)
+        and what they submitted themselves; an agent sees only what it
+        submitted (DESIGN §23)."""
+        if teams.is_global(user):
             return self
+        if teams.is_staff_role(user):
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
         return self.filter(submitted_by=user)
 
 
@@ -82,6 +85,9 @@ class Workflow(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200)
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The team of the token that submitted it: only that team's people see,
+    # decide and replay it (DESIGN §23).
+    team = models.ForeignKey("Team", on_delete=models.PROTECT, related_name="+", default=teams.default_team_id)
     submission_key = models.CharField(max_length=200)
     submission_hash = models.CharField(max_length=64)
     plan = models.JSONField()
@@ -118,10 +124,27 @@ class Workflow(models.Model):
         indexes = [
             models.Index(fields=["status", "-created_at", "id"], name="workflow_status_created"),
             models.Index(fields=["-created_at", "id"], name="workflow_created"),
+            models.Index(fields=["team", "-created_at", "id"], name="workflow_team_created"),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    def is_visible_to(self, user) -> bool:
+        """`Workflow.objects.visible_to(user)` for this one row, without a query:
+        what every operation checks before acting on it for `user`."""
+        if teams.is_global(user):
+            return True
+        if teams.is_staff_role(user):
+            return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
+        return self.submitted_by_id == user.pk
+
+    def require_visible_to(self, user) -> None:
+        """404 (as if it did not exist) for a user outside its team."""
+        from workflows.errors import NotVisible
+
+        if not self.is_visible_to(user):
+            raise NotVisible("No such workflow.")
 
     @property
     def is_terminal(self) -> bool:
@@ -411,6 +434,14 @@ class UsedReviewLink(models.Model):
     used_at = models.DateTimeField(default=timezone.now)
 
 
+class CompensationQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Those of the workflows of the user's teams; agents see none."""
+        if teams.is_global(user):
+            return self
+        return self.filter(workflow__team_id__in=teams.team_ids(user))
+
+
 class Compensation(models.Model):
     """An explicit, authorized undo: new effects that counter completed ones."""
 
@@ -439,6 +470,8 @@ class Compensation(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = CompensationQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -485,6 +518,9 @@ class ActionPolicy(models.Model):
     review_deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
     review_reminder_seconds = models.PositiveIntegerField(null=True, blank=True)
     escalation_group = models.CharField(max_length=150, null=True, blank=True)
+    # The Django group whose members alone may approve (and gate-approve) a
+    # plan using this action; "" lets any reviewer (DESIGN §23).
+    reviewer_group = models.CharField(max_length=150, blank=True, default="", db_default="")
     version = models.PositiveIntegerField(default=1)
     updated_by = models.CharField(max_length=150, blank=True, default="")
     updated_at = models.DateTimeField(default=timezone.now)
@@ -563,6 +599,14 @@ class DeadLetterQuerySet(models.QuerySet):
     def open(self):
         return self.filter(status=DeadLetter.Status.OPEN)
 
+    def visible_to(self, user):
+        """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`)."""
+        if teams.is_global(user):
+            return self
+        if teams.is_staff_role(user):
+            return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
+        return self.filter(workflow__submitted_by=user)
+
 
 class DeadLetter(models.Model):
     class Status(models.TextChoices):
@@ -612,6 +656,21 @@ class AuditEventQuerySet(models.QuerySet):
 
     def delete(self):
         raise PermissionError(f"{self.model._meta.verbose_name_plural} are append-only")
+
+    def visible_to(self, user):
+        """Global auditors see every event; others, the events of their
+        teams' workflows, of their teams and their teams' webhook endpoints,
+        and the cluster's own (about no workflow: policies, keys,
+        checkpoints), which concern every team."""
+        if teams.is_global(user):
+            return self
+        endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
+        mine = [str(pk) for pk in teams.team_ids(user)]
+        return self.filter(
+            Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk"))
+            | (Q(workflow_id__isnull=True) & ~Q(object_type__in=["webhook_endpoint", "team"]))
+            | Q(object_type="webhook_endpoint", object_id__in=endpoints)
+            | Q(object_type="team", object_id__in=mine))
 
 
 class AuditEvent(models.Model):
@@ -746,15 +805,25 @@ class AuditVerification(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {'OK' if self.ok else 'BROKEN'} ({self.scope or 'all streams'})"
 
 
+class TeamQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """The teams whose work `user` sees (every team for a global user)."""
+        if teams.is_global(user):
+            return self
+        return self.filter(pk__in=teams.team_ids(user))
+
+
 class Team(models.Model):
     """A group of people and agents that see and decide only their own work
     (DESIGN §23). Rows that existed before teams belong to `default`."""
 
-    DEFAULT = "default"
+    DEFAULT = teams.DEFAULT
 
     name = models.SlugField(max_length=64, unique=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamQuerySet.as_manager()
 
     def __str__(self) -> str:
         return self.name
@@ -780,6 +849,8 @@ class ProviderIdentity(models.Model):
 
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    # The agent's team: the plans it submits with this token are that team's.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tokens", default=teams.default_team_id)
     name = models.CharField(max_length=100, blank=True, default="")
     prefix = models.CharField(max_length=12)
     token_hash = models.CharField(max_length=64, unique=True)

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 
 from workflows import roles
 from workflows.engine import binding
-from workflows.models import GateApproval, Step, Workflow, canonical_json, sha256_hex
+from workflows.models import ActionPolicy, GateApproval, Step, Workflow, canonical_json, sha256_hex
 
 
 def shut(step: Step) -> bool:
@@ -40,12 +40,17 @@ def results_digest(step: Step) -> str:
 def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -> list[GateApproval]:
     """Approvals of this gate that still count: sealed, for the plan as it
     stands and the results as they stand, by a reviewer who is still active
-    and still a reviewer, not the submitter. One per reviewer."""
+    and still a reviewer (and in the plan's reviewer groups), not the
+    submitter. One per reviewer."""
     digest = digest or results_digest(step)
     approvals = list(GateApproval.objects.filter(step=step, decision=GateApproval.Decision.APPROVE))
     reviewers = set(get_user_model().objects.filter(
         pk__in={a.reviewer_id for a in approvals}, is_active=True, groups__name=roles.REVIEWERS,
     ).values_list("pk", flat=True)) if approvals else set()
+    # Only reviewers still in the reviewer groups the plan's policies name.
+    groups = set(ActionPolicy.objects.filter(action__in={s["action"] for s in workflow.plan})
+                 .exclude(reviewer_group="").values_list("reviewer_group", flat=True)) if reviewers else set()
+    reviewers = roles.in_all_groups(reviewers, groups)
     return [a for a in approvals
             if a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
             and a.reviewer_id in reviewers and a.reviewer_id != workflow.submitted_by_id]

@@ -97,6 +97,10 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     reviewers = set(get_user_model().objects.filter(
         pk__in={approval.reviewer_id for approval in approvals}, is_active=True, groups__name=roles.REVIEWERS,
     ).values_list("pk", flat=True)) if approvals else set()
+    # A policy's reviewer group: only approvals of reviewers still in it
+    # count, as if the others had been deactivated.
+    groups = {workflow.pk: reviewer_groups(policies[workflow.pk]) for workflow in workflows}
+    in_groups = {frozenset(needed): roles.in_all_groups(reviewers, needed) for needed in groups.values()}
     by_pk = {workflow.pk: workflow for workflow in workflows}
     tallies = {pk: Tally([]) for pk in by_pk}
     counted = {pk: {} for pk in by_pk}
@@ -108,12 +112,30 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
             tally.other_plan += 1
         elif not binding.verifies(approval):
             tally.unsealed += 1
-        elif (approval.reviewer_id in reviewers and approval.reviewer_id != workflow.submitted_by_id
+        elif (approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
+              and approval.reviewer_id != workflow.submitted_by_id
               and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
             counted[workflow.pk].setdefault(approval.reviewer_id, approval)
     for pk, by_reviewer in counted.items():
         tallies[pk].valid = list(by_reviewer.values())
     return tallies
+
+
+def reviewer_groups(plan_policies) -> set[str]:
+    """The groups whose members alone may approve a plan with these policies."""
+    return {p.reviewer_group for p in plan_policies if p.reviewer_group}
+
+
+def outside_reviewer_groups(workflow: Workflow, user) -> list[tuple[str, str]]:
+    """(action, group) for each of the plan's actions whose policy names a
+    reviewer group `user` is not (or no longer) a member of."""
+    current = policies_for({step["action"] for step in workflow.plan})
+    needed = reviewer_groups(current.values())
+    if not needed:
+        return []
+    held = set(user.groups.filter(name__in=needed).values_list("name", flat=True))
+    return sorted((name, rules.reviewer_group) for name, rules in current.items()
+                  if rules.reviewer_group and rules.reviewer_group not in held)
 
 
 def evaluate(step: Step) -> list[Check]:
@@ -172,7 +194,8 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             "approvals still valid",
             len(tally.valid) >= required,
             f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
-            f"reviewer, plan hash unchanged, within lifetime){_set_aside(tally)}",
+            f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
+            f"{_set_aside(tally)}",
         ))
         if step.gate:
             valid, need = gates.valid_approvals(step, workflow), gates.required(step)
@@ -183,6 +206,11 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             ))
         results[step.pk] = checks
     return results
+
+
+def _in_groups(plan_policies) -> str:
+    groups = sorted(reviewer_groups(plan_policies))
+    return f" and still in {', '.join(groups)}" if groups else ""
 
 
 def cancelled_workflows(workflow_ids) -> set:
@@ -241,7 +269,8 @@ def recheck(step: Step) -> list[str]:
 
 
 EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts", "max_in_flight",
-            "rate_per_second", "review_deadline_seconds", "review_reminder_seconds", "escalation_group")
+            "rate_per_second", "review_deadline_seconds", "review_reminder_seconds", "escalation_group",
+            "reviewer_group")
 
 
 def update(action: str, *, by, reason: str = "", context: dict | None = None, **changes) -> ActionPolicy:

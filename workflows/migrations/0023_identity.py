@@ -26,7 +26,7 @@ def guard_events(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("workflows", "0021_teams"),
+        ("workflows", "0022_team_scope"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

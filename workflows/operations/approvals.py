@@ -24,18 +24,30 @@ from workflows.operations import revisions
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
-def _check_reviewer(workflow: Workflow, user) -> None:
+def _check_reviewer(workflow: Workflow, user, *, approving: bool = False) -> None:
     if not roles.is_reviewer(user):
         raise NotAllowed("Only reviewers can decide on plans.")
+    workflow.require_visible_to(user)
     if workflow.submitted_by_id == user.pk:
         raise NotAllowed("A plan cannot be reviewed by the user who submitted it.")
+    if approving:
+        check_reviewer_groups(workflow, user, "approve")
+
+
+def check_reviewer_groups(workflow: Workflow, user, what: str) -> None:
+    """403 unless `user` is in every reviewer group the plan's action policies name."""
+    outside = policy.outside_reviewer_groups(workflow, user)
+    if outside:
+        rules = "; ".join(f"{action} needs a member of {group}" for action, group in outside)
+        raise NotAllowed(f"You cannot {what} this plan: its action policies name the reviewers who may ({rules}), "
+                         "and you are not in that group.")
 
 
 def approve(workflow: Workflow, *, by, comment: str = "", preview_digests: dict[str, str] | None = None) -> Workflow:
     """`preview_digests`: `{step key: digest}` of the previews the reviewer
     was shown. Refused (409) when they are not the current ones; None binds
     the current ones, for a client that shows none."""
-    _check_reviewer(workflow, by)
+    _check_reviewer(workflow, by, approving=True)
     refuse_credentials(comment=comment)
     if workflow.status == WorkflowStatus.PLANNED and expiry.expire_one(workflow):
         raise WrongState("The plan's deadline passed: it expired before it was approved.")

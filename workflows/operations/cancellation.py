@@ -26,12 +26,15 @@ CANCELLABLE = (WorkflowStatus.PLANNED, *BY_OPERATOR)
 
 def may_cancel(workflow: Workflow, user) -> bool:
     """Whether `user` may cancel the workflow as it stands (for the pages)."""
+    if not workflow.is_visible_to(user):
+        return False
     if workflow.status == WorkflowStatus.PLANNED:
         return workflow.submitted_by_id == user.pk
     return workflow.status in BY_OPERATOR and roles.is_operator(user)
 
 
 def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
+    workflow.require_visible_to(by)
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from workflows import roles
+from workflows import roles, teams
 from workflows.audit import journal
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Workflow
@@ -63,7 +63,7 @@ def unclaimed(queryset: QuerySet) -> QuerySet:
 
 
 def _may_review(workflow: Workflow, user) -> bool:
-    return roles.is_reviewer(user) and workflow.submitted_by_id != user.pk
+    return roles.is_reviewer(user) and workflow.submitted_by_id != user.pk and teams.in_team(user, workflow.team_id)
 
 
 def _locked(workflow: Workflow) -> Workflow:
@@ -122,6 +122,9 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
     target = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: to}).first() if to else None
     if target is None or not target.is_active or not roles.is_reviewer(target):
         raise DomainError("Assign the plan to an active reviewer.", fields={"to": "Not an active reviewer."})
+    if not teams.in_team(target, workflow.team_id):
+        raise DomainError("Assign the plan to a reviewer of its team.",
+                          fields={"to": "Not a reviewer of the plan's team."})
     if target.pk == workflow.submitted_by_id:
         raise DomainError("The plan's submitter cannot review it.",
                           fields={"to": "The plan's submitter cannot review it."})
@@ -139,8 +142,9 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
 
 
 def assignees(workflow: Workflow) -> QuerySet:
-    """The reviewers a plan can be handed to: active, not its submitter."""
-    return (get_user_model().objects.filter(is_active=True, groups__name=roles.REVIEWERS)
+    """The reviewers a plan can be handed to: active, of its team, not its submitter."""
+    return (get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True,
+                                            groups__name=roles.REVIEWERS)
             .exclude(pk=workflow.submitted_by_id).order_by(get_user_model().USERNAME_FIELD).distinct())
 
 

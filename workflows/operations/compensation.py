@@ -93,6 +93,7 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
     """Record an operator's request to undo completed steps (all, or a subset)."""
     if not roles.is_operator(by):
         raise NotAllowed("Only operators can request a compensation.")
+    workflow.require_visible_to(by)
     reason = _reason(reason)
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
@@ -145,6 +146,7 @@ def _refuse_in_flight(workflow: Workflow) -> None:
 def _check_decider(comp: Compensation, user) -> None:
     if not roles.is_reviewer(user):
         raise NotAllowed("Only reviewers can authorize or decline a compensation.")
+    comp.workflow.require_visible_to(user)
     if comp.requested_by_id == user.pk:
         raise NotAllowed("A compensation cannot be decided by the user who requested it.")
 

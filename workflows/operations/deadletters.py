@@ -17,7 +17,7 @@ from workflows.audit import journal, secrets
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import policy, wakeups
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, NotVisible, ReasonRequired, WrongState
 from workflows.models import DeadLetter, Step, Workflow
 from workflows.operations import compensation
 from workflows.states import StepStatus, WorkflowStatus
@@ -58,9 +58,11 @@ def preview(dead_letters) -> list[Preview]:
     return previews
 
 
-def _check_operator(user) -> None:
+def _check_operator(user, dead_letter: DeadLetter | None = None) -> None:
     if not roles.is_operator(user):
         raise NotAllowed("Only operators can resolve dead letters.")
+    if dead_letter is not None and not DeadLetter.objects.visible_to(user).filter(pk=dead_letter.pk).exists():
+        raise NotVisible("No such dead letter.")
 
 
 def _clean_reason(reason: str | None) -> str:
@@ -72,7 +74,7 @@ def _clean_reason(reason: str | None) -> str:
 
 
 def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
-    _check_operator(by)
+    _check_operator(by, dead_letter)
     reason = _clean_reason(reason)
     now = timezone.now()
     with transaction.atomic():
@@ -106,7 +108,7 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
 
 def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     """Close the entry without running anything; the step stays DEAD_LETTERED."""
-    _check_operator(by)
+    _check_operator(by, dead_letter)
     reason = _clean_reason(reason)
     with transaction.atomic():
         closed = DeadLetter.objects.filter(pk=dead_letter.pk, status=DeadLetter.Status.OPEN).update(
@@ -121,11 +123,12 @@ def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     return dead_letter
 
 
-def select(*, ids=None, action=None, failure_class=None, workflow=None, older_than=None) -> QuerySet:
-    """An explicit selection or filter of open dead letters, never "everything"."""
+def select(user=None, *, ids=None, action=None, failure_class=None, workflow=None, older_than=None) -> QuerySet:
+    """An explicit selection or filter of open dead letters, never "everything":
+    only those of `user`'s teams (None: the command line, every team)."""
     if not (ids or action or failure_class or workflow or older_than):
         raise DomainError("Choose dead letters by id or by a filter (action, failure class, workflow, age).")
-    entries = DeadLetter.objects.open()
+    entries = DeadLetter.objects.open() if user is None else DeadLetter.objects.visible_to(user).open()
     if ids:
         entries = entries.filter(pk__in=ids)
     if action:

@@ -17,6 +17,7 @@ from workflows.engine import binding, gates, locks, wakeups
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import GateApproval, Step, Workflow
+from workflows.operations import approvals
 from workflows.states import StepStatus, WorkflowStatus
 
 
@@ -26,11 +27,14 @@ class ResultsChanged(WrongState):
     code = "results_changed"
 
 
-def _check_reviewer(workflow: Workflow, user) -> None:
+def _check_reviewer(workflow: Workflow, user, *, approving: bool = False) -> None:
     if not roles.is_reviewer(user):
         raise NotAllowed("Only reviewers decide at a gate.")
+    workflow.require_visible_to(user)
     if workflow.submitted_by_id == user.pk:
         raise NotAllowed("A plan's gates cannot be decided by the user who submitted it.")
+    if approving:
+        approvals.check_reviewer_groups(workflow, user, "approve a gate of")
 
 
 def _waiting(workflow_id, step_key: str) -> tuple[Workflow, Step]:
@@ -65,7 +69,7 @@ def approve(workflow: Workflow, step_key: str, *, by, comment: str = "", results
     """`results_digest`: that of the results the reviewer was shown
     (`gates.results_digest`); refused (409) when they changed since. None
     binds the current ones, for a client that shows none."""
-    _check_reviewer(workflow, by)
+    _check_reviewer(workflow, by, approving=True)
     refuse_credentials(comment=comment)
     with transaction.atomic():
         locked, step = _waiting(workflow.pk, step_key)

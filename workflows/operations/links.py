@@ -78,9 +78,12 @@ def check(token: str, user) -> Link:
     if claims.get("r") != user.pk:
         raise LinkRefused("This link was sent to another reviewer: it cannot decide for you. Open the plan from "
                           "the console to decide it yourself.")
-    workflow = Workflow.objects.select_related("submitted_by").filter(pk=claims.get("w")).first()
+    workflow = Workflow.objects.visible_to(user).select_related("submitted_by").filter(pk=claims.get("w")).first()
     if workflow is None:
-        raise LinkRefused("The plan of this link no longer exists.")
+        # Gone, or of a team that is not the reviewer's (any more): both are "no such plan".
+        refused = LinkRefused("The plan of this link does not exist, or is not one of your teams' plans.")
+        refused.status = 404
+        raise refused
     if UsedReviewLink.objects.filter(nonce=claims.get("n")).exists():
         raise LinkRefused("This link was used already: each link decides once.")
     if claims.get("v") != workflow.revision or claims.get("h") != workflow.plan_hash:

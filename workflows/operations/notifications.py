@@ -14,7 +14,7 @@ from django.core.mail import send_mass_mail
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows import roles
+from workflows import roles, teams
 from workflows.audit import journal
 from workflows.engine import policy
 from workflows.models import ReviewNotice, Workflow
@@ -30,10 +30,13 @@ def workflow_url(workflow: Workflow) -> str:
 
 
 def reviewers_for(workflow: Workflow):
-    return (
-        get_user_model().objects.filter(is_active=True, groups__name=roles.REVIEWERS)
-        .exclude(pk=workflow.submitted_by_id).distinct().order_by("pk")
-    )
+    """The reviewers who may approve the plan: of its team, and in every
+    reviewer group its actions' policies name."""
+    people = get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True,
+                                             groups__name=roles.REVIEWERS)
+    for group in sorted(policy.reviewer_groups(policy.policies_for(s["action"] for s in workflow.plan).values())):
+        people = people.filter(pk__in=get_user_model().objects.filter(groups__name=group).values("pk"))
+    return people.exclude(pk=workflow.submitted_by_id).distinct().order_by("pk")
 
 
 def notify_reviewers(workflow_id) -> int:

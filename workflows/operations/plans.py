@@ -16,11 +16,11 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, teams
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.engine import binding, policy, previews, wakeups
-from workflows.models import ReviewNotice, Step, Workflow, canonical_json, operation_key_for, sha256_hex
+from workflows.models import ApiToken, ReviewNotice, Step, Workflow, canonical_json, operation_key_for, sha256_hex
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
 
@@ -187,9 +187,21 @@ def canonical_plan(steps: list[dict]) -> list[dict]:
     ]
 
 
+def submitting_team(user):
+    """The team a plan submitted by `user` belongs to: that of the token it
+    came with (`tokens.authenticate`); without one (in code), that of the
+    user's newest active token, else `default`."""
+    token = getattr(user, "api_token", None)
+    if token is None:
+        token = (ApiToken.objects.filter(user=user, revoked_at__isnull=True).select_related("team")
+                 .order_by("-created_at", "-pk").first())
+    return token.team if token is not None else teams.default_team()
+
+
 def submit(user, body: dict) -> Submission:
     """Record a plan as PLANNED, or return the workflow this submission
-    already created. Raises PlanInvalid or SubmissionConflict."""
+    already created. Raises PlanInvalid or SubmissionConflict. The plan
+    belongs to the submitting token's team (`submitting_team`)."""
     errors = validate(body)
     if body.get("callback_url") and "callback_url" not in errors and not keys.has_secret(user):
         errors["callback_url"] = ("Your account has no webhook signing secret: an operator runs "
@@ -218,6 +230,7 @@ def submit(user, body: dict) -> Submission:
             workflow = Workflow.objects.create(
                 name=body["name"],
                 submitted_by=user,
+                team=submitting_team(user),
                 submission_key=body["submission_key"],
                 submission_hash=submission_hash,
                 plan=plan,

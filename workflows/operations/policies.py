@@ -3,7 +3,7 @@ alone; loosening it takes a second operator.
 
 Tightening (kill switch on, a lower limit or one where none was, more
 approvals, a shorter approval lifetime or one where none was, higher risk,
-fewer attempts) applies at once as a new policy version. Anything else is a
+fewer attempts, a reviewer group where any reviewer could approve) applies at once as a new policy version. Anything else is a
 loosening, and so is a change that mixes both: it becomes a pending
 `PolicyChange` that another operator authorizes or declines, like a
 compensation. The request names the policy version it was made against; if
@@ -104,6 +104,10 @@ def clean(changes: dict) -> dict:
         elif name == "escalation_group":
             if value is not None and (not isinstance(value, str) or not Group.objects.filter(name=value).exists()):
                 errors[name] = "The name of an existing group, or null for none."
+        elif name == "reviewer_group":
+            if value is not None and (not isinstance(value, str)
+                                      or (value and not Group.objects.filter(name=value).exists())):
+                errors[name] = "The name of an existing group, or \"\" (or null) for any reviewer."
         elif name == "rate_per_second":
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or not 0 < value <= MAX_RATE):
@@ -117,6 +121,8 @@ def clean(changes: dict) -> dict:
                     ", or null for none." if nullable else ".")
         if name not in errors:
             cleaned[name] = float(value) if name == "rate_per_second" and value is not None else value
+            if name == "reviewer_group":
+                cleaned[name] = value or ""
     if errors:
         raise PolicyInvalid(errors)
     return cleaned
@@ -130,6 +136,8 @@ def _rank(name: str, value):
         return RISKS.index(value)
     if name == "escalation_group":
         return 0 if value is None else 1
+    if name == "reviewer_group":
+        return 0 if not value else 1
     if name in LARGER_IS_TIGHTER:
         return -math.inf if value is None else value
     return -math.inf if value is None else -value
@@ -140,7 +148,10 @@ def loosens(current: ActionPolicy, changes: dict) -> list[str]:
     return sorted(name for name, value in changes.items()
                   if _rank(name, value) < _rank(name, getattr(current, name))
                   # Telling another group than the one set is no tightening either.
-                  or (name == "escalation_group" and getattr(current, name) not in (None, value)))
+                  or (name == "escalation_group" and getattr(current, name) not in (None, value))
+                  # Only naming a group where any reviewer could approve tightens:
+                  # changing or clearing one lets people approve who could not.
+                  or (name == "reviewer_group" and getattr(current, name) not in ("", value)))
 
 
 def _check_operator(user) -> None:

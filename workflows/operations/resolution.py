@@ -30,6 +30,7 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
     answered. `not_happened`: put the step back in line (same operation key)."""
     if not roles.is_operator(by):
         raise NotAllowed("Only operators can resolve in-doubt steps.")
+    step.workflow.require_visible_to(by)
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")

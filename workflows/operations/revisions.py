@@ -38,6 +38,7 @@ def revise(workflow: Workflow, *, by, steps: list[dict], comment: str = "") -> W
     whole; unlisted steps stay as they are."""
     if not roles.is_reviewer(by):
         raise NotAllowed("Only reviewers can edit a plan.")
+    workflow.require_visible_to(by)
     if workflow.submitted_by_id == by.pk:
         raise NotAllowed("A plan cannot be edited by the user who submitted it: submit a new one.")
     refuse_credentials(comment=comment)

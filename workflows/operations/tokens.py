@@ -5,6 +5,7 @@ import secrets
 
 from django.utils import timezone
 
+from workflows import teams
 from workflows.models import ApiToken
 
 PREFIX = "dc_"
@@ -14,14 +15,21 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue(user, name: str = "") -> str:
+def issue(user, name: str = "", team=None) -> str:
+    """A new token of `user` for `team`: the plans submitted with it belong
+    to that team (DESIGN §23). None: the user's team if they are a member
+    of exactly one, else `default` (`manage.py issue_token` names one)."""
+    if team is None:
+        only = list(user.teams.all()[:2])
+        team = only[0] if len(only) == 1 else teams.default_team()
     token = PREFIX + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token))
+    ApiToken.objects.create(user=user, name=name, prefix=token[:10], token_hash=_hash(token), team=team)
     return token
 
 
 def authenticate(token: str):
-    """The active user the token belongs to, or None."""
+    """The active user the token belongs to, or None. The token row rides
+    on the user as `api_token`: a submission takes its team from it."""
     if not token or len(token) > 200:
         return None
     row = (
@@ -34,6 +42,7 @@ def authenticate(token: str):
     now = timezone.now()
     if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    row.user.api_token = row
     return row.user
 
 

@@ -25,6 +25,7 @@ from django.db.models import JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from workflows import teams
 from workflows.audit import journal, keys
 from workflows.engine import binding
 from workflows.models import (
@@ -87,6 +88,7 @@ class Seeder:
 
     def run(self) -> dict[str, int]:
         self.agent, self.reviewer = personas()
+        self.team = teams.default_team()  # looked up once, not once per seeded plan
         began = time.monotonic()
         for first in range(0, self.total, self.batch):
             with transaction.atomic():
@@ -120,7 +122,7 @@ class Seeder:
             status = MIX[n % len(MIX)]
             created = self.start + spacing * n
             workflows.append(Workflow(
-                id=uuid.uuid4(), name=f"seeded {n}", submitted_by=self.agent,
+                id=uuid.uuid4(), name=f"seeded {n}", submitted_by=self.agent, team=self.team,
                 submission_key=f"seed-{self.tag}-{n}", submission_hash=sha256_hex(f"seed-{self.tag}-{n}"),
                 plan=PLAN, plan_hash=PLAN_HASH, status=status,
                 # A plan still awaiting review must not expire while it is measured.

@@ -538,13 +538,12 @@ def _require(request, *allowed) -> None:
 
 
 def visible_dead_letters(user):
-    """Operators and auditors see every dead letter; an agent (a user in no
-    role) only those of its own workflows. Reviewers have none to see."""
-    if roles.is_operator(user) or roles.is_auditor(user):
-        return DeadLetter.objects.all()
-    if any(roles.has_role(user, role) for role in roles.ALL):
+    """Operators and auditors see the dead letters of their teams; an agent
+    (a user in no role) those of its own workflows. Reviewers have none to see."""
+    if not (roles.is_operator(user) or roles.is_auditor(user)) and any(
+            roles.has_role(user, role) for role in roles.ALL):
         raise NotAllowed("Your role does not allow this.")
-    return DeadLetter.objects.filter(workflow__submitted_by=user)
+    return DeadLetter.objects.visible_to(user)
 
 
 def _get_dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
@@ -618,7 +617,7 @@ def replay_dead_letters(request, payload: BulkReplayIn):
     if not (chosen.workflow or chosen.action or chosen.failure_class):
         message = "Choose dead letters by workflow, action or failure_class: never all of them at once."
         raise DomainError(message, fields={"filter": message})
-    entries = list(deadletters.select(workflow=chosen.workflow, action=chosen.action,
+    entries = list(deadletters.select(request.user, workflow=chosen.workflow, action=chosen.action,
                                       failure_class=chosen.failure_class))
     found = {"matched": len(entries), "capped": len(entries) >= deadletters.MAX_BULK}
     if payload.dry_run:
@@ -727,7 +726,8 @@ def compensation_out(comp: Compensation) -> dict:
 
 def _get_compensation(request, compensation_id: UUID) -> Compensation:
     _require(request, roles.OPERATORS, roles.REVIEWERS, roles.AUDITORS)
-    comp = Compensation.objects.select_related("requested_by", "authorized_by").filter(pk=compensation_id).first()
+    comp = (Compensation.objects.visible_to(request.user).select_related("workflow", "requested_by", "authorized_by")
+            .filter(pk=compensation_id).first())
     if comp is None:
         raise Http404
     return comp
@@ -796,6 +796,8 @@ class PolicyOut(Schema):
     review_reminder_seconds: int | None = Field(None, description="Reviewers are reminded so many seconds before "
                                                                   "that review deadline")
     escalation_group: str | None = Field(None, description="The group told once that review deadline passes")
+    reviewer_group: str = Field("", description="The group whose members alone may approve (and gate-approve) a "
+                                                "plan using this action; \"\": any reviewer of the plan's team")
     version: int
     updated_by: str
     updated_at: datetime
@@ -819,6 +821,9 @@ class PolicyPatchIn(Schema):
     review_deadline_seconds: StrictInt | None = None
     review_reminder_seconds: StrictInt | None = None
     escalation_group: str | None = Field(None, max_length=150)
+    reviewer_group: str | None = Field(None, max_length=150, description=(
+        "A group name, or \"\" (or null) for any reviewer. Naming one where none was applies at once; changing "
+        "or clearing one waits for a second operator"))
     reason: str = Field(..., max_length=2000)
     version: StrictInt | None = Field(None, description="The version you looked at: 409 if the policy changed since")
 
@@ -1007,6 +1012,8 @@ class VerificationOut(Schema):
           summary="Recompute the audit chain now and record the check (auditors), as the console's Verify now")
 def verify_audit(request, payload: VerifyIn):
     _require(request, roles.AUDITORS)
+    if payload.workflow and not Workflow.objects.visible_to(request.user).filter(pk=payload.workflow).exists():
+        raise Http404
     streams = [str(payload.workflow)] if payload.workflow else None
     check = journal.record_verification(by=request.user.get_username(), streams=streams)
     return {name: getattr(check, name) for name in VerificationOut.model_fields}
@@ -1051,7 +1058,7 @@ def list_audit_events(request, workflow: UUID | None = None, actor: str = "", ve
                       since: datetime | None = None, until: datetime | None = None,
                       cursor: str | None = None, limit: int = Query(100, ge=1, le=500)):
     _require(request, roles.AUDITORS)
-    events = select_events(actor=actor, verb=verb, workflow=workflow, since=since, until=until)
+    events = select_events(request.user, actor=actor, verb=verb, workflow=workflow, since=since, until=until)
     rows, next_cursor = page_by_id(events, cursor, limit)
     return {"items": [event_row(event) for event in rows], "next": next_cursor}
 
@@ -1070,6 +1077,8 @@ class WebhookEndpointIn(Schema):
     url: str = Field(..., min_length=1, max_length=2048, description="https, or http to a loopback host")
     description: str = Field("", max_length=200)
     enabled: StrictBool = True
+    team: str | None = Field(None, max_length=64, description="The team whose plans' events it receives: one of "
+                                                             "yours; omitted, your only team")
 
 
 class WebhookEndpointPatchIn(Schema):
@@ -1082,6 +1091,7 @@ class WebhookEndpointPatchIn(Schema):
 
 class WebhookEndpointOut(Schema):
     id: UUID
+    team: str
     url: str
     description: str
     enabled: bool
@@ -1124,7 +1134,7 @@ class WebhookDeliveryPage(Schema):
 
 
 def webhook_endpoint_out(endpoint: WebhookEndpoint) -> dict:
-    return {"id": endpoint.pk, "url": endpoint.url, "description": endpoint.description,
+    return {"id": endpoint.pk, "team": endpoint.team.name, "url": endpoint.url, "description": endpoint.description,
             "enabled": endpoint.enabled, "created_by": endpoint.created_by.get_username(),
             "created_at": endpoint.created_at}
 
@@ -1139,14 +1149,16 @@ def webhook_delivery_out(row: WebhookDelivery) -> dict:
 
 def _get_webhook_endpoint(request, endpoint_id: UUID) -> WebhookEndpoint:
     _require(request, roles.OPERATORS, roles.AUDITORS)
-    endpoint = WebhookEndpoint.objects.select_related("created_by").filter(pk=endpoint_id).first()
+    endpoint = (WebhookEndpoint.objects.visible_to(request.user).select_related("created_by", "team")
+                .filter(pk=endpoint_id).first())
     if endpoint is None:
         raise Http404
     return endpoint
 
 
 @api.post("/webhooks", response={201: WebhookEndpointCreatedOut},
-          summary="Register an endpoint for every event (operators); its signing secret is shown this once")
+          summary="Register an endpoint for every event of one team's plans (operators); its signing secret is "
+                  "shown this once")
 def create_webhook_endpoint(request, payload: WebhookEndpointIn):
     _require(request, roles.OPERATORS)
     endpoint, secret = webhook_endpoints.create(by=request.user, **payload.dict())
@@ -1156,7 +1168,8 @@ def create_webhook_endpoint(request, payload: WebhookEndpointIn):
 @api.get("/webhooks", response=WebhookEndpointList, summary="Webhook endpoints (operators, auditors)")
 def list_webhook_endpoints(request):
     _require(request, roles.OPERATORS, roles.AUDITORS)
-    rows = WebhookEndpoint.objects.select_related("created_by").order_by("created_at", "id")
+    rows = WebhookEndpoint.objects.visible_to(request.user).select_related("created_by", "team").order_by(
+        "created_at", "id")
     return {"items": [webhook_endpoint_out(endpoint) for endpoint in rows]}
 
 
@@ -1198,7 +1211,7 @@ def list_webhook_deliveries(request, status: WebhookDelivery.Status | None = Non
     _require(request, roles.OPERATORS, roles.AUDITORS)
     if event is not None and event not in EVENT_TYPES:
         raise ValidationError([{"loc": ("query", "event"), "msg": f"One of: {', '.join(EVENT_TYPES)}."}])
-    rows = WebhookDelivery.objects.select_related("endpoint")
+    rows = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint")
     for name, value in (("status", status), ("event", event), ("workflow_id", workflow), ("endpoint_id", endpoint)):
         if value:
             rows = rows.filter(**{name: value})
@@ -1210,7 +1223,7 @@ def list_webhook_deliveries(request, status: WebhookDelivery.Status | None = Non
           summary="Send a dead-lettered delivery again, same webhook-id and body (operators)")
 def replay_webhook_delivery(request, delivery_id: UUID, payload: ReasonIn):
     _require(request, roles.OPERATORS)
-    row = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
+    row = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint").filter(pk=delivery_id).first()
     if row is None:
         raise Http404
     row = webhook_delivery.replay(row, by=request.user, reason=payload.reason)

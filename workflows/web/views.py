@@ -45,7 +45,8 @@ def roles_context(request: HttpRequest) -> dict:
 
 
 def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
-    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by"), pk=workflow_id)
+    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by", "team"),
+                             pk=workflow_id)
 
 
 @login_required
@@ -69,7 +70,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         workflow.holder = claims.holder(workflow)
     at_gates = []
     if roles.is_reviewer(request.user) and not request.GET.get("cursor"):
-        at_gates = list(Workflow.objects.filter(status=WorkflowStatus.WAITING_GATE)
+        at_gates = list(Workflow.objects.visible_to(request.user).filter(status=WorkflowStatus.WAITING_GATE)
                         .exclude(submitted_by=request.user).select_related("submitted_by")
                         .order_by("updated_at")[:PAGE_SIZE])
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"

@@ -28,7 +28,7 @@ from django.views.decorators.vary import vary_on_headers
 from workflows import roles
 from workflows.audit import journal, signing
 from workflows.errors import DomainError
-from workflows.models import AuditEvent, AuditVerification, canonical_json
+from workflows.models import AuditEvent, AuditVerification, Workflow, canonical_json
 from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100
@@ -39,11 +39,11 @@ FIELDS = ("id", "stream", "seq", "at", "actor", "verb", "object_type", "object_i
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def select_events(*, actor: str = "", verb: str = "", workflow: UUID | None = None,
+def select_events(user, *, actor: str = "", verb: str = "", workflow: UUID | None = None,
                   since: datetime | None = None, until: datetime | None = None):
-    """Audit events matching the filter: `since` inclusive, `until` exclusive,
-    naive times read as UTC."""
-    events = AuditEvent.objects.all()
+    """The audit events `user` may see that match the filter: `since`
+    inclusive, `until` exclusive, naive times read as UTC."""
+    events = AuditEvent.objects.visible_to(user)
     if actor:
         events = events.filter(actor=actor)
     if verb:
@@ -85,8 +85,9 @@ class AuditFilter(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
     )
 
-    def __init__(self, data):
+    def __init__(self, data, user):
         super().__init__(data, label_suffix="")
+        self.user = user
         self.is_valid()
 
     def clean(self):
@@ -101,7 +102,7 @@ class AuditFilter(forms.Form):
         mistyped value never shows (or exports) more than was asked for."""
         if self.errors:
             return AuditEvent.objects.none()
-        return select_events(**{name: self.cleaned_data[name] for name in self.fields})
+        return select_events(self.user, **{name: self.cleaned_data[name] for name in self.fields})
 
     def querystring(self) -> str:
         return urlencode({name: value for name in self.fields if (value := self.data.get(name, "").strip())})
@@ -121,8 +122,10 @@ def _with_data_text(events: list[AuditEvent]) -> list[AuditEvent]:
     return events
 
 
-def _chain_context(workflow: UUID | None) -> dict:
+def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
     latest = AuditVerification.objects.order_by("-id")
+    if workflow and not Workflow.objects.visible_to(request.user).filter(pk=workflow).exists():
+        workflow = None  # another team's: neither its checks nor a button to check it
     return {
         "whole": latest.filter(scope="").first(),
         "workflow_check": latest.filter(scope=str(workflow)).first() if workflow else None,
@@ -135,7 +138,7 @@ def _chain_context(workflow: UUID | None) -> dict:
 @vary_on_headers("HX-Request")
 def audit_list(request: HttpRequest) -> HttpResponse:
     _check_auditor(request.user)
-    filters = AuditFilter(request.GET)
+    filters = AuditFilter(request.GET, request.user)
     try:
         rows, next_cursor = page_by_id(filters.events(), request.GET.get("cursor") or None, PAGE_SIZE)
     except DomainError as exc:
@@ -146,7 +149,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         "next_cursor": next_cursor,
         "paged": bool(request.GET.get("cursor")),
         "query": filters.querystring(),
-        **_chain_context(None if filters.errors else filters.cleaned_data["workflow"]),
+        **_chain_context(request, None if filters.errors else filters.cleaned_data["workflow"]),
     }
     # A history restore after hx-push-url needs the whole page, not the rows.
     partial = request.htmx and not request.htmx.history_restore_request
@@ -159,10 +162,13 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     """Check the chain now: only the filtered workflow's stream (fast) when one
     is given, else every stream."""
     _check_auditor(request.user)
-    filters = AuditFilter(request.POST)
+    filters = AuditFilter(request.POST, request.user)
     workflow = None if filters.errors else filters.cleaned_data["workflow"]
     if filters.errors:
         messages.error(request, "Not verified: " + "; ".join(filters.problems()))
+    elif workflow and not Workflow.objects.visible_to(request.user).filter(pk=workflow).exists():
+        messages.error(request, "Not verified: no such workflow.")
+        workflow = None
     else:
         check = journal.record_verification(by=request.user.get_username(), streams=[str(workflow)] if workflow else None)
         scope = f"workflow {workflow}" if workflow else "whole chain"
@@ -172,7 +178,7 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
         else:
             messages.error(request, f"Audit chain BROKEN ({scope}): {check.problem_count} problem(s) in {summary}.")
     if request.htmx:
-        return render(request, "workflows/audit_list.html#chain", _chain_context(workflow))
+        return render(request, "workflows/audit_list.html#chain", _chain_context(request, workflow))
     query = urlencode({"workflow": workflow}) if workflow else ""
     return redirect(reverse("audit_list") + (f"?{query}" if query else ""))
 
@@ -231,7 +237,7 @@ def _export(request: HttpRequest, lines, content_type: str, extension: str) -> H
     """Stream every matching event, oldest first, in chunks: memory stays flat
     however long the trail is."""
     _check_auditor(request.user)
-    filters = AuditFilter(request.GET)
+    filters = AuditFilter(request.GET, request.user)
     if filters.errors:
         return HttpResponseBadRequest("The filter is not valid: " + "; ".join(filters.problems()),
                                       content_type="text/plain; charset=utf-8")

@@ -50,7 +50,8 @@ def _get_compensation_for_user(request: HttpRequest, compensation_id: UUID, *, d
     if not _can_read(request.user):
         raise PermissionDenied("Operators, reviewers and auditors only.")
     return get_object_or_404(
-        Compensation.objects.select_related("workflow", "requested_by", "authorized_by"), pk=compensation_id
+        Compensation.objects.visible_to(request.user).select_related("workflow", "requested_by", "authorized_by"),
+        pk=compensation_id,
     )
 
 
@@ -178,7 +179,7 @@ def compensation_list(request: HttpRequest) -> HttpResponse:
     if not _can_read(request.user):
         raise PermissionDenied("Operators, reviewers and auditors only.")
     status = request.GET.get("status") or CompensationStatus.REQUESTED
-    comps = Compensation.objects.select_related("workflow", "requested_by", "authorized_by")
+    comps = Compensation.objects.visible_to(request.user).select_related("workflow", "requested_by", "authorized_by")
     if status in CompensationStatus.values:
         comps = comps.filter(status=status)
     elif status != ALL_STATUSES:

@@ -53,9 +53,9 @@ class DeadLetterFilter(forms.Form):
                  ("1d", "Older than 1 day")],
     )
 
-    def __init__(self, data):
+    def __init__(self, data, user):
         super().__init__(data, label_suffix="")
-        present = DeadLetter.objects.order_by("action").values_list("action", flat=True).distinct()
+        present = DeadLetter.objects.visible_to(user).order_by("action").values_list("action", flat=True).distinct()
         self.fields["action"].choices = [("", "Any")] + [(name, name) for name in present]
         self.is_valid()
 
@@ -101,7 +101,8 @@ def _check_role(user, *, resolve: bool = False) -> None:
 def _get_dead_letter_for_user(request: HttpRequest, dead_letter_id: UUID, *, resolve: bool = False) -> DeadLetter:
     _check_role(request.user, resolve=resolve)
     return get_object_or_404(
-        DeadLetter.objects.select_related("workflow", "trace", "resolved_by"), pk=dead_letter_id
+        DeadLetter.objects.visible_to(request.user).select_related("workflow", "trace", "resolved_by"),
+        pk=dead_letter_id,
     )
 
 
@@ -115,8 +116,8 @@ def _list_url(filters: DeadLetterFilter) -> str:
 @vary_on_headers("HX-Request")
 def dead_letter_list(request: HttpRequest) -> HttpResponse:
     _check_role(request.user)
-    filters = DeadLetterFilter(request.GET)
-    entries = filters.apply(DeadLetter.objects.select_related("workflow"))
+    filters = DeadLetterFilter(request.GET, request.user)
+    entries = filters.apply(DeadLetter.objects.visible_to(request.user).select_related("workflow"))
     return list_page(request, entries, "workflows/dead_letter_list.html", rows="entries", page_size=PAGE_SIZE, context={
         "filters": filters,
         "query": filters.querystring(),
@@ -192,7 +193,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
     """Turn ticked rows, or the list's filter, into an explicit list of ids
     to confirm: the replay then acts on exactly what was previewed."""
     _check_role(request.user, resolve=True)
-    filters = DeadLetterFilter(request.POST)
+    filters = DeadLetterFilter(request.POST, request.user)
     back = _list_url(filters)
     if filters.errors:
         # Dropping a bad field would widen the selection; refuse instead.
@@ -200,9 +201,9 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
         return redirect(back)
     try:
         if request.POST.get("scope") == "filter":
-            entries = list(deadletters.select(**filters.selection()))
+            entries = list(deadletters.select(request.user, **filters.selection()))
         else:
-            entries = list(deadletters.select(ids=_posted_ids(request)))
+            entries = list(deadletters.select(request.user, ids=_posted_ids(request)))
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
@@ -219,7 +220,7 @@ def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
     ids = _posted_ids(request)
     back = reverse("dead_letter_list")
     try:
-        entries = list(deadletters.select(ids=ids))
+        entries = list(deadletters.select(request.user, ids=ids))
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)

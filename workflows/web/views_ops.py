@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 
 from workflows import roles
 from workflows.actions import registry
-from workflows.models import ActionPolicy, ActionThrottle, Attempt, Compensation, DeadLetter, Step
+from workflows.models import ActionPolicy, ActionThrottle, Attempt, Compensation, DeadLetter, Step, Workflow
 from workflows.states import AttemptStatus, CompensationStatus, FailureClass, StepStatus
 from workflows.web import waiting
 
@@ -37,14 +37,20 @@ def _require(request: HttpRequest, *allowed: str) -> None:
         raise PermissionDenied
 
 
-def attention_context() -> dict:
-    dead = DeadLetter.objects.open().select_related("workflow").order_by("-created_at")
-    in_doubt = Step.objects.filter(status=StepStatus.IN_DOUBT).select_related("workflow").order_by("-updated_at")
-    blocked = Step.objects.filter(status=StepStatus.BLOCKED).select_related("workflow").order_by("-updated_at")
-    awaiting = Compensation.objects.filter(status=CompensationStatus.REQUESTED).select_related(
+def _steps_of(user):
+    """The steps of the workflows `user` sees."""
+    return Step.objects.filter(workflow__in=Workflow.objects.visible_to(user))
+
+
+def attention_context(user) -> dict:
+    """What needs an operator, in `user`'s teams."""
+    dead = DeadLetter.objects.visible_to(user).open().select_related("workflow").order_by("-created_at")
+    in_doubt = _steps_of(user).filter(status=StepStatus.IN_DOUBT).select_related("workflow").order_by("-updated_at")
+    blocked = _steps_of(user).filter(status=StepStatus.BLOCKED).select_related("workflow").order_by("-updated_at")
+    comps = Compensation.objects.visible_to(user)
+    awaiting = comps.filter(status=CompensationStatus.REQUESTED).select_related(
         "workflow", "requested_by").order_by("-created_at")
-    failed = Compensation.objects.filter(status=CompensationStatus.FAILED).select_related("workflow").order_by(
-        "-updated_at")
+    failed = comps.filter(status=CompensationStatus.FAILED).select_related("workflow").order_by("-updated_at")
     return {
         "sections": [
             {"id": "dead-letters", "title": "Dead letters", "count": _capped(dead), "rows": dead[:LIST_SIZE],
@@ -69,7 +75,7 @@ def attention_context() -> dict:
 def attention(request: HttpRequest) -> HttpResponse:
     _require(request, roles.OPERATORS)
     template = "workflows/attention.html#board" if request.htmx else "workflows/attention.html"
-    return render(request, template, attention_context())
+    return render(request, template, attention_context(request.user))
 
 
 def _bars(points: list[tuple[str, int]], width=600, height=120) -> dict:
@@ -84,11 +90,14 @@ def _bars(points: list[tuple[str, int]], width=600, height=120) -> dict:
     return {"bars": bars, "width": width, "height": height, "max": top}
 
 
-def dashboard_context(now=None) -> dict:
+def dashboard_context(user, now=None) -> dict:
+    """The charts over `user`'s teams' work; the in-flight table is the
+    cluster's, because the limits it shows are shared by every team."""
     now = now or timezone.now()
     since = now - timedelta(minutes=60)
+    attempts = Attempt.objects.filter(step__workflow__in=Workflow.objects.visible_to(user))
     per_minute = dict(
-        Attempt.objects.filter(finished_at__gte=since,
+        attempts.filter(finished_at__gte=since,
                                status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.RECONCILED])
         .annotate(minute=TruncMinute("finished_at")).values("minute").annotate(n=Count("id"))
         .values_list("minute", "n")
@@ -96,7 +105,7 @@ def dashboard_context(now=None) -> dict:
     minutes = [(now - timedelta(minutes=m)).replace(second=0, microsecond=0) for m in range(59, -1, -1)]
     steps = [(m.strftime("%H:%M"), per_minute.get(m, 0)) for m in minutes]
     failures = dict(
-        Attempt.objects.filter(started_at__gte=now - timedelta(hours=24)).exclude(failure_class="")
+        attempts.filter(started_at__gte=now - timedelta(hours=24)).exclude(failure_class="")
         .values("failure_class").annotate(n=Count("id")).values_list("failure_class", "n")
     )
     by_class = [(c, failures.get(c, 0)) for c in FailureClass.values]
@@ -104,7 +113,7 @@ def dashboard_context(now=None) -> dict:
                ("< 1 week", timedelta(days=7)), ("older", None)]
     ages, lower = [], timedelta(0)
     for label, upper in buckets:
-        entries = DeadLetter.objects.open().filter(created_at__lte=now - lower)
+        entries = DeadLetter.objects.visible_to(user).open().filter(created_at__lte=now - lower)
         if upper is not None:
             entries = entries.filter(created_at__gt=now - upper)
         ages.append((label, int(_capped(entries).rstrip("+"))))
@@ -136,7 +145,20 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, roles.OPERATORS, roles.AUDITORS, roles.REVIEWERS)
     template = "workflows/dashboard.html#charts" if request.htmx else "workflows/dashboard.html"
     readers = roles.is_operator(request.user) or roles.is_auditor(request.user)
-    return render(request, template, {**dashboard_context(), "policies_readable": readers})
+    return render(request, template, {**dashboard_context(request.user), "policies_readable": readers})
+
+
+def _team_metrics(lines: list[str]) -> None:
+    """Per-team series beside the cluster's totals: the scraper is the
+    operators' (METRICS_TOKEN), and each team's dashboards filter on `team`."""
+    by_team = (Workflow.objects.values_list("team__name", "status").annotate(n=Count("id"))
+               .order_by("team__name", "status"))
+    _metric(lines, "durable_team_workflows", "gauge", "Workflows by team and status.",
+            [({"team": team, "status": status}, n) for team, status, n in by_team])
+    dead = (DeadLetter.objects.open().values_list("workflow__team__name").annotate(n=Count("id"))
+            .order_by("workflow__team__name"))
+    _metric(lines, "durable_team_dead_letters_open", "gauge", "Open dead letters by team.",
+            [({"team": team}, n) for team, n in dead])
 
 
 def _metric(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
@@ -202,12 +224,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
     token = settings.METRICS_TOKEN
     if token and request.headers.get("Authorization", "") != f"Bearer {token}":
         return HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
-    from workflows.models import Workflow
-
     lines: list[str] = []
     by_status = dict(Workflow.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
     _metric(lines, "durable_workflows", "gauge", "Workflows by status.",
             [({"status": s}, by_status.get(s, 0)) for s in sorted(by_status)])
+    _team_metrics(lines)
     active = dict(
         Step.objects.exclude(status__in=[StepStatus.COMPLETE, StepStatus.COMPENSATED, StepStatus.PENDING])
         .values("status").annotate(n=Count("id")).values_list("status", "n")

@@ -41,6 +41,9 @@ class PolicyForm(forms.Form):
     review_deadline_seconds = forms.IntegerField(required=False)
     review_reminder_seconds = forms.IntegerField(required=False)
     escalation_group = forms.CharField(required=False, max_length=150, empty_value=None)
+    reviewer_group = forms.CharField(required=False, max_length=150, label="Reviewer group",
+                                     help_text="Only its members may approve a plan using this action; empty: any "
+                                               "reviewer of the plan's team.")
     reason = forms.CharField(max_length=2000)
     version = forms.IntegerField(widget=forms.HiddenInput)
 

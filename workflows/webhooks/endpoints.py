@@ -1,5 +1,6 @@
-"""Operators' webhook endpoints: each receives every event, signed with a
-secret of its own that is shown once, when made or rotated."""
+"""Operators' webhook endpoints: each receives every event of its team's
+plans (DESIGN §23), signed with a secret of its own that is shown once, when
+made or rotated."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.errors import DomainError
 from workflows.webhooks import keys, outbound
+from workflows.models import Team
 from workflows.webhooks.models import WebhookEndpoint
 
 EDITABLE = ("url", "description", "enabled")
@@ -28,14 +30,32 @@ def _check(changes: dict) -> None:
     refuse_credentials(description=changes.get("description"))
 
 
-def create(*, by, url: str, description: str = "", enabled: bool = True) -> tuple[WebhookEndpoint, str]:
+def team_for(user, name: str | None) -> Team:
+    """The team an endpoint `user` makes is for: `name`, one of the user's
+    teams; none named, the user's only team."""
+    mine = Team.objects.visible_to(user)
+    if name is None:
+        only = list(mine.order_by("name")[:2])
+        if len(only) != 1:
+            raise EndpointInvalid({"team": "Name the team whose plans' events this endpoint receives."})
+        return only[0]
+    team = mine.filter(name=name).first()
+    if team is None:
+        raise EndpointInvalid({"team": "Not one of your teams."})
+    return team
+
+
+def create(*, by, url: str, description: str = "", enabled: bool = True,
+           team: str | None = None) -> tuple[WebhookEndpoint, str]:
     """The new endpoint and its secret (returned this once)."""
     _check({"url": url, "description": description})
+    chosen = team_for(by, team)
     with transaction.atomic():
-        endpoint = WebhookEndpoint.objects.create(url=url, description=description, enabled=enabled, created_by=by)
+        endpoint = WebhookEndpoint.objects.create(url=url, description=description, enabled=enabled, created_by=by,
+                                                  team=chosen)
         secret = keys.issue(endpoint=endpoint)
         journal.append(actor=by, verb="webhook_endpoint.created", obj_type="webhook_endpoint", obj_id=endpoint.pk,
-                       data={"url": url, "enabled": enabled})
+                       data={"url": url, "enabled": enabled, "team": chosen.name})
     return endpoint, secret
 
 

@@ -10,6 +10,7 @@ it is a workflow reaching a status (emitted by `transitions.move`), or in
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
@@ -54,13 +55,17 @@ def emit(event: str, workflow_id, extra: dict | None = None) -> int:
 
 
 def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
-    endpoints = list(WebhookEndpoint.objects.filter(enabled=True).values_list("pk", flat=True))
+    # Each endpoint hears only the plans of its team (DESIGN §23).
+    endpoints = defaultdict(list)
+    for pk, team_id in WebhookEndpoint.objects.filter(enabled=True).values_list("pk", "team_id"):
+        endpoints[team_id].append(pk)
     callbacks = dict(Workflow.objects.filter(pk__in=workflow_ids).exclude(callback_url="")
                      .values_list("pk", "callback_url"))
     if not endpoints and not callbacks:
         return 0
     # Only the workflows someone listens to are read in full.
-    listened = workflow_ids if endpoints else list(callbacks)
+    listened = list(callbacks) + list(Workflow.objects.filter(pk__in=workflow_ids, team_id__in=list(endpoints))
+                                      .values_list("pk", flat=True)) if endpoints else list(callbacks)
     now = timezone.now()
     rows = []
     for workflow in (Workflow.objects.filter(pk__in=listened).select_related("submitted_by")
@@ -69,7 +74,7 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
                            "data": {"workflow": workflow_out(workflow), **(extra or {})}},
                           cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False)
         rows += [WebhookDelivery(event=event, workflow=workflow, endpoint_id=pk, body=body, next_attempt_at=now,
-                                 created_at=now) for pk in endpoints]
+                                 created_at=now) for pk in endpoints.get(workflow.team_id, ())]
         if workflow.pk in callbacks:
             rows.append(WebhookDelivery(event=event, workflow=workflow, url=callbacks[workflow.pk],
                                         signer_id=workflow.submitted_by_id, body=body, next_attempt_at=now,

@@ -10,16 +10,29 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from workflows import teams
+
+
+class WebhookEndpointQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if teams.is_global(user):
+            return self
+        return self.filter(team_id__in=teams.team_ids(user))
+
 
 class WebhookEndpoint(models.Model):
-    """An operator's receiver of every event."""
+    """An operator's receiver of every event of one team's plans."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey("workflows.Team", on_delete=models.PROTECT, related_name="+",
+                             default=teams.default_team_id)
     url = models.CharField(max_length=2048)
     description = models.CharField(max_length=200, blank=True, default="")
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = WebhookEndpointQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"webhook endpoint {self.url}"
@@ -48,6 +61,12 @@ class WebhookSecret(models.Model):
 class WebhookDeliveryQuerySet(models.QuerySet):
     def due(self, now=None):
         return self.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now or timezone.now())
+
+    def visible_to(self, user):
+        """Those about the workflows of the user's teams."""
+        if teams.is_global(user):
+            return self
+        return self.filter(workflow__team_id__in=teams.team_ids(user))
 
 
 class WebhookDelivery(models.Model):

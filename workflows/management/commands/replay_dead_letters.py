@@ -35,9 +35,13 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="Replay; without it only the preview is shown.")
 
     def handle(self, *args, ids, action, failure_class, workflow, older_than, reason, username, yes, **options):
+        # With --as, only the dead letters of that operator's teams.
+        user = get_user_model().objects.filter(username=username, is_active=True).first() if username else None
+        if username and user is None:
+            raise CommandError("--as must name an active operator.")
         try:
             entries = list(deadletters.select(
-                ids=ids, action=action, failure_class=failure_class, workflow=workflow,
+                user, ids=ids, action=action, failure_class=failure_class, workflow=workflow,
                 older_than=parse_age(older_than) if older_than else None,
             ))
         except DomainError as exc:
@@ -54,7 +58,6 @@ class Command(BaseCommand):
         if not yes:
             self.stdout.write(f"Preview only: {len(entries)} dead letter(s). Add --yes --reason ... --as USER.")
             return
-        user = get_user_model().objects.filter(username=username, is_active=True).first() if username else None
         if user is None:
             raise CommandError("--as must name an active operator.")
         try:

@@ -1,0 +1,69 @@
+"""Which teams a user's work belongs to (DESIGN §23).
+
+A person sees, decides and replays only within their teams: the teams they
+are a member of, or `default` for someone in a role group who is a member of
+none. Superusers, and auditors in the `global` group, see every team. Every
+query that shows or changes team work starts from the user through the
+`visible_to(user)` queryset methods in `workflows.models`, which use these.
+"""
+
+from django.apps import apps
+from django.db.models import Exists, OuterRef, Q
+
+from workflows import roles
+
+DEFAULT = "default"
+
+
+def default_team():
+    """The `default` team, created if a flushed database lost it. (The model
+    is looked up, not imported: `workflows.models` builds on this module.)"""
+    return apps.get_model("workflows", "Team").objects.get_or_create(name=DEFAULT)[0]
+
+
+def default_team_id() -> int:
+    return default_team().pk
+
+
+def is_global(user) -> bool:
+    """Sees every team: a superuser, or an auditor in the `global` group."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    return user.is_superuser or (roles.is_auditor(user) and roles.has_role(user, roles.GLOBAL))
+
+
+def is_staff_role(user) -> bool:
+    """A reviewer, operator or auditor (or a superuser): a person, not an agent."""
+    return bool(user.is_authenticated and user.is_active
+                and (user.is_superuser or any(roles.has_role(user, role) for role in roles.ALL)))
+
+
+def team_ids(user) -> set[int]:
+    """The ids of the teams whose work this person sees (cached on the user
+    object for the request); empty for an agent or an anonymous user."""
+    if not is_staff_role(user):
+        return set()
+    cache = getattr(user, "_team_cache", None)
+    if cache is None:
+        # One query: the user's teams, and `default` in case they have none.
+        Team = apps.get_model("workflows", "Team")
+        mine = Team.members.through.objects.filter(team=OuterRef("pk"), user=user.pk)
+        rows = list(Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
+                .annotate(member=Exists(mine)).values_list("pk", "member"))
+        cache = {pk for pk, member in rows if member} or {pk for pk, _ in rows} or {default_team_id()}
+        user._team_cache = cache
+    return cache
+
+
+def in_team(user, team_id: int) -> bool:
+    return is_global(user) or team_id in team_ids(user)
+
+
+def members_q(team_id: int) -> Q:
+    """Users of the team, as a filter on users: its members, and for
+    `default` also people in no team. (Global users are not listed: they
+    see every team, they are no team's reviewers.)"""
+    q = Q(teams__id=team_id)
+    if team_id == default_team_id():
+        q |= Q(teams__isnull=True)
+    return q
