@@ -58,6 +58,11 @@ class InvalidProof(Exception):
     """The request carries no valid approval proof; the message says why."""
 
 
+class UnknownKey(InvalidProof):
+    """The proof names a key id the receiver's key set does not hold: fetch
+    the set again (the console may have rotated its key) before refusing."""
+
+
 # --- the algorithm ---------------------------------------------------------
 
 
@@ -174,7 +179,7 @@ def _key_for(kid: str, jwks: Mapping | KeySet) -> OKPKey:
     entries = [key.as_dict() for key in jwks.keys] if isinstance(jwks, KeySet) else jwks.get("keys", [])
     entry = next((e for e in entries if isinstance(e, dict) and e.get("kid") == kid), None)
     if entry is None:
-        raise InvalidProof(f"unknown kid {kid!r}: not in the receiver's key set")
+        raise UnknownKey(f"unknown kid {kid!r}: not in the receiver's key set")
     if entry.get("kty") != "OKP" or entry.get("crv") != "Ed25519" or entry.get("alg", ALG) != ALG \
             or entry.get("use", "sig") != "sig":
         raise InvalidProof(f"key {kid!r} is not an Ed25519 signing key")
