@@ -210,6 +210,8 @@ def verify(token: str | None, *, method: str, url: str, body: bytes | str | None
     console's key set (`load_jwks`), `audience` this receiver's origin."""
     if not token:
         raise InvalidProof(f"no {HEADER} header")
+    if not idempotency_key:
+        raise InvalidProof("no Idempotency-Key: a proof binds the operation key it was issued for")
     header = header_of(token)
     if header.get("alg") != ALG:
         raise InvalidProof(f"alg {header.get('alg')!r} is refused: only {ALG} (Ed25519)")
