@@ -364,3 +364,19 @@ def test_the_desk_takes_the_console_jwks_url_on_loopback_only(live_server, tmp_p
         far.start()
     done = manage("ticketdesk", "--jwks", "jwks.json")
     assert done.returncode != 0 and "--require-approval-proof" in done.stderr
+
+
+def test_the_desk_learns_a_rotated_in_key_without_a_restart(settings, tmp_path):
+    settings.SIGNING_KEYS_FILE = str(tmp_path / "signing-keys.json")
+    call_command("signing_key", "--new")
+    jwks = console_jwks_file(tmp_path / "jwks.json")
+    with TicketDesk(tmp_path / "desk.sqlite3", require_proofs=jwks) as desk:
+        call_command("signing_key", "--new")  # the console rotates; the desk's file follows
+        console_jwks_file(jwks)
+        context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="s", action="ticket.create",
+                                 operation_key="op-r", approvers=[], policy_version=1, args_sha256="x")
+        body = json.dumps({"title": "After rotation"}).encode()
+        made = desk.request("POST", "/tickets", data=body, headers={
+            "Idempotency-Key": "op-r", "Approval-Proof": context.proof("POST", f"{desk.url}/tickets", body)})
+        assert made.status_code == 201, made.text
+        assert desk.ledger()[0]["proof"]["kid"] == signing.current().kid

@@ -66,12 +66,15 @@ class PerformContext:
     # in-process action's: the current key and a new id are taken then).
     kid: str = ""
     jti: str = field(default_factory=new_jti)
+    # The key set as the engine read it for this batch of effects (read
+    # again here when not given).
+    keys: signing.KeySet | None = field(default=None, repr=False)
     _issued: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
     def signing_key(self) -> signing.SigningKey:
         """The key the attempt recorded; the current one if that key was
         retired since (its private half is gone at once)."""
-        keys = signing.keyset()
+        keys = self.keys or signing.keyset()
         key = keys.by_id(self.kid) if self.kid else None
         return key if key is not None and key.private is not None else keys.current
 

@@ -120,12 +120,13 @@ def _in_process(step: Step) -> bool:
     return action is None or action.in_process
 
 
-def prepared(step: Step) -> tuple[dict, PerformContext]:
+def prepared(step: Step, keys=None) -> tuple[dict, PerformContext]:
     """On the worker's connection, before the effect: the step's resolved
-    args (`references`) and the perform context of its REQUESTED attempt.
-    The effect thread gets plain values."""
+    args (`references`) and the perform context of its REQUESTED attempt
+    (`keys`: the signing key set read once for the batch). The effect
+    thread gets plain values."""
     args, args_sha256 = references.resolve(step)
-    return args, proofs.context(step, step.attempt, args_sha256)
+    return args, proofs.context(step, step.attempt, args_sha256, keys)
 
 
 @dataclass
@@ -233,10 +234,11 @@ class Effects:
         taken = {step.pk for step in held}
         self.keeper.release([step.pk for step in steps if step.pk not in taken])
         failpoints.hit_each(failpoints.AFTER_REQUESTED, held)
+        keys = proofs.keyset() if held else None
         for step in held:
             action = actions.get(step.action)
             try:
-                args, context = prepared(step)
+                args, context = prepared(step, keys)
             except ActionError as err:
                 outcomes.record_performed([step], {}, {step.pk: err})
                 self.keeper.release([step.pk])

@@ -36,8 +36,13 @@ def current_kid() -> str:
     return signing.current().kid
 
 
-def context(step: Step, attempt: Attempt, args_sha256: str) -> PerformContext:
-    """What perform() is told about the effect it performs, under `attempt`."""
+def keyset() -> signing.KeySet:
+    return signing.keyset()
+
+
+def context(step: Step, attempt: Attempt, args_sha256: str, keys: signing.KeySet | None = None) -> PerformContext:
+    """What perform() is told about the effect it performs, under `attempt`
+    (`keys`: the signing key set, when the caller read it for a batch)."""
     workflow = step.workflow
     extra = {"jti": attempt.proof_jti} if attempt.proof_jti else {}
     return PerformContext(
@@ -51,5 +56,6 @@ def context(step: Step, attempt: Attempt, args_sha256: str) -> PerformContext:
         policy_version=attempt.policy_version,
         args_sha256=args_sha256,
         kid=attempt.proof_kid,
+        keys=keys,
         **extra,
     )

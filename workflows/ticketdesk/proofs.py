@@ -38,14 +38,15 @@ class ProofGate:
         self.leeway = leeway
         self._lock = threading.Lock()
         self.jwks = proof.load_jwks(jwks_source)
-        self._fetched = time.monotonic()
+        self._refetched: float | None = None
 
     def _refetch(self) -> bool:
-        """Read the key set again, unless that was done moments ago."""
+        """Read the key set again, unless that was done moments ago (a
+        stream of made-up key ids costs one fetch per REFRESH_SECONDS)."""
         with self._lock:
-            if time.monotonic() - self._fetched < REFRESH_SECONDS:
+            if self._refetched is not None and time.monotonic() - self._refetched < REFRESH_SECONDS:
                 return False
-            self._fetched = time.monotonic()
+            self._refetched = time.monotonic()
             try:
                 self.jwks = proof.load_jwks(self.source)
             except (OSError, ValueError):
