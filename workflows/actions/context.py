@@ -110,14 +110,12 @@ class PerformContext:
 
 
 def _okp(key: signing.SigningKey) -> OKPKey:
-    """The signing key as joserfc holds it, made once per key id."""
+    """The signing key (one with its private half) as joserfc holds it,
+    made once per key id."""
     okp = _okp_keys.get(key.kid)
     if okp is None:
-        if key.private is None:
-            raise ActionError(FailureClass.PERMISSION_DENIED, f"signing key {key.kid!r} is retired")
-        raw = signing.raw_private(key.private)
         okp = _okp_keys[key.kid] = OKPKey.import_key(
-            {"kty": "OKP", "crv": "Ed25519", "x": key.jwk()["x"], "d": signing.b64(raw)})
+            {"kty": "OKP", "crv": "Ed25519", "x": key.jwk()["x"], "d": signing.b64(signing.raw_private(key.private))})
     return okp
 
 
