@@ -30,7 +30,7 @@ from workflows.actions.transport import call, classify_exception, classify_respo
 from workflows.states import FailureClass
 
 __all__ = [
-    "FROM", "Action", "ActionError", "ArgsModel", "FailureClass", "FromRef", "Outcome", "PerformContext", "Preview", "Ref",
-    "SecretRef", "call", "classify_exception", "classify_response", "field_errors", "find", "get", "http_session",
-    "is_reference", "names", "perform_context", "register", "source",
+    "FROM", "Action", "ActionError", "ArgsModel", "FailureClass", "FromRef", "Outcome", "PerformContext", "Preview",
+    "Ref", "SecretRef", "call", "classify_exception", "classify_response", "field_errors", "find", "get",
+    "http_session", "is_reference", "names", "perform_context", "register", "source",
 ]

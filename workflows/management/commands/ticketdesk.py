@@ -71,8 +71,8 @@ class Command(BaseCommand):
         def ready(server):
             bound_port = server.server_address[1]
             requiring = f", requiring approval proofs for {proofs.audience}" if proofs else ""
-            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, {threads} threads"
-                              f"{requiring})")
+            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, "
+                              f"{threads} threads{requiring})")
             self.stdout.flush()
 
         serve(host, port, data_path, threads=threads, on_ready=ready, proofs=proofs)
