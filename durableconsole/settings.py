@@ -37,6 +37,9 @@ if AUDIT_KEYS:
 
     _parse_audit_keys(AUDIT_KEYS)
 SIGNING_KEY_OVERLAP_HOURS = env_float("SIGNING_KEY_OVERLAP_HOURS", 24.0, minimum=0.0)
+# The lifetime of an approval proof (DESIGN §25): signed as each write is
+# sent, so it only has to outlive the request's way to the receiver.
+APPROVAL_PROOF_TTL_SECONDS = env_int("APPROVAL_PROOF_TTL_SECONDS", 300, minimum=1)
 AUDIT_CHECKPOINT_MINUTES = env_float("AUDIT_CHECKPOINT_MINUTES", 10.0, minimum=0.1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])

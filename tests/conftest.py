@@ -1,9 +1,11 @@
+import json
 import os
 import secrets
 import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import requests
@@ -128,6 +130,36 @@ def desk(desk_process, settings):
     """The real ticket desk process, wiped for each test, with the project pointed at it.
     A request an earlier test's worker sent may still sit in the desk's
     latency fault: it must land before the wipe, not in this test's ledger."""
+    return fresh_desk(desk_process, settings)
+
+
+def console_jwks_file(path) -> Path:
+    """The console's published key set (`/.well-known/jwks.json`), written
+    to a file a desk can be given: the workers the tests start sign with
+    the same key set (DEBUG's, in VAR_DIR)."""
+    from workflows.audit import signing
+
+    path = Path(path)
+    path.write_text(json.dumps(signing.jwks()))
+    return path
+
+
+@pytest.fixture(scope="session")
+def proof_desk_process(tmp_path_factory):
+    """A desk that requires an approval proof on every write (DESIGN §25),
+    trusting the console's key set."""
+    folder = tmp_path_factory.mktemp("proof-desk")
+    with TicketDesk(folder / "desk.sqlite3", require_proofs=console_jwks_file(folder / "jwks.json")) as desk:
+        yield desk
+
+
+@pytest.fixture
+def proof_desk(proof_desk_process, settings):
+    """`desk`, requiring approval proofs."""
+    return fresh_desk(proof_desk_process, settings)
+
+
+def fresh_desk(desk_process, settings):
     desk_process.clear_faults()
     deadline = time.monotonic() + 60
     while any(desk_process.concurrency()["in_flight"].values()):

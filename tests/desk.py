@@ -7,6 +7,9 @@
     desk.kill(); desk.start()          # same port, same data file
     desk.stop()                        # SIGTERM; returns the exit code
 
+With ``require_proofs=JWKS_FILE_OR_URL`` the desk refuses writes without a
+valid approval proof (``--require-approval-proof``, DESIGN §25).
+
 A pytest fixture is a few lines:
 
     @pytest.fixture
@@ -54,6 +57,7 @@ class TicketDesk:
         start_timeout: float = 10.0,
         request_timeout: float = 10.0,
         threads: int | None = None,
+        require_proofs: str | os.PathLike | None = None,
     ):
         if data_path is None:
             data_path = Path(tempfile.mkdtemp(prefix="ticketdesk-")) / "ticketdesk.sqlite3"
@@ -65,6 +69,9 @@ class TicketDesk:
         self.start_timeout = start_timeout
         self.request_timeout = request_timeout
         self.threads = threads
+        # The console's key set (a file or URL): the desk then requires an
+        # approval proof on every write, with its own URL as the audience.
+        self.require_proofs = require_proofs
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self._stdout_path: Path | None = None
@@ -100,6 +107,8 @@ class TicketDesk:
             "--data",
             str(self.data_path),
             *(["--threads", str(self.threads)] if self.threads else []),
+            *(["--require-approval-proof", "--jwks", str(self.require_proofs), "--audience", self.url]
+              if self.require_proofs else []),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:

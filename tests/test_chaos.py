@@ -18,6 +18,12 @@ from workflows.states import AttemptStatus, StepStatus
 pytestmark = pytest.mark.live
 
 
+@pytest.fixture
+def desk(proof_desk):
+    """The soak's desk requires approval proofs (DESIGN §25) of every write."""
+    return proof_desk
+
+
 def start_clusters(start_worker, *names, **env):
     """Clusters as the soak wants them: short leases and task timeouts, and
     PostgreSQL sessions named so that only theirs are terminated."""
@@ -52,6 +58,9 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     if connection.vendor == "postgresql":
         assert result.terminated_sessions > 0
     assert result.unrecovered == 0
+    ledger = desk.ledger()
+    assert ledger and all(entry["proof"] and entry["proof"]["approvers"] for entry in ledger), \
+        "every effect came with an approval proof the desk verified"
 
 
 def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):

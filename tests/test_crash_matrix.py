@@ -18,6 +18,14 @@ CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP
              "ACTION_TIMEOUT_SECONDS": "2", "RECONCILE_GRACE_SECONDS": "0.5"}
 
 
+@pytest.fixture
+def desk(proof_desk):
+    """The desk of every test here requires approval proofs (DESIGN §25):
+    crashes, repeats and reconciliation must still see one effect per key,
+    each carried by a proof the desk verified."""
+    return proof_desk
+
+
 def submit_and_approve(people, body):
     workflow = plans.submit(people["agent"], body).workflow
     approvals.approve(workflow, by=people["reviewer"])
@@ -58,7 +66,8 @@ def _alive(pid: int) -> bool:
 
 def assert_exactly_once(workflow, desk):
     """One ticket per ticket.create key; every change on the desk has an
-    attempt carrying its operation key that started before it; chain intact.
+    attempt carrying its operation key that started before it, and came
+    with a valid approval proof that attempt was issued; chain intact.
     (That the attempt was committed before perform() ran, the timestamps
     cannot show: tests/test_execution.py shows it from a second connection.)"""
     steps = list(Step.objects.filter(workflow=workflow))
@@ -72,6 +81,8 @@ def assert_exactly_once(workflow, desk):
         first = Attempt.objects.filter(operation_key=entry["idempotency_key"]).order_by("started_at").first()
         assert first is not None, f"effect without an attempt: {entry}"
         assert first.started_at.isoformat() < entry["at"].replace("Z", "+00:00"), entry
+        issued = Attempt.objects.filter(operation_key=entry["idempotency_key"]).values_list("proof_jti", flat=True)
+        assert entry["proof"]["wf"] == str(workflow.pk) and entry["proof"]["jti"] in set(issued), entry
     assert journal.verify().ok
 
 

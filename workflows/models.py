@@ -305,6 +305,13 @@ class Attempt(models.Model):
     # The plan hash this attempt ran under, recomputed from the stored steps
     # when it was requested (`workflows.engine.binding`); "" before binding existed.
     plan_hash = models.CharField(max_length=64, blank=True, default="")
+    # The approval proof this attempt's writes carry (DESIGN §25): the key
+    # id it is signed with, its unique id, and the approvals it names
+    # (`[{"sub", "at"}]`). Not the token: it is rebuilt at each send.
+    # Blank for in-process actions, which send nothing out.
+    proof_kid = models.CharField(max_length=64, blank=True, default="", db_default="")
+    proof_jti = models.CharField(max_length=64, blank=True, default="", db_default="")
+    proof_approvers = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -23,6 +23,9 @@ def _step_out(step) -> dict:
                 "failure_class": a.failure_class or None,
                 "started_at": a.started_at,
                 "finished_at": a.finished_at,
+                # The approval proof its writes carried (DESIGN §25), never the token.
+                "proof": {"kid": a.proof_kid, "jti": a.proof_jti, "approvers": a.proof_approvers or []}
+                if a.proof_kid else None,
             }
             for a in step.attempts.all()
         ],

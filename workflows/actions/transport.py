@@ -1,5 +1,6 @@
 """HTTP plumbing for actions that call other systems: one session per
-thread, the operation key as `Idempotency-Key`, and every failure
+thread, the operation key as `Idempotency-Key`, the approval proof on every
+write made while performing an effect (`context`), and every failure
 classified (sent or not, retryable or not)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import requests
 from django.conf import settings
 
 from workflows.actions.base import ActionError
+from workflows.actions.context import proof_auth
 from workflows.audit.redaction import redact_text
 from workflows.states import FailureClass
 from workflows.webhooks import outbound
@@ -69,6 +71,20 @@ def _retry_after(response: requests.Response) -> float | None:
     return min(max(0.0, seconds), longest)
 
 
+# The error code a receiver answers (DESIGN §25) when a write carries no
+# valid approval proof: a refusal, never retried; a replay once the cause
+# is fixed sends a fresh proof under the same operation key.
+PROOF_REFUSED = "approval_proof_invalid"
+
+
+def _error_code(response: requests.Response) -> str | None:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("code") if isinstance(error, dict) else None
+
+
 def classify_response(response: requests.Response) -> ActionError:
     status = response.status_code
     body = redact_text(response.text[:300])
@@ -80,6 +96,9 @@ def classify_response(response: requests.Response) -> ActionError:
     if status in (400, 404, 422):
         return ActionError(FailureClass.INVALID_ARGUMENTS, message)
     if status in (401, 403):
+        if _error_code(response) == PROOF_REFUSED:
+            message = (f"HTTP {status} from {response.request.method} {response.request.path_url.split('?')[0]}: "
+                       f"the receiver refused the approval proof: {body}")
         return ActionError(FailureClass.PERMISSION_DENIED, message)
     if status == 409:
         return ActionError(FailureClass.CONFLICT, message)
@@ -104,10 +123,14 @@ def call(method: str, url: str, *, operation_key: str | None = None, checked: bo
          **kwargs) -> requests.Response:
     """`checked`: the URL comes from a plan, so the outbound address rules
     apply (`workflows.webhooks.outbound`): a refused address is never
-    called, and a redirect is an answer, not followed."""
+    called, and a redirect is an answer, not followed. A write made while
+    performing an effect carries its approval proof, signed over the
+    request as prepared (`context.ProofAuth`)."""
     headers = kwargs.pop("headers", {})
     if operation_key:
         headers["Idempotency-Key"] = operation_key
+    if (auth := proof_auth(method)) is not None:
+        kwargs["auth"] = auth
     timeout = (min(2.0, settings.ACTION_TIMEOUT_SECONDS), settings.ACTION_TIMEOUT_SECONDS)
     try:
         if checked:

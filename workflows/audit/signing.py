@@ -167,6 +167,10 @@ def retire(kid: str) -> SigningKey:
 # --- the file ---------------------------------------------------------------
 
 
+def raw_private(key: Ed25519PrivateKey) -> bytes:
+    return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+
 def _raw_public(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
 
@@ -177,7 +181,7 @@ def _new_entry() -> dict:
     return {
         "kid": f"{now:%Y%m%d}-{secrets.token_hex(4)}",
         "x": b64(_raw_public(private.public_key())),
-        "d": b64(private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())),
+        "d": b64(raw_private(private)),
         "created": now.isoformat(),
         "retired": None,
     }

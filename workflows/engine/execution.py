@@ -29,7 +29,8 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
-    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, recovery, references, wakeups,
+    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, proofs, recovery,
+    references, wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
@@ -319,7 +320,7 @@ def _run_shared(steps: list[Step]) -> None:
     answers, failures = {}, {}
     for step in steps:
         try:
-            answer = inflight.perform(actions.get(step.action), references.resolve_args(step), step.operation_key)
+            answer = inflight.perform(actions.get(step.action), *_prepared(step))
         except ActionError as err:
             answer = err
         (failures if isinstance(answer, ActionError) else answers)[step.pk] = answer
@@ -353,8 +354,9 @@ def execute(step: Step) -> None:
             return
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
+            step.attempt = attempt
             with LeaseKeeper(step.pk, fence):
-                answer = inflight.perform(action, references.resolve_args(step), step.operation_key)
+                answer = inflight.perform(action, *_prepared(step))
         except ActionError as err:
             answer = err
         if isinstance(answer, ActionError):
@@ -366,6 +368,12 @@ def execute(step: Step) -> None:
         outcomes.verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+
+
+def _prepared(step: Step) -> tuple:
+    """perform()'s arguments after the action: resolved args, operation key, perform context."""
+    args, context = inflight.prepared(step)
+    return args, step.operation_key, context
 
 
 def _request_attempt(step: Step, fence: int, policy_version: int | None = None, plan_hash: str = "") -> Attempt | None:
@@ -386,6 +394,7 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None, 
             lease_expires_at=step.lease_expires_at,
             policy_version=policy_version,
             plan_hash=plan_hash,
+            **proofs.identity(step, actions.find(step.action)),
         )
         journal.append(
             actor=WORKER,

@@ -31,10 +31,11 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from workflows import actions
-from workflows.actions import Action, ActionError, Outcome
+from workflows.actions import Action, ActionError, Outcome, PerformContext
+from workflows.actions.context import performing
 from workflows.audit import journal
 from workflows.audit.redaction import redact_text
-from workflows.engine import failpoints, outcomes, policy, previews, recovery, references
+from workflows.engine import failpoints, outcomes, policy, previews, proofs, recovery, references
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
@@ -72,11 +73,15 @@ def _detached(fn, *args):
         connections.close_all()
 
 
-def perform(action: Action, args: dict, operation_key: str) -> Outcome | ActionError:
-    """The effect itself, with no database. A bug in an action (any other
-    exception) is an error of unknown outcome, handled like any other."""
+def perform(action: Action, args: dict, operation_key: str, context: PerformContext | None = None
+            ) -> Outcome | ActionError:
+    """The effect itself, with no database, inside its perform context (the
+    approval proof's source: `workflows.actions.context`). A bug in an
+    action (any other exception) is an error of unknown outcome, handled
+    like any other."""
     try:
-        outcome = action.perform(args, operation_key)
+        with performing(context):
+            outcome = action.perform(args, operation_key)
     except ActionError as err:
         return err
     except Exception as exc:
@@ -95,10 +100,12 @@ def write_requested(steps: list[Step], log: list) -> list[Attempt]:
     its operation key, fence, policy version and the plan hash its recheck
     bound it to; their audit entries go to `log`."""
     versions = {name: p.version for name, p in policy.policies_for({step.action for step in steps}).items()}
+    kid = proofs.current_kid() if any(not _in_process(step) for step in steps) else ""
     attempts = [
         Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
                 fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
-                policy_version=versions[step.action], plan_hash=step.bound_plan_hash)
+                policy_version=versions[step.action], plan_hash=step.bound_plan_hash,
+                **proofs.identity(step, actions.find(step.action), kid))
         for step in steps
     ]
     Attempt.objects.bulk_create(attempts)
@@ -108,6 +115,20 @@ def write_requested(steps: list[Step], log: list) -> list[Attempt]:
                                  {"step": attempt.step.key, "number": attempt.number,
                                   "operation_key": attempt.operation_key, "fence": attempt.fence}))
     return attempts
+
+
+def _in_process(step: Step) -> bool:
+    action = actions.find(step.action)
+    return action is None or action.in_process
+
+
+def prepared(step: Step, keys=None) -> tuple[dict, PerformContext]:
+    """On the worker's connection, before the effect: the step's resolved
+    args (`references`) and the perform context of its REQUESTED attempt
+    (`keys`: the signing key set read once for the batch). The effect
+    thread gets plain values."""
+    args, args_sha256 = references.resolve(step)
+    return args, proofs.context(step, step.attempt, args_sha256, keys)
 
 
 @dataclass
@@ -228,17 +249,16 @@ class Effects:
         taken = {step.pk for step in held}
         self.keeper.release([step.pk for step in steps if step.pk not in taken])
         failpoints.hit_each(failpoints.AFTER_REQUESTED, held)
+        keys = proofs.keyset() if held else None
         for step in held:
             action = actions.get(step.action)
             try:
-                # References are resolved here, on the worker's connection:
-                # the effect thread gets plain values.
-                args = references.resolve_args(step)
+                args, context = prepared(step, keys)
             except ActionError as err:
                 outcomes.record_performed([step], {}, {step.pk: err})
                 self.keeper.release([step.pk])
                 continue
-            self._send(Flight(step, action), perform, action, args, step.operation_key)
+            self._send(Flight(step, action), perform, action, args, step.operation_key, context)
 
     def _send(self, flight: Flight, fn, *args) -> None:
         self.flights[pool().submit(_detached, fn, *args)] = flight

@@ -8,7 +8,7 @@ hash count (`workflows.engine.binding`).
 """
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -148,7 +148,10 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     step comes back with `bound_plan_hash`: the hash of its lane's stored
     steps, which its attempt records as the plan it ran under, and (a plan's
     own step) `bound_preview_digest`: the preview of it the latest approval
-    that counts was shown, or None."""
+    that counts was shown, or None; and `approvers`: who approved what it
+    runs under, as its approval proof names them (`approvers_out`): the
+    approvals that count (and its gate's), or a compensation's requester
+    and authorizer."""
     now = timezone.now()
     hashes = binding.stored_hashes((step.workflow_id, step.lane) for step in steps)
     plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
@@ -170,6 +173,9 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
                             f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
         if step.lane:
             results[step.pk] = checks + _compensation_checks(step, now)
+            comp = step.compensation_run
+            step.approvers = approvers_out([(comp.requested_by_id, comp.created_at),
+                                            (comp.authorized_by_id, comp.decided_at)])
             continue
         workflow = step.workflow
         checks.append(Check(NOT_CANCELLED, workflow.pk not in cancelled,
@@ -197,8 +203,10 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
             f"{_set_aside(tally)}",
         ))
+        step.approvers = approvers_out((a.reviewer_id, a.created_at) for a in tally.valid)
         if step.gate:
             valid, need = gates.valid_approvals(step, workflow), gates.required(step)
+            step.approvers += approvers_out((a.reviewer_id, a.created_at) for a in valid)
             checks.append(Check(
                 "gate approved", len(valid) >= need,
                 f"{len(valid)} of {need} gate approvals valid (sealed, approver active, still a reviewer, plan "
@@ -211,6 +219,15 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
 def _in_groups(plan_policies) -> str:
     groups = sorted(reviewer_groups(plan_policies))
     return f" and still in {', '.join(groups)}" if groups else ""
+
+
+def approvers_out(decisions) -> list[dict]:
+    """`[{"sub", "at"}]` of (user id, time) pairs, oldest first: an opaque
+    id (the account's primary key; never a name or an address) and when
+    that person decided. Pairs without a person are left out."""
+    return [{"sub": str(pk), "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            for pk, at in sorted((d for d in decisions if d[0] is not None and d[1] is not None),
+                                 key=lambda d: d[1])]
 
 
 def cancelled_workflows(workflow_ids) -> set:

@@ -7,7 +7,7 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import secrets
 from workflows.audit.redaction import was_redacted
-from workflows.models import Step
+from workflows.models import Step, canonical_json, sha256_hex
 from workflows.states import FailureClass, StepStatus
 
 
@@ -73,20 +73,30 @@ def resolve_args(step: Step) -> dict:
     """The step's args with every reference replaced by its value. A missing
     secret fails the attempt (PERMISSION_DENIED) with a message that names
     the secret, never a value."""
+    return resolve(step)[0]
+
+
+def resolve(step: Step) -> tuple[dict, str]:
+    """`resolve_args`, and the SHA-256 of the canonical args with their
+    `$from` references resolved and their secrets left as references: what
+    the approval proof's `args_sha256` binds, with no secret in it."""
     results = _Results(step)
 
-    def walk(value):
+    def walk(value, reveal: bool):
         if actions.is_reference(value):
             return results.lookup(value[actions.FROM])
         if secrets.is_reference(value):
+            if not reveal:
+                return value
             try:
                 return secrets.value_of(value[secrets.SECRET])
             except secrets.SecretUnavailable as exc:
                 raise ActionError(FailureClass.PERMISSION_DENIED, str(exc)) from None
         if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
+            return {k: walk(v, reveal) for k, v in value.items()}
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v, reveal) for v in value]
         return value
 
-    return walk(step.args)
+    args = walk(step.args, True)
+    return args, sha256_hex(canonical_json(walk(step.args, False)))

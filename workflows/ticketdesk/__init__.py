@@ -13,7 +13,9 @@ HTTP API (all bodies JSON, errors as ``{"error": {"code", "message"}}``):
     GET    /tickets/{id}             one ticket or 404
     POST   /tickets/{id}/comments    {"body"} + optional Idempotency-Key (per ticket)
     POST   /tickets/{id}/close       200; closing a closed ticket is a no-op
-    GET    /_ledger                  every request that changed something, in order
+    GET    /_ledger                  every request that changed something, in order; each entry's
+                                     ``proof`` holds the approval proof's wf, approvers, kid and jti
+                                     when the desk requires proofs (else null)
     GET    /_faults                  active faults
     POST   /_faults                  inject a fault (see ``faults.parse_fault``)
     DELETE /_faults                  clear all faults (DELETE /_faults/{id}: one)
@@ -22,6 +24,11 @@ HTTP API (all bodies JSON, errors as ``{"error": {"code", "message"}}``):
                                      kinds POST /tickets, POST /tickets/{id}/comments,
                                      POST /tickets/{id}/close and GET /tickets
     DELETE /_concurrency             start the high-water marks again
+
+With ``--require-approval-proof --jwks URL_OR_FILE --audience ORIGIN``
+(``proofs``), a write to ``/tickets`` without a valid ``Approval-Proof``
+for exactly that request is answered 403 ``approval_proof_invalid`` and
+changes nothing (it takes no fault either).
 
 Faults apply only to POST requests to ``/tickets`` paths.  Every such POST
 first sleeps for the active ``latency`` faults.  Then the oldest active

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from workflows.ticketdesk.errors import DeskError
 from workflows.ticketdesk.faults import parse_fault
+from workflows.ticketdesk.proofs import ProofGate, guarded
 from workflows.ticketdesk.store import Desk
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -219,9 +220,14 @@ class DeskHandler(BaseHTTPRequestHandler):
             try:
                 body = self.read_body()
                 query = parse_qs(raw_query, keep_blank_values=True)
+                # A write without a valid approval proof changes nothing and
+                # takes no fault: the desk refuses it before anything else.
+                approval = None
+                if self.server.proofs is not None and guarded(self.command, path):
+                    approval = self.server.proofs.check(self.command, self.path, body, self.headers)
                 if self.command == "POST" and (path == "/tickets" or path.startswith("/tickets/")):
                     drop = self.apply_faults(desk)
-                status, payload, headers = self.route(desk, path, query, body)
+                status, payload, headers = self.route(desk, path, query, body, approval)
             except DeskError as exc:
                 status = exc.status
                 payload = {"error": {"code": exc.code, "message": exc.message}}
@@ -259,7 +265,8 @@ class DeskHandler(BaseHTTPRequestHandler):
             raise DeskError(429, "rate_limited", f"rate limited; retry after {header} s", {"Retry-After": header})
         return True  # commit_then_drop
 
-    def route(self, desk: Desk, path: str, query: dict, body: bytes) -> tuple[int, object, dict]:
+    def route(self, desk: Desk, path: str, query: dict, body: bytes, approval: dict | None = None
+              ) -> tuple[int, object, dict]:
         method = self.command
         parts = path.strip("/").split("/") if path != "/" else []
 
@@ -281,7 +288,8 @@ class DeskHandler(BaseHTTPRequestHandler):
             if not isinstance(text, str):
                 raise DeskError(400, "invalid_request", "body must be a string")
             ignore = desk.faults.take_ignore_idempotency()
-            status, ticket = desk.create_ticket(title, text, self.idempotency_key(), ignore_idempotency=ignore)
+            status, ticket = desk.create_ticket(title, text, self.idempotency_key(), ignore_idempotency=ignore,
+                                                approval=approval)
             return status, ticket, {}
 
         if len(parts) == 2 and parts[0] == "tickets":
@@ -292,12 +300,12 @@ class DeskHandler(BaseHTTPRequestHandler):
             allow("POST")
             ticket_id = _ticket_id(parts[1])
             text = _required_text(self.parse_object(body), "body")
-            status, comment = desk.add_comment(ticket_id, text, self.idempotency_key())
+            status, comment = desk.add_comment(ticket_id, text, self.idempotency_key(), approval=approval)
             return status, comment, {}
 
         if len(parts) == 3 and parts[0] == "tickets" and parts[2] == "close":
             allow("POST")
-            status, ticket = desk.close_ticket(_ticket_id(parts[1]), self.idempotency_key())
+            status, ticket = desk.close_ticket(_ticket_id(parts[1]), self.idempotency_key(), approval=approval)
             return status, ticket, {}
 
         if parts == ["_ledger"]:
@@ -345,10 +353,12 @@ class DeskServer(ThreadingHTTPServer):
     # clients would see connection resets instead of waiting their turn.
     request_queue_size = 1024
 
-    def __init__(self, address, desk: Desk, threads: int = DEFAULT_THREADS):
+    def __init__(self, address, desk: Desk, threads: int = DEFAULT_THREADS, proofs: ProofGate | None = None):
         if threads < 1:
             raise ValueError("threads must be at least 1")
         self.desk = desk
+        # With --require-approval-proof: the gate every write passes.
+        self.proofs = proofs
         self.concurrency = Concurrency()
         self.threads = threads
         self.slots = threading.BoundedSemaphore(threads)
@@ -361,12 +371,13 @@ class DeskServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(host: str, port: int, data_path: str | os.PathLike, threads: int = DEFAULT_THREADS) -> DeskServer:
+def make_server(host: str, port: int, data_path: str | os.PathLike, threads: int = DEFAULT_THREADS,
+                proofs: ProofGate | None = None) -> DeskServer:
     """Open (or create) the desk's storage and bind its HTTP server.
 
     ``port`` 0 picks a free port; read it back from ``server.server_address``.
     """
-    return DeskServer((host, port), Desk(data_path), threads)
+    return DeskServer((host, port), Desk(data_path), threads, proofs)
 
 
 def serve(
@@ -376,9 +387,10 @@ def serve(
     *,
     threads: int = DEFAULT_THREADS,
     on_ready: Callable[[DeskServer], None] | None = None,
+    proofs: ProofGate | None = None,
 ) -> None:
     """Run the desk until SIGTERM or SIGINT, then close it and return."""
-    server = make_server(host, port, data_path, threads)
+    server = make_server(host, port, data_path, threads, proofs)
     stopping = threading.Event()
 
     def stop(signum, frame):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -51,6 +52,9 @@ CREATE TABLE IF NOT EXISTS ledger (
     at              TEXT NOT NULL
 );
 """
+# The approval proof a change came with (--require-approval-proof): added
+# to ledgers of desks that predate it.
+PROOF_COLUMNS = ("proof_wf", "proof_kid", "proof_jti", "proof_approvers")
 
 
 def utc_now() -> str:
@@ -71,6 +75,10 @@ class Desk:
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"could not put {self.data_path} in WAL mode (got {mode})")
             conn.executescript(SCHEMA)
+            present = {row["name"] for row in conn.execute("PRAGMA table_info(ledger)")}
+            for column in PROOF_COLUMNS:
+                if column not in present:
+                    conn.execute(f"ALTER TABLE ledger ADD COLUMN {column} TEXT")
         finally:
             conn.close()
 
@@ -147,19 +155,25 @@ class Desk:
 
     def ledger(self) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute("SELECT method, path, idempotency_key, status, at FROM ledger ORDER BY seq")
-            return [dict(row) for row in rows]
+            rows = conn.execute("SELECT method, path, idempotency_key, status, at, proof_wf, proof_kid, proof_jti,"
+                                " proof_approvers FROM ledger ORDER BY seq")
+            return [ledger_json(row) for row in rows]
 
     # -- writing ----------------------------------------------------------
 
     @staticmethod
-    def _record(conn, method: str, path: str, key: str | None, status: int, at: str) -> None:
+    def _record(conn, method: str, path: str, key: str | None, status: int, at: str,
+                approval: dict | None = None) -> None:
+        approval = approval or {}
+        approvers = json.dumps(approval["approvers"]) if "approvers" in approval else None
         conn.execute(
-            "INSERT INTO ledger (method, path, idempotency_key, status, at) VALUES (?, ?, ?, ?, ?)",
-            (method, path, key, status, at),
+            "INSERT INTO ledger (method, path, idempotency_key, status, at, proof_wf, proof_kid, proof_jti,"
+            " proof_approvers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (method, path, key, status, at, approval.get("wf"), approval.get("kid"), approval.get("jti"), approvers),
         )
 
-    def create_ticket(self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False) -> tuple[int, dict]:
+    def create_ticket(self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False,
+                      approval: dict | None = None) -> tuple[int, dict]:
         with self.writing() as conn:
             holder = None
             if key is not None:
@@ -175,10 +189,11 @@ class Desk:
                 " VALUES (?, ?, ?, ?, 'open', ?)",
                 (title, body, key, unique_key, at),
             )
-            self._record(conn, "POST", "/tickets", key, 201, at)
+            self._record(conn, "POST", "/tickets", key, 201, at, approval)
             return 201, self._ticket(conn, cur.lastrowid)
 
-    def add_comment(self, ticket_id: int, body: str, key: str | None) -> tuple[int, dict]:
+    def add_comment(self, ticket_id: int, body: str, key: str | None, *, approval: dict | None = None
+                    ) -> tuple[int, dict]:
         with self.writing() as conn:
             self._ticket(conn, ticket_id)  # 404 if unknown
             if key is not None:
@@ -193,18 +208,18 @@ class Desk:
                 "INSERT INTO comments (ticket_id, body, idempotency_key, at) VALUES (?, ?, ?, ?)",
                 (ticket_id, body, key, at),
             )
-            self._record(conn, "POST", f"/tickets/{ticket_id}/comments", key, 201, at)
+            self._record(conn, "POST", f"/tickets/{ticket_id}/comments", key, 201, at, approval)
             row = conn.execute("SELECT id, ticket_id, body, at FROM comments WHERE id = ?", (cur.lastrowid,)).fetchone()
             return 201, comment_json(row)
 
-    def close_ticket(self, ticket_id: int, key: str | None) -> tuple[int, dict]:
+    def close_ticket(self, ticket_id: int, key: str | None, *, approval: dict | None = None) -> tuple[int, dict]:
         with self.writing() as conn:
             ticket = self._ticket(conn, ticket_id)
             if ticket["status"] == "closed":
                 return 200, ticket  # a no-op, so not a change and not in the ledger
             at = utc_now()
             conn.execute("UPDATE tickets SET status = 'closed', closed_at = ? WHERE id = ?", (at, ticket_id))
-            self._record(conn, "POST", f"/tickets/{ticket_id}/close", key, 200, at)
+            self._record(conn, "POST", f"/tickets/{ticket_id}/close", key, 200, at, approval)
             return 200, self._ticket(conn, ticket_id)
 
     def reset(self) -> None:
@@ -227,6 +242,15 @@ def ticket_json(row, comments: list[dict]) -> dict:
         "created_at": row["created_at"],
         "closed_at": row["closed_at"],
     }
+
+
+def ledger_json(row) -> dict:
+    """A ledger entry; `proof` is what a required approval proof named (else null)."""
+    entry = {name: row[name] for name in ("method", "path", "idempotency_key", "status", "at")}
+    entry["proof"] = None if row["proof_jti"] is None else {
+        "wf": row["proof_wf"], "approvers": json.loads(row["proof_approvers"] or "[]"), "kid": row["proof_kid"],
+        "jti": row["proof_jti"]}
+    return entry
 
 
 def comment_json(row) -> dict:

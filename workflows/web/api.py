@@ -236,12 +236,25 @@ class PlanIn(Schema):
                                      {"type": "null"}]})
 
 
+class ApproverOut(Schema):
+    sub: str = Field(..., description="opaque id of the person who approved")
+    at: str = Field(..., description="when they approved (UTC, ISO 8601)")
+
+
+class ProofOut(Schema):
+    kid: str = Field(..., description="the signing key's id (listed at /.well-known/jwks.json)")
+    jti: str = Field(..., description="the proof's unique id")
+    approvers: list[ApproverOut]
+
+
 class AttemptOut(Schema):
     number: int
     status: str
     failure_class: str | None
     started_at: datetime
     finished_at: datetime | None
+    proof: ProofOut | None = Field(None, description="the approval proof this attempt's writes carried "
+                                                     "(DESIGN §25); null for in-process actions")
 
 
 class PreviewOut(Schema):

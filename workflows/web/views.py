@@ -6,6 +6,7 @@ redirect, so every action also works without JavaScript.
 
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
@@ -188,9 +189,26 @@ def _with_arguments_and_previews(steps: list[Step]) -> None:
         step.is_blocked = step.status == StepStatus.BLOCKED
 
 
+def _with_proofs(steps: list[Step]) -> None:
+    """Each attempt's approval proof as the page shows it: the key id, and
+    the approvers it names (by opaque id: the account's primary key) with
+    their user names."""
+    for step in steps:
+        step.attempt_rows = list(step.attempts.all())
+    subs = {approver["sub"] for step in steps for attempt in step.attempt_rows
+            for approver in attempt.proof_approvers or []}
+    names = {str(pk): name for pk, name in get_user_model().objects.filter(
+        pk__in=[sub for sub in subs if sub.isdigit()]).values_list("pk", "username")} if subs else {}
+    for step in steps:
+        for attempt in step.attempt_rows:
+            attempt.proof_names = [{"name": names.get(a["sub"], f"#{a['sub']}"), "at": a["at"]}
+                                   for a in attempt.proof_approvers or []]
+
+
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     steps = list(workflow.steps.prefetch_related("attempts"))
     _with_arguments_and_previews(steps)
+    _with_proofs(steps)
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
     compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
     reviewer = roles.is_reviewer(request.user) and workflow.submitted_by_id != request.user.pk

@@ -143,12 +143,14 @@ def _session() -> requests.Session:
     return session
 
 
-def send(method: str, url: str, *, headers: dict, timeout, data=None, json=None) -> requests.Response:
+def send(method: str, url: str, *, headers: dict, timeout, data=None, json=None, auth=None) -> requests.Response:
     """Send one request to `url` under the address rules. Raises
-    AddressRefused, Unresolvable or requests' exceptions."""
+    AddressRefused, Unresolvable or requests' exceptions. `auth` is
+    requests' hook on the prepared request (the approval proof)."""
     address = resolve(url)
     session = _session()
-    prepared = session.prepare_request(requests.Request(method, url, headers=headers, data=data, json=json))
+    prepared = session.prepare_request(requests.Request(method, url, headers=headers, data=data, json=json,
+                                                        auth=auth))
     prepared.headers["Host"] = urlsplit(url).netloc.rpartition("@")[2]
     prepared.pinned_address = address
     return session.send(prepared, allow_redirects=False, timeout=timeout, proxies={}, verify=session.verify)

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows.ticketdesk import serve
+from workflows.ticketdesk.proofs import ProofGate
 from workflows.ticketdesk.server import DEFAULT_THREADS
 
 
@@ -32,9 +33,33 @@ class Command(BaseCommand):
             help=f"requests served at once; more wait their turn (default {DEFAULT_THREADS})",
         )
 
-    def handle(self, *args, host, port, data, threads, **options):
+        parser.add_argument(
+            "--require-approval-proof",
+            action="store_true",
+            help="refuse (403 approval_proof_invalid) every write without a valid Approval-Proof (DESIGN §25)",
+        )
+        parser.add_argument(
+            "--jwks",
+            default=None,
+            help="the console's public keys: a JWK set file, or its /.well-known/jwks.json URL (https; http only "
+                 "to a loopback host)",
+        )
+        parser.add_argument("--audience", default=None,
+                            help="this desk's origin as the proofs name it, e.g. https://desk.example.com")
+
+    def handle(self, *args, host, port, data, threads, require_approval_proof, jwks, audience, **options):
         if threads < 1:
             raise CommandError("--threads must be at least 1")
+        proofs = None
+        if require_approval_proof:
+            if not jwks or not audience:
+                raise CommandError("--require-approval-proof needs --jwks URL_OR_FILE and --audience ORIGIN")
+            try:
+                proofs = ProofGate(jwks, audience)
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"cannot use the key set {jwks}: {exc}") from None
+        elif jwks or audience:
+            raise CommandError("--jwks and --audience go with --require-approval-proof")
         if data:
             data_path = Path(data)
         else:
@@ -45,7 +70,9 @@ class Command(BaseCommand):
 
         def ready(server):
             bound_port = server.server_address[1]
-            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, {threads} threads)")
+            requiring = f", requiring approval proofs for {proofs.audience}" if proofs else ""
+            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, "
+                              f"{threads} threads{requiring})")
             self.stdout.flush()
 
-        serve(host, port, data_path, threads=threads, on_ready=ready)
+        serve(host, port, data_path, threads=threads, on_ready=ready, proofs=proofs)
