@@ -2,7 +2,9 @@
 browser context: two reviewers approve a 2-of-2 plan, an operator replays a
 dead letter through its preview, an operator requests a compensation that a
 second reviewer authorizes, an auditor filters, exports and verifies the
-trail, and a reviewer approves with the keyboard alone.
+trail, and a reviewer approves with the keyboard alone. Each journey runs
+twice: its people sign in with a local password, then through a real
+OpenID Connect provider process (their roles from its groups).
 
 Every page visited is kept in test-artifacts/screenshots/journey-*.png, and
 a page that trips the Content-Security-Policy fails its journey."""
@@ -16,10 +18,13 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
+from tests.oidc_mock import running_provider, set_person
 from tests.test_compensation import failed_workflow
 from workflows.engine import policy
-from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, Step, Workflow
+from workflows import roles
+from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import approvals, plans
+from workflows.web import sso
 from workflows.web.views_audit import FIELDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -31,9 +36,10 @@ class Browsing:
     """Opens one browser context per persona and collects what the console
     says about CSP violations on any of their pages."""
 
-    def __init__(self, browser, base_url):
+    def __init__(self, browser, base_url, issuer=None):
         self.browser = browser
         self.base_url = base_url
+        self.issuer = issuer  # sign in through this provider, not with a password
         self.contexts = []
         self.violations = []
 
@@ -52,10 +58,20 @@ class Browsing:
     def log_in(self, username):
         page = self.open()
         page.goto("/login/")
-        page.get_by_label("Username").fill(username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
+        if self.issuer:
+            page.get_by_role("link", name="Sign in with your identity provider").click()
+            # The provider's own page: who signs in.
+            page.get_by_placeholder("sub").fill(username)
+            page.get_by_role("button", name="Authorize").click()
+        else:
+            page.get_by_label("Username").fill(username)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
         expect(page.get_by_role("heading", name="Plans awaiting your review")).to_be_visible()
+        if self.issuer:  # signed in as the provider's subject, with the groups it sent
+            identity = ProviderIdentity.objects.select_related("user").get(issuer=self.issuer, subject=username)
+            roles_held = identity.user.groups.values_list("name", flat=True)
+            assert identity.groups and sorted(identity.groups) == sorted(f"idp-{role}" for role in roles_held)
         return page
 
     def close(self):
@@ -63,11 +79,37 @@ class Browsing:
             context.close()
 
 
-@pytest.fixture
-def browsing(browser, live_server):  # noqa: F811
-    session = Browsing(browser, live_server.url)
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory):
+    with running_provider(tmp_path_factory.mktemp("oidc-journeys")) as issuer:
+        yield issuer
+
+
+def signing_in_through(issuer, settings, people):
+    """The personas' accounts are the provider's subjects of their names, and
+    their roles come from its groups at each sign-in."""
+    settings.OIDC_ISSUER = issuer
+    settings.OIDC_CLIENT_ID = "durable-console"
+    settings.OIDC_CLIENT_SECRET = "mock-accepts-any-secret"
+    settings.OIDC_ROLE_MAP = {role: [f"idp-{role}"] for role in roles.ALL}
+    settings.OIDC_TEAM_MAP = {}
+    sso.forget_provider()
+    for name, user in people.items():
+        ProviderIdentity.objects.create(user=user, issuer=issuer, subject=name)
+        set_person(issuer, name, email=f"{name}@example.com",
+                   groups=[f"idp-{group}" for group in user.groups.values_list("name", flat=True)])
+
+
+@pytest.fixture(params=["local", "sso"])
+def browsing(request, browser, live_server, people, settings):  # noqa: F811
+    issuer = None
+    if request.param == "sso":
+        issuer = request.getfixturevalue("provider")
+        signing_in_through(issuer, settings, people)
+    session = Browsing(browser, live_server.url, issuer)
     yield session
     session.close()
+    sso.forget_provider()
     assert session.violations == [], "Content-Security-Policy violations:\n" + "\n".join(session.violations)
 
 

@@ -5,19 +5,15 @@ group is signed in, sees nothing, and is told why; a group removed at the
 provider is lost at the next sign-in."""
 
 import re
-import subprocess
-import sys
-import time
 
 import pytest
-import requests
 from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import ticket_plan
+from tests.oidc_mock import running_provider, set_person
 from workflows.models import Approval, AuditEvent, ProviderIdentity
 from workflows.operations import plans
-from workflows.ops.processes import free_port
 from workflows.web import sso
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -27,27 +23,10 @@ CLIENT_ID = "durable-console"
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory):
-    """oidc-provider-mock as its own process, nonces required."""
-    port = free_port()
-    logs = tmp_path_factory.mktemp("oidc-mock")
-    with open(logs / "out.log", "w") as out, open(logs / "err.log", "w") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "oidc_provider_mock", "--port", str(port), "--require-nonce",
-             "--user-claims", '{"sub": "rita", "email": "rita@example.com", "groups": ["idp-reviewers"]}',
-             "--user-claims", '{"sub": "sam", "email": "sam@example.com", "groups": ["idp-marketing"]}'],
-            stdout=out, stderr=err)
-        issuer = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                requests.get(f"{issuer}/.well-known/openid-configuration", timeout=1).raise_for_status()
-                break
-            except requests.RequestException:
-                assert process.poll() is None and time.monotonic() < deadline, (logs / "err.log").read_text()
-                time.sleep(0.1)
+    with running_provider(tmp_path_factory.mktemp("oidc-mock"),
+                          '{"sub": "rita", "email": "rita@example.com", "groups": ["idp-reviewers"]}',
+                          '{"sub": "sam", "email": "sam@example.com", "groups": ["idp-marketing"]}') as issuer:
         yield issuer
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -58,8 +37,7 @@ def sso_settings(settings, provider):
     settings.OIDC_ROLE_MAP = {"reviewers": ["idp-reviewers"]}
     settings.OIDC_TEAM_MAP = {"default": ["idp-reviewers"]}
     sso.forget_provider()
-    requests.put(f"{provider}/users/rita", json={"email": "rita@example.com", "groups": ["idp-reviewers"]},
-                 timeout=5).raise_for_status()
+    set_person(provider, "rita", email="rita@example.com", groups=["idp-reviewers"])
     yield provider
     sso.forget_provider()
 
@@ -117,8 +95,7 @@ def test_a_group_removed_at_the_provider_is_lost_at_the_next_sign_in(live_server
     _sign_in_at_provider(page, live_server.url, "rita")
     expect(page.locator("form.who span")).to_have_text("rita@example.com · reviewer")
 
-    requests.put(f"{sso_settings}/users/rita", json={"email": "rita@example.com", "groups": []},
-                 timeout=5).raise_for_status()
+    set_person(sso_settings, "rita", email="rita@example.com", groups=[])
     page.get_by_role("button", name="Log out").click()
     _sign_in_at_provider(page, live_server.url, "rita")
     expect(page.locator("form.who span")).to_have_text("rita@example.com")
