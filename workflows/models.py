@@ -708,10 +708,10 @@ class AuditEvent(models.Model):
     # Who was behind the actor (DESIGN §23), hashed with the event when set:
     # the identity provider's subject and issuer for an SSO user, the API
     # token's id (its public prefix) for an agent, and the client address.
-    subject = models.CharField(max_length=255, blank=True, default="")
-    issuer = models.CharField(max_length=255, blank=True, default="")
-    token_id = models.CharField(max_length=16, blank=True, default="")
-    client_address = models.CharField(max_length=45, blank=True, default="")
+    subject = models.CharField(max_length=255, blank=True, default="", db_default="")
+    issuer = models.CharField(max_length=255, blank=True, default="", db_default="")
+    token_id = models.CharField(max_length=16, blank=True, default="", db_default="")
+    client_address = models.CharField(max_length=45, blank=True, default="", db_default="")
 
     objects = AuditEventQuerySet.as_manager()
 

@@ -35,22 +35,22 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="auditevent",
             name="subject",
-            field=models.CharField(blank=True, default="", max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
         migrations.AddField(
             model_name="auditevent",
             name="issuer",
-            field=models.CharField(blank=True, default="", max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
         migrations.AddField(
             model_name="auditevent",
             name="token_id",
-            field=models.CharField(blank=True, default="", max_length=16),
+            field=models.CharField(blank=True, db_default="", default="", max_length=16),
         ),
         migrations.AddField(
             model_name="auditevent",
             name="client_address",
-            field=models.CharField(blank=True, default="", max_length=45),
+            field=models.CharField(blank=True, db_default="", default="", max_length=45),
         ),
         migrations.RunPython(guard_events, migrations.RunPython.noop),
         migrations.CreateModel(
