@@ -32,6 +32,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -39,14 +40,14 @@ from django.utils import timezone
 from workflows import actions, roles
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
-from workflows.engine import recovery, wakeups
+from workflows.engine import failpoints, recovery, wakeups
 from workflows.engine.leases import worker_id
 from workflows.errors import DomainError, NotAllowed, NotVisible, WrongState
 from workflows.models import DeadLetter, Job, JobItem
 from workflows.operations import deadletters
 
-# Entries one batch takes: its lookups run before its transaction, a few at once.
-BATCH = 50
+# A batch takes BULK_BATCH_SIZE entries; its lookups run before its
+# transaction, this many at once.
 LOOKUPS_AT_ONCE = 8
 # One job chooses at most this many entries (a filter, never "everything").
 MAX_ITEMS = 10_000
@@ -180,7 +181,7 @@ def advance(job_id, batch: int) -> int:
     # Say who holds the job, so that the worker loop can tell a batch whose
     # process died (`engine.jobs.kick_stalled`) from a slow one.
     Job.objects.filter(pk=job.pk, batch=batch).update(owner=worker_id(), updated_at=timezone.now())
-    items = list(job.items.filter(state=State.PENDING).select_related("dead_letter__step").order_by("id")[:BATCH])
+    items = list(job.items.filter(state=State.PENDING).select_related("dead_letter__step").order_by("id")[:settings.BULK_BATCH_SIZE])
     asking = [item for item in items if _needs_lookup(job, item.dead_letter)]
     with ThreadPoolExecutor(max_workers=LOOKUPS_AT_ONCE) as pool:
         answers = dict(zip([item.pk for item in asking], pool.map(
@@ -198,6 +199,7 @@ def advance(job_id, batch: int) -> int:
             state, detail = _settle(job, item, answers.get(item.pk))
             JobItem.objects.filter(pk=item.pk, state=State.PENDING).update(state=state, detail=detail[:500],
                                                                            done_at=now)
+        failpoints.hit(failpoints.IN_BULK_BATCH)
         _next_or_done(job, now)
     return len(items)
 
