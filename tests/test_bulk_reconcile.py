@@ -221,23 +221,28 @@ def test_only_operators_reconcile_and_run_jobs(people, desk, api, persona):
                                                          "dry_run": True}).status_code == 403
     job = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
                                                            "dry_run": True}).json()["job"]
-    assert api[persona].get(f"/jobs/{job}").status_code in (403, 404)
-    assert api[persona].post(f"/jobs/{job}/pause").status_code in (403, 404)
+    # Auditors may follow a job of their team; only operators act on it.
+    assert api[persona].get(f"/jobs/{job}").status_code == (200 if persona == "auditor" else 403)
+    assert api[persona].post(f"/jobs/{job}/pause").status_code == 403
     assert Job.objects.get(pk=job).status == "RUNNING"
 
 
-def test_a_job_belongs_to_its_operator(people, desk, api):
+def test_a_job_stays_within_its_team(people, desk, api):
     from django.contrib.auth.models import Group, User
 
     from tests.conftest import ApiClient
+    from workflows.models import Team
 
-    other = User.objects.create_user("operator2", password=PASSWORD)
+    other = User.objects.create_user("pay-operator", password=PASSWORD)
     other.groups.add(Group.objects.get(name="operators"))
+    Team.objects.create(name="payments").members.add(other)
     outage(people, desk, landed=1, lost=0, run=run_until)
     job = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
                                                            "dry_run": True}).json()["job"]
     assert ApiClient(other).get(f"/jobs/{job}").status_code == 404
-    # Another operator's job as a selection chooses nothing.
+    assert ApiClient(other).post(f"/jobs/{job}/pause").status_code == 404
+    assert Job.objects.get(pk=job).team.name == "default"
+    # Another team's job as a selection chooses nothing.
     mine = ApiClient(other).post("/dead-letters/reconcile", {"filter": {"job": job}, "dry_run": True}).json()
     assert mine["matched"] == 0
 

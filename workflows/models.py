@@ -653,13 +653,14 @@ class DeadLetter(models.Model):
 
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """A bulk job is its creator's (who may only choose dead letters of
-        their own teams); a global user sees every job."""
+        """Its creator's, and the people's of its team (the one team all its
+        entries belong to; a job across teams has none); a global user sees
+        every job."""
         if teams.is_global(user):
             return self
-        if not user.is_authenticated:
+        if not teams.is_staff_role(user):
             return self.none()
-        return self.filter(created_by=user)
+        return self.filter(Q(created_by=user) | Q(team_id__in=teams.team_ids(user)))
 
 
 class Job(models.Model):
@@ -690,6 +691,7 @@ class Job(models.Model):
     filter = models.JSONField(default=dict)
     reason = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey("Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

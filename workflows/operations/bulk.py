@@ -100,7 +100,7 @@ def sort_found(action, step, found) -> Sorted:
 
 
 def _chosen(user, chosen: dict) -> list[DeadLetter]:
-    return list(deadletters.matching(user, **chosen).select_related("step")[:MAX_ITEMS + 1])
+    return list(deadletters.matching(user, **chosen).select_related("step", "workflow")[:MAX_ITEMS + 1])
 
 
 def _make(user, kind: str, chosen: dict, *, shown_filter: dict, dry_run: bool, only: str = Job.Only.SAFE,
@@ -111,9 +111,11 @@ def _make(user, kind: str, chosen: dict, *, shown_filter: dict, dry_run: bool, o
     beyond = max(0, len(entries) - MAX_ITEMS)
     entries = entries[:MAX_ITEMS]
     now = timezone.now()
+    team_ids = {entry.workflow.team_id for entry in entries}
     with transaction.atomic():
         job = Job.objects.create(kind=kind, dry_run=dry_run, only=only, filter=shown_filter, reason=reason,
-                                 created_by=user, created_at=now, updated_at=now)
+                                 created_by=user, team_id=team_ids.pop() if len(team_ids) == 1 else None,
+                                 created_at=now, updated_at=now)
         items = []
         for entry in entries:
             found = sort_without_lookup(actions.find(entry.action), entry.step) if presort else None

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from workflows import roles
 from workflows.errors import DomainError, NotAllowed, NotVisible
 from workflows.models import Job
-from workflows.operations import bulk
+from workflows.operations import bulk, deadletters
 from workflows.web.pages import act
 from workflows.web.views_deadletters import DeadLetterFilter, _list_url, _posted_ids
 
@@ -62,6 +62,9 @@ def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
         ids = _posted_ids(request)
         chosen, shown = {"ids": ids}, {"ids": [str(pk) for pk in ids]}
     try:
+        if not deadletters.matching(request.user, **chosen).exists():
+            messages.error(request, "No open dead letters match this selection.")
+            return redirect(back)
         job, beyond = bulk.reconcile(request.user, chosen, shown_filter=shown,
                                      dry_run=request.POST.get("dry_run") == "1")
     except DomainError as exc:
