@@ -254,6 +254,12 @@ def test_the_console_reconciles_shows_the_groups_and_replays_the_safe_ones(peopl
     answer = console.post("/dead-letters/reconcile", {"scope": "filter", "action": "ticket.create"})
     assert answer.status_code == 302 and answer["Location"].startswith("/jobs/")
     job = Job.objects.get()
+    running = console.get(answer["Location"]).content.decode()
+    assert "RUNNING" in running and "every 2s" in running and "0 done · 0 failed · 3 remaining of 3" in running
+    console.post(f"/jobs/{job.pk}/pause")
+    job.refresh_from_db()
+    assert job.status == "PAUSED" and ">Resume</button>" in console.get(answer["Location"]).content.decode()
+    console.post(f"/jobs/{job.pk}/resume")
     run_job(job.pk)
     page = console.get(answer["Location"]).content.decode()
     assert "Already applied</th><td>1" in page and "Safe to replay</th><td>2" in page

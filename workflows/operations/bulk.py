@@ -183,12 +183,12 @@ def advance(job_id, batch: int) -> int:
     # Say who holds the job, so that the worker loop can tell a batch whose
     # process died (`engine.jobs.kick_stalled`) from a slow one.
     Job.objects.filter(pk=job.pk, batch=batch).update(owner=worker_id(), updated_at=timezone.now())
-    items = list(job.items.filter(state=State.PENDING).select_related("dead_letter__step").order_by("id")[:settings.BULK_BATCH_SIZE])
-    asking = [item for item in items if _needs_lookup(job, item.dead_letter)]
+    pending = job.items.filter(state=State.PENDING).select_related("dead_letter__step").order_by("id")
+    items = list(pending[:settings.BULK_BATCH_SIZE])
+    asking = [item.dead_letter for item in items if _needs_lookup(job, item.dead_letter)]
     with ThreadPoolExecutor(max_workers=LOOKUPS_AT_ONCE) as pool:
-        answers = dict(zip([item.pk for item in asking], pool.map(
-            lambda item: recovery.look_up(actions.find(item.dead_letter.action), item.dead_letter.step.operation_key),
-            asking)))
+        found = pool.map(lambda entry: recovery.look_up(actions.find(entry.action), entry.step.operation_key), asking)
+        answers = dict(zip([entry.pk for entry in asking], found))
     now = timezone.now()
     with transaction.atomic():
         # The job's row lock orders batches; a stale or duplicated task finds
@@ -198,7 +198,7 @@ def advance(job_id, batch: int) -> int:
             return 0
         job.batch = batch + 1
         for item in items:
-            state, detail = _settle(job, item, answers.get(item.pk))
+            state, detail = _settle(job, item, answers.get(item.dead_letter_id))
             JobItem.objects.filter(pk=item.pk, state=State.PENDING).update(state=state, detail=detail[:500],
                                                                            done_at=now)
         failpoints.hit(failpoints.IN_BULK_BATCH)

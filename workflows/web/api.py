@@ -618,7 +618,8 @@ class BulkReplayIn(Schema):
     filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class, "
                                                         "older_than, team, ids, job")
     only: Literal["safe", "all"] = Field("safe", description="safe: reconcile each entry just before its replay "
-                                         "(applied ones are settled, in-doubt ones left for a person); all: replay each")
+                                         "(applied ones are settled, in-doubt ones left for a person); "
+                                         "all: replay each")
     dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
     reason: str = Field("", max_length=2000, description="Required unless dry_run")
 
