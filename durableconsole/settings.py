@@ -263,6 +263,8 @@ ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 # can no longer land: ACTION_TIMEOUT_SECONDS + this grace after it was sent.
 RECONCILE_GRACE_SECONDS = env_float("RECONCILE_GRACE_SECONDS", 2.0, minimum=0.0)
 DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
+# Dead letters one batch of a bulk reconcile or replay takes (workflows.operations.bulk).
+BULK_BATCH_SIZE = env_int("BULK_BATCH_SIZE", 50, minimum=1)
 WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
 # Remote effects each worker process keeps in flight at once (DESIGN §19):
 # threads that hold no database connection; claims, REQUESTED attempts and

@@ -267,3 +267,17 @@ def ticket_plan(key="plan-1", **extra):
         ],
         **extra,
     }
+
+
+def run_job(job_id, limit=1000):
+    """Advance a bulk job in-process, batch after batch, as worker tasks
+    would (`workflows.tasks.advance_job`), until it is no longer RUNNING."""
+    from workflows.models import Job
+    from workflows.operations import bulk
+
+    for _ in range(limit):
+        job = Job.objects.get(pk=job_id)
+        if job.status != Job.Status.RUNNING:
+            return job
+        bulk.advance(job.pk, job.batch)
+    raise AssertionError(f"job {job_id} did not finish in {limit} batches")

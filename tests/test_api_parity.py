@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, ApiClient, run_until
+from tests.conftest import PASSWORD, ApiClient, run_job, run_until
 from workflows.engine import execution, policy, recovery
 from workflows.models import AuditEvent, DeadLetter, Step
 from workflows.operations import approvals, plans
@@ -171,7 +171,10 @@ def test_bulk_replay_dry_run_says_what_would_run_and_the_replay_does_exactly_tha
                                                          "dry_run": False, "reason": "ticket exists now"})
 
     assert real.status_code == 202, real.text
-    assert sorted(real.json()["replayed"]) == ids and real.json()["refused"] == []
+    job = real.json()["job"]
+    run_job(job)
+    progress = api["operator"].get(f"/jobs/{job}").json()
+    assert (progress["status"], progress["replayed"], progress["failed"], progress["remaining"]) == ("DONE", 2, 0, 0)
     assert set(DeadLetter.objects.values_list("status", flat=True)) == {"REPLAYED"}
     replays = AuditEvent.objects.filter(verb="step.replayed")
     assert {(e.actor, e.data["reason"]) for e in replays} == {("operator", "ticket exists now")}
@@ -188,8 +191,11 @@ def test_bulk_replay_obeys_current_policy_in_the_dry_run_and_the_replay(people, 
 
     assert dry["replayed"] == [] and [r["id"] for r in dry["refused"]] == [str(entry.pk)]
     assert "action enabled" in dry["refused"][0]["reason"]
-    assert real.status_code == 202 and real.json()["replayed"] == []
-    assert "action enabled" in real.json()["refused"][0]["reason"]
+    assert real.status_code == 202
+    run_job(real.json()["job"])
+    progress = api["operator"].get(f"/jobs/{real.json()['job']}").json()
+    assert progress["replayed"] == 0 and progress["failed"] == 1
+    assert "action enabled" in progress["samples"]["failed"][0]["detail"]
     entry.refresh_from_db()
     assert entry.status == "OPEN"
 

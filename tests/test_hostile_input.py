@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
-from workflows.operations import approvals, compensation, links, plans, policies, tokens
+from workflows.operations import approvals, bulk, compensation, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
@@ -295,7 +295,7 @@ NASTY_TEXT = [
 # "post": it confirms the admin's bulk deletion, which would take the fixtures away.
 PARAM_NAMES = [
     "cursor", "status", "limit", "workflow", "actor", "verb", "since", "until", "action", "failure_class", "age",
-    "scope", "ids", "reason", "comment", "decision", "external_ref", "steps", "username", "password", "next",
+    "scope", "ids", "dry_run", "only", "reason", "comment", "decision", "external_ref", "steps", "username", "password", "next",
     "q", "o", "p", "e", "all", "_popup", "_to_field", "_changelist_filters", "term", "app_label", "model_name",
     "field_name", "title", "body", "name", "submission_key", "id__exact", "action__exact",
 ]
@@ -327,8 +327,16 @@ TEMPLATES = {
     "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
     # Before "/replay": the first suffix that matches is taken.
     "/dead-letters/replay": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
-                                        "action": "ticket.create", "failure_class": "TRANSIENT"},
-                             "dry_run": True, "reason": "r"},
+                                        "action": "ticket.create", "failure_class": "TRANSIENT", "older_than": "1d",
+                                        "team": "default", "ids": ["00000000-0000-0000-0000-000000000000"],
+                                        "job": "00000000-0000-0000-0000-000000000000"},
+                             "only": "safe", "dry_run": True, "reason": "r"},
+    "/dead-letters/reconcile": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
+                                           "action": "ticket.create", "failure_class": "TRANSIENT",
+                                           "older_than": "1d", "team": "default",
+                                           "ids": ["00000000-0000-0000-0000-000000000000"],
+                                           "job": "00000000-0000-0000-0000-000000000000"},
+                                "dry_run": True},
     "/verify": {"workflow": "00000000-0000-0000-0000-000000000000"},
     "/reject": {"comment": "no"},
     "/replay": {"reason": "r"},
@@ -397,6 +405,7 @@ def world(people, desk, monkeypatch):
     endpoint, _ = webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
     delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
                                               status=WebhookDelivery.Status.DEAD)
+    job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])
@@ -405,6 +414,7 @@ def world(people, desk, monkeypatch):
         "step_key": ["open", "note"],
         "compensation_id": [str(comp.pk)],
         "dead_letter_id": [str(dead.pk)],
+        "job_id": [str(job.pk)],
         "endpoint_id": [str(endpoint.pk)],
         "delivery_id": [str(delivery.pk)],
         "name": ["ticket.create", "noop"],

@@ -10,7 +10,7 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import DeadLetter
-from workflows.operations import approvals, compensation, plans, tokens
+from workflows.operations import approvals, bulk, compensation, plans, tokens
 
 PERSONAS = ["anonymous", "agent", "reviewer", "operator", "auditor", "admin"]
 STAFF = {"reviewer", "operator", "auditor", "admin"}
@@ -33,9 +33,10 @@ def world(people):
     outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
                               step.fence)
     failed.refresh_from_db()
+    job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     return {
         "planned": planned.pk, "failed": failed.pk, "dead": DeadLetter.objects.get(workflow=failed).pk,
-        "comp": None,
+        "comp": None, "job": job.pk,
     }
 
 
@@ -66,6 +67,11 @@ def console_routes(w):
         ("POST", f"/dead-letters/{w['dead']}/discard", {"reason": "r"}, {"operator", "admin"}),
         ("POST", "/dead-letters/bulk/preview", {"ids": [str(w["dead"])]}, {"operator", "admin"}),
         ("POST", "/dead-letters/bulk/replay", {"ids": [str(w["dead"])], "reason": "r"}, {"operator", "admin"}),
+        ("POST", "/dead-letters/reconcile", {"ids": [str(w["dead"])], "dry_run": "1"}, {"operator", "admin"}),
+        ("GET", f"/jobs/{w['job']}/", None, {"operator", "auditor", "admin"}),
+        ("POST", f"/jobs/{w['job']}/pause", {}, {"operator", "admin"}),
+        ("POST", f"/jobs/{w['job']}/resume", {}, {"operator", "admin"}),
+        ("POST", f"/jobs/{w['job']}/replay", {"only": "safe", "reason": "r"}, {"operator", "admin"}),
         ("GET", "/attention/", None, {"operator", "admin"}),
         ("GET", "/dashboard/", None, {"reviewer", "operator", "auditor", "admin"}),
         ("GET", "/audit/", None, {"auditor", "admin"}),
@@ -102,6 +108,11 @@ def api_routes(w):
         ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),
         ("POST", "/api/v1/dead-letters/replay", {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
          {"operator", "admin"}),
+        ("POST", "/api/v1/dead-letters/reconcile", {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
+         {"operator", "admin"}),
+        ("GET", f"/api/v1/jobs/{w['job']}", None, {"operator", "auditor", "admin"}),
+        ("POST", f"/api/v1/jobs/{w['job']}/pause", {}, {"operator", "admin"}),
+        ("POST", f"/api/v1/jobs/{w['job']}/resume", {}, {"operator", "admin"}),
         ("POST", "/api/v1/audit/verify", {}, {"auditor", "admin"}),
         ("GET", f"/api/v1/dead-letters/{w['dead']}/preview", None, {"operator", "auditor", "admin"}),
         ("POST", f"/api/v1/dead-letters/{w['dead']}/replay", {"reason": "r"}, {"operator", "admin"}),
@@ -205,7 +216,7 @@ def test_agents_cannot_reach_others_objects_by_guessing_ids(world, people):
 from django.contrib.auth.models import Group, User  # noqa: E402
 
 from workflows import roles  # noqa: E402
-from workflows.models import Compensation, Team, Workflow  # noqa: E402
+from workflows.models import Compensation, Job, Team, Workflow  # noqa: E402
 from workflows.webhooks import endpoints as webhook_endpoints  # noqa: E402
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret  # noqa: E402
 
@@ -249,8 +260,9 @@ def blue_world(people):
     assert endpoint.team == blue
     delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
                                               status=WebhookDelivery.Status.DEAD)
+    job, _ = bulk.reconcile(members["blue-operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     return {"planned": planned.pk, "failed": failed.pk, "dead": DeadLetter.objects.get(workflow=failed).pk,
-            "comp": comp.pk, "endpoint": endpoint.pk, "delivery": delivery.pk}
+            "comp": comp.pk, "endpoint": endpoint.pk, "delivery": delivery.pk, "job": job.pk}
 
 
 def team_console_routes(w):
@@ -294,11 +306,12 @@ def _blue_rows(w) -> dict:
         "deliveries": list(WebhookDelivery.objects.filter(pk=w["delivery"]).values_list("status", "retry_base")),
         "endpoint": list(WebhookEndpoint.objects.filter(pk=w["endpoint"]).values_list("description", "enabled")),
         "secrets": WebhookSecret.objects.filter(endpoint=w["endpoint"]).count(),
+        "job": Job.objects.get(pk=w["job"]).status,
     }
 
 
 def _names_blue(text: str, w) -> bool:
-    return any(str(w[key]) in text for key in ("planned", "failed", "dead", "comp", "endpoint", "delivery"))
+    return any(str(w[key]) in text for key in ("planned", "failed", "dead", "comp", "endpoint", "delivery", "job"))
 
 
 def _judge_team(kind, role, allowed, path, data, status, location, body, w, before, after):

@@ -122,8 +122,9 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         S.RUNNING: frozenset({S.VERIFYING, S.WAITING_RETRY, S.IN_DOUBT, S.DEAD_LETTERED, S.BLOCKED}),
         S.WAITING_RETRY: frozenset({S.RUNNING, S.BLOCKED}),
         S.VERIFYING: frozenset({S.COMPLETE, S.IN_DOUBT, S.DEAD_LETTERED}),
-        # Replay and operator resolution put a parked step back in line.
-        S.DEAD_LETTERED: frozenset({S.PENDING}),
+        # Replay and operator resolution put a parked step back in line; a
+        # reconciliation that finds the effect happened records its outcome.
+        S.DEAD_LETTERED: frozenset({S.PENDING, S.VERIFYING}),
         S.BLOCKED: frozenset({S.PENDING}),
         S.IN_DOUBT: frozenset({S.PENDING, S.VERIFYING, S.DEAD_LETTERED}),
         S.COMPLETE: frozenset({S.COMPENSATING}),

@@ -5,7 +5,7 @@ just what is due, so duplicated or late deliveries are harmless.
 """
 
 from workflows.engine import execution, previews
-from workflows.operations import notifications
+from workflows.operations import bulk, notifications
 from workflows.webhooks import delivery
 
 
@@ -34,3 +34,8 @@ def compute_previews(workflow_id: str) -> int:
 
 def deliver_webhooks() -> int:
     return delivery.deliver_due()
+
+
+def advance_job(job_id: str, batch: int) -> int:
+    """One batch of a bulk reconcile or replay; the batch queues the next."""
+    return bulk.advance(job_id, batch)

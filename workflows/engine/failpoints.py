@@ -22,6 +22,9 @@ AFTER_RECORD = "after_record"
 AFTER_VERIFY = "after_verify"
 ALL = (AFTER_CLAIM, AFTER_REQUESTED, AFTER_PERFORM, AFTER_RECORD, AFTER_VERIFY)
 SCOPES = ("replay", "compensation")
+# Inside a bulk job's batch (workflows.operations.bulk), before it commits:
+# not a step's checkpoint, so not in ALL.
+IN_BULK_BATCH = "in_bulk_batch"
 
 
 def enabled() -> set[str]:

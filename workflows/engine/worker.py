@@ -24,7 +24,7 @@ from django_q.signals import pre_execute
 from django_q.tasks import async_task
 
 from workflows.audit import checkpoints
-from workflows.engine import execution, expiry, recovery
+from workflows.engine import execution, expiry, jobs, recovery
 from workflows.models import ReviewNotice, Step
 from workflows.states import StepStatus
 from workflows.webhooks import delivery
@@ -80,6 +80,8 @@ def tick(broker) -> bool:
     recovered = recovery.recover_expired_leases()
     if recovered:
         log.info("recovered %d step(s) whose worker lease expired", recovered)
+    if jobs.kick_stalled():
+        log.info("queued again the batch of a bulk job that stalled")
     due = work_is_due()
     if due:
         wanted = settings.Q_CLUSTER["workers"] - broker.queue_size()

@@ -14,13 +14,14 @@ from django.utils import timezone
 
 from workflows import roles
 from workflows.audit import journal, secrets
-from workflows.audit.redaction import refuse_credentials
-from workflows.engine import policy, wakeups
+from workflows.actions import Outcome
+from workflows.audit.redaction import redact, redact_text, refuse_credentials
+from workflows.engine import compensating, policy, wakeups
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, NotVisible, ReasonRequired, WrongState
-from workflows.models import DeadLetter, Step, Workflow
+from workflows.models import DeadLetter, Job, JobItem, Step, Workflow
 from workflows.operations import compensation
-from workflows.states import StepStatus, WorkflowStatus
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 MAX_BULK = 500
 
@@ -65,7 +66,7 @@ def _check_operator(user, dead_letter: DeadLetter | None = None) -> None:
         raise NotVisible("No such dead letter.")
 
 
-def _clean_reason(reason: str | None) -> str:
+def clean_reason(reason: str | None) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")
@@ -75,7 +76,7 @@ def _clean_reason(reason: str | None) -> str:
 
 def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     _check_operator(by, dead_letter)
-    reason = _clean_reason(reason)
+    reason = clean_reason(reason)
     now = timezone.now()
     with transaction.atomic():
         # The conditional update decides between concurrent replays; raising
@@ -109,7 +110,7 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
 def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     """Close the entry without running anything; the step stays DEAD_LETTERED."""
     _check_operator(by, dead_letter)
-    reason = _clean_reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         closed = DeadLetter.objects.filter(pk=dead_letter.pk, status=DeadLetter.Status.OPEN).update(
             status=DeadLetter.Status.DISCARDED, resolved_at=timezone.now(), resolved_by=by,
@@ -123,11 +124,13 @@ def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     return dead_letter
 
 
-def select(user=None, *, ids=None, action=None, failure_class=None, workflow=None, older_than=None) -> QuerySet:
-    """An explicit selection or filter of open dead letters, never "everything":
-    only those of `user`'s teams (None: the command line, every team)."""
-    if not (ids or action or failure_class or workflow or older_than):
-        raise DomainError("Choose dead letters by id or by a filter (action, failure class, workflow, age).")
+def matching(user=None, *, ids=None, action=None, failure_class=None, workflow=None, older_than=None, team=None,
+             job=None) -> QuerySet:
+    """The open dead letters an explicit selection or filter chooses, never
+    "everything": only those of `user`'s teams (None: the command line,
+    every team). `job`: those a bulk job of the user's chose."""
+    if not (ids or action or failure_class or workflow or older_than or team or job):
+        raise DomainError("Choose dead letters by id or by a filter (action, failure class, workflow, age, team).")
     entries = DeadLetter.objects.open() if user is None else DeadLetter.objects.visible_to(user).open()
     if ids:
         entries = entries.filter(pk__in=ids)
@@ -139,13 +142,67 @@ def select(user=None, *, ids=None, action=None, failure_class=None, workflow=Non
         entries = entries.filter(workflow_id=workflow)
     if older_than:
         entries = entries.filter(created_at__lte=timezone.now() - older_than)
-    return entries.order_by("created_at", "id")[:MAX_BULK]
+    if team:
+        entries = entries.filter(workflow__team__name=team)
+    if job:
+        jobs = Job.objects.all() if user is None else Job.objects.visible_to(user)
+        entries = entries.filter(pk__in=JobItem.objects.filter(job__in=jobs.filter(pk=job)).values("dead_letter_id"))
+    return entries.order_by("created_at", "id")
+
+
+def select(user=None, **chosen) -> QuerySet:
+    """`matching`, at most MAX_BULK of them (a replay in one request)."""
+    return matching(user, **chosen)[:MAX_BULK]
+
+
+def settle_applied(dead_letter: DeadLetter, found: Outcome, *, by, reason: str) -> DeadLetter:
+    """A reconciliation's lookup found that the effect happened: record the
+    outcome found as if the call had answered, complete the step and close
+    the entry as APPLIED, audited, without running anything again. The
+    caller has checked the outcome with the action's verify()."""
+    _check_operator(by, dead_letter)
+    reason = clean_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        closed = DeadLetter.objects.filter(pk=dead_letter.pk, status=DeadLetter.Status.OPEN).update(
+            status=DeadLetter.Status.APPLIED, resolved_at=now, resolved_by=by, resolution_reason=reason
+        )
+        if not closed:
+            raise WrongState("This dead letter was already resolved.")
+        step = Step.objects.select_for_update(of=("self",)).select_related("workflow").get(pk=dead_letter.step_id)
+        if step.status != StepStatus.DEAD_LETTERED:
+            raise WrongState(f"The step is {step.status}, no longer dead-lettered.")
+        external_ref = redact_text(found.external_ref)[:200]
+        context = {"dead_letter": str(dead_letter.pk), "reason": reason}
+        evidence = {**context, "operation_key": step.operation_key, "external_ref": external_ref}
+        for attempt in step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]):
+            move(attempt, AttemptStatus.RECONCILED, actor=by, verb="attempt.reconciled",
+                 finished_at=attempt.finished_at or now, data={"found": True, "external_ref": external_ref})
+        move(step, StepStatus.VERIFYING, actor=by, verb="step.reconciled", result=redact(found.result),
+             external_ref=external_ref, failure_class="", data=evidence)
+        move(step, StepStatus.COMPLETE, actor=by, lease_expires_at=None, data={"verified_by": "reconciliation lookup"})
+        Step.objects.ready_after([step])
+        journal.append(actor=by, verb="dead_letter.applied", obj_type="dead_letter", obj_id=dead_letter.pk,
+                       workflow_id=dead_letter.workflow_id, data=evidence)
+        workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
+        if step.lane:
+            compensation.resume(workflow, step, by=by, **context)
+            compensating.step_complete(workflow, step)
+            wakeups.wake(workflow)
+        elif workflow.status == WorkflowStatus.FAILED:
+            move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=context)
+            if workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
+                wakeups.wake(workflow)
+            else:
+                move(workflow, WorkflowStatus.COMPLETE, actor=by)
+    dead_letter.refresh_from_db()
+    return dead_letter
 
 
 def replay_many(entries, *, by, reason: str) -> tuple[list[DeadLetter], list[tuple[DeadLetter, str]]]:
     """Replay each selected entry; report which were refused and why."""
     _check_operator(by)
-    reason = _clean_reason(reason)
+    reason = clean_reason(reason)
     done, refused = [], []
     for entry in entries:
         try:

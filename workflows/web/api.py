@@ -1,7 +1,7 @@
 """The JSON API (DESIGN §12): agents submit plans; people decide over HTTP."""
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -16,9 +16,9 @@ from workflows.actions import catalog
 from workflows.audit import identity, journal
 from workflows.errors import DomainError, NotAllowed
 from workflows.engine import limits, policy
-from workflows.models import ActionPolicy, Compensation, DeadLetter, PolicyChange, Workflow
+from workflows.models import ActionPolicy, Compensation, DeadLetter, Job, PolicyChange, Workflow
 from workflows.operations import (
-    approvals, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
+    approvals, bulk, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
 from workflows.operations import gates as gate_decisions
 from workflows.shapes import workflow_out
@@ -584,8 +584,14 @@ def list_dead_letters(request, workflow: UUID | None = None, status: DeadLetter.
     return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
 
 
+AGE = re.compile(r"^([1-9][0-9]{0,5})([smhd])$")
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
 class DeadLetterFilterIn(Schema):
-    """The GET list's query parameters. `status` may only say OPEN: nothing else is replayed."""
+    """The GET list's query parameters, plus age, team, an explicit selection
+    (`ids`) and the entries of an earlier bulk job (`job`). `status` may only
+    say OPEN: nothing else is reconciled or replayed."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -593,12 +599,40 @@ class DeadLetterFilterIn(Schema):
     status: DeadLetter.Status | None = None
     action: str | None = Field(None, min_length=1, max_length=64)
     failure_class: FailureClass | None = None
+    older_than: str | None = Field(None, pattern=AGE.pattern, description="An age such as 30m, 12h or 90d")
+    team: str | None = Field(None, min_length=1, max_length=64)
+    ids: list[UUID] | None = Field(None, min_length=1, max_length=bulk.MAX_ITEMS)
+    job: UUID | None = Field(None, description="The entries a bulk job of yours chose (still open)")
+
+    def chosen(self) -> dict:
+        """The selection, for `deadletters.matching`; a 400 when it chooses nothing or not OPEN."""
+        if self.status not in (None, DeadLetter.Status.OPEN):
+            raise DomainError("Only open dead letters can be reconciled or replayed.",
+                              fields={"filter.status": "Only OPEN dead letters can be reconciled or replayed."})
+        older_than = None
+        if self.older_than:
+            number, unit = AGE.match(self.older_than).groups()
+            older_than = timedelta(seconds=int(number) * AGE_UNITS[unit])
+        chosen = {"workflow": self.workflow, "action": self.action, "failure_class": self.failure_class,
+                  "older_than": older_than, "team": self.team, "ids": self.ids, "job": self.job}
+        if not any(chosen.values()):
+            message = ("Choose dead letters by workflow, action, failure_class, older_than, team, ids or job: "
+                       "never all of them at once.")
+            raise DomainError(message, fields={"filter": message})
+        return chosen
+
+    def shown(self) -> dict:
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 class BulkReplayIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class")
+    filter: DeadLetterFilterIn = Field(..., description="At least one of workflow, action, failure_class, "
+                                                        "older_than, team, ids, job")
+    only: Literal["safe", "all"] = Field("safe", description="safe: reconcile each entry just before its replay "
+                                         "(applied ones are settled, in-doubt ones left for a person); "
+                                         "all: replay each")
     dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
     reason: str = Field("", max_length=2000, description="Required unless dry_run")
 
@@ -610,41 +644,86 @@ class RefusalOut(Schema):
 
 class BulkReplayOut(Schema):
     dry_run: bool
-    matched: int = Field(..., description=f"Open dead letters the filter chose (at most {deadletters.MAX_BULK})")
-    capped: bool = Field(..., description="More match than one replay takes: replay again for the rest")
-    replayed: list[UUID] = Field(..., description="Replayed (dry run: those that would be)")
-    refused: list[RefusalOut] = Field(..., description="Refused, and why (dry run: those that would be)")
-    previews: list[ReplayPreviewOut] = Field(..., description="Dry run: exactly what each replay would run")
+    matched: int = Field(..., description="Open dead letters the filter chose")
+    capped: bool = Field(..., description=f"More match than one job takes ({bulk.MAX_ITEMS}): run it again for "
+                                          "the rest")
+    job: UUID | None = Field(None, description="The replay job (GET /api/v1/jobs/{id}); null for a dry run")
+    replayed: list[UUID] = Field([], description="Dry run: those that would be replayed")
+    refused: list[RefusalOut] = Field([], description="Dry run: those current policy would refuse, and why")
+    in_doubt: list[UUID] = Field([], description="Dry run, only=safe: no lookup and not idempotent, left alone")
+    lookup_first: list[UUID] = Field([], description="Dry run, only=safe: looked up just before their replay")
+    previews: list[ReplayPreviewOut] = Field([], description="Dry run: exactly what each replay would run "
+                                                             f"(the first {deadletters.MAX_BULK})")
+
+
+def _dry_replay(user, chosen: dict, only: str) -> dict:
+    entries = list(deadletters.matching(user, **chosen).select_related("step")[:bulk.MAX_ITEMS + 1])
+    found = {"dry_run": True, "matched": min(len(entries), bulk.MAX_ITEMS), "capped": len(entries) > bulk.MAX_ITEMS}
+    entries = entries[:bulk.MAX_ITEMS]
+    in_doubt, lookup_first = [], []
+    if only == "safe":
+        for entry in entries:
+            action = actions.find(entry.action)
+            sorted_ = bulk.sort_without_lookup(action, entry.step)
+            if sorted_ is None:
+                lookup_first.append(entry.pk)
+            elif sorted_.state == bulk.State.IN_DOUBT:
+                in_doubt.append(entry.pk)
+    skipped = set(in_doubt)
+    previews = deadletters.preview([entry for entry in entries if entry.pk not in skipped][:deadletters.MAX_BULK])
+    return {
+        **found, "in_doubt": in_doubt, "lookup_first": lookup_first,
+        "replayed": [p.dead_letter.pk for p in previews if p.will_run],
+        "refused": [{"id": p.dead_letter.pk, "reason": "Current policy does not allow this replay: "
+                     + "; ".join(policy.problems(p.checks))} for p in previews if not p.will_run],
+        "previews": [p.as_dict() for p in previews],
+    }
 
 
 # Registered before /dead-letters/{id}, whose route would take "replay" for an id.
 @api.post("/dead-letters/replay", response={200: BulkReplayOut, 202: BulkReplayOut},
-          summary="Replay the open dead letters a filter chooses (operators), with the console's bulk replay's "
-                  "limits and policy checks; dry_run answers what would be replayed (200), a replay answers 202")
+          summary="Replay the open dead letters a filter chooses (operators) in a job that workers advance in "
+                  "batches; dry_run answers what would be replayed (200), a replay answers 202 with its job")
 def replay_dead_letters(request, payload: BulkReplayIn):
     _require(request, roles.OPERATORS)
-    chosen = payload.filter
-    if chosen.status not in (None, DeadLetter.Status.OPEN):
-        raise DomainError("Only open dead letters can be replayed.",
-                          fields={"filter.status": "Only OPEN dead letters can be replayed."})
-    if not (chosen.workflow or chosen.action or chosen.failure_class):
-        message = "Choose dead letters by workflow, action or failure_class: never all of them at once."
-        raise DomainError(message, fields={"filter": message})
-    entries = list(deadletters.select(request.user, workflow=chosen.workflow, action=chosen.action,
-                                      failure_class=chosen.failure_class))
-    found = {"matched": len(entries), "capped": len(entries) >= deadletters.MAX_BULK}
+    chosen = payload.filter.chosen()
     if payload.dry_run:
-        previews = deadletters.preview(entries)
-        return Status(200, {
-            "dry_run": True, **found,
-            "replayed": [p.dead_letter.pk for p in previews if p.will_run],
-            "refused": [{"id": p.dead_letter.pk, "reason": "Current policy does not allow this replay: "
-                         + "; ".join(policy.problems(p.checks))} for p in previews if not p.will_run],
-            "previews": [p.as_dict() for p in previews],
-        })
-    done, refused = deadletters.replay_many(entries, by=request.user, reason=payload.reason)
-    return Status(202, {"dry_run": False, **found, "replayed": [entry.pk for entry in done],
-                        "refused": [{"id": entry.pk, "reason": why} for entry, why in refused], "previews": []})
+        return Status(200, _dry_replay(request.user, chosen, payload.only))
+    job, beyond = bulk.replay(request.user, chosen, shown_filter=payload.filter.shown(), only=payload.only,
+                              reason=payload.reason)
+    return Status(202, {"dry_run": False, "matched": job.items.count(), "capped": bool(beyond), "job": job.pk})
+
+
+class ReconcileIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    filter: DeadLetterFilterIn = Field(..., description="As for the bulk replay")
+    dry_run: StrictBool = Field(..., description="true: sort and count, settle nothing")
+
+
+class ReconcileOut(Schema):
+    job: UUID = Field(..., description="The reconciliation (GET /api/v1/jobs/{id}): its counts grow as workers "
+                                       "look entries up")
+    dry_run: bool
+    matched: int
+    capped: bool
+    applied: int = Field(..., description="Found by lookup (settled, unless dry run)")
+    safe: int = Field(..., description="Not found by lookup, or idempotent: safe to replay")
+    in_doubt: int = Field(..., description="No lookup and not idempotent: for a person")
+    pending: int = Field(..., description="Still to be looked up by a worker")
+
+
+@api.post("/dead-letters/reconcile", response={202: ReconcileOut},
+          summary="Sort the open dead letters a filter chooses into applied / safe / in doubt (operators); "
+                  "workers look them up and settle the applied ones (not in a dry run)")
+def reconcile_dead_letters(request, payload: ReconcileIn):
+    _require(request, roles.OPERATORS)
+    job, beyond = bulk.reconcile(request.user, payload.filter.chosen(), shown_filter=payload.filter.shown(),
+                                 dry_run=payload.dry_run)
+    counts = bulk.counts(job)
+    return Status(202, {"job": job.pk, "dry_run": job.dry_run, "matched": counts["total"], "capped": bool(beyond),
+                        "applied": counts["applied"], "safe": counts["safe"], "in_doubt": counts["in_doubt"],
+                        "pending": counts["remaining"]})
 
 
 @api.get("/dead-letters/{dead_letter_id}", response=DeadLetterOut,
@@ -676,6 +755,67 @@ def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
     _require(request, roles.OPERATORS)
     entry = _get_dead_letter(request, dead_letter_id)
     return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))
+
+
+# --- bulk jobs ----------------------------------------------------------------
+
+
+class JobSampleOut(Schema):
+    dead_letter_id: UUID
+    workflow_id: UUID
+    step_key: str
+    action: str
+    operation_key: str
+    detail: str
+
+
+class JobOut(Schema):
+    id: UUID
+    kind: Literal["reconcile", "replay"]
+    status: Literal["RUNNING", "PAUSED", "DONE"]
+    dry_run: bool
+    only: Literal["safe", "all"] | None
+    filter: dict[str, Any]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    total: int
+    done: int
+    failed: int
+    remaining: int
+    applied: int
+    safe: int
+    in_doubt: int
+    replayed: int
+    samples: dict[str, list[JobSampleOut]] = Field(..., description="A few entries of each group: applied, safe, "
+                                                                    "in_doubt, replayed, failed")
+
+
+def job_out(job: Job) -> dict:
+    return {
+        "id": job.pk, "kind": job.kind, "status": job.status, "dry_run": job.dry_run,
+        "only": job.only if job.kind == Job.Kind.REPLAY else None, "filter": job.filter,
+        "created_by": job.created_by.get_username(), "created_at": job.created_at, "updated_at": job.updated_at,
+        "finished_at": job.finished_at, **bulk.counts(job), "samples": bulk.samples(job),
+    }
+
+
+@api.get("/jobs/{job_id}", response=JobOut, summary="A bulk reconcile or replay and its progress (its operator)")
+def get_job(request, job_id: UUID):
+    return job_out(bulk.get_for_user(request.user, job_id))
+
+
+@api.post("/jobs/{job_id}/pause", response=JobOut, summary="Pause a running bulk job (operators); 409 otherwise")
+def pause_job(request, job_id: UUID):
+    _require(request, roles.OPERATORS)
+    return job_out(bulk.pause(bulk.get_for_user(request.user, job_id), by=request.user))
+
+
+@api.post("/jobs/{job_id}/resume", response=JobOut, summary="Resume a paused bulk job (operators); 409 otherwise")
+def resume_job(request, job_id: UUID):
+    _require(request, roles.OPERATORS)
+    return job_out(bulk.resume(bulk.get_for_user(request.user, job_id), by=request.user))
 
 
 # --- compensations ----------------------------------------------------------

@@ -2,7 +2,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from workflows.web import (
-    auth, sso, views, views_audit, views_compensation, views_deadletters, views_links, views_ops, views_policies,
+    auth, sso, views, views_audit, views_compensation, views_deadletters, views_jobs, views_links, views_ops,
+    views_policies,
 )
 
 urlpatterns = [
@@ -38,6 +39,11 @@ urlpatterns = [
     path("dead-letters/", views_deadletters.dead_letter_list, name="dead_letter_list"),
     path("dead-letters/bulk/preview", views_deadletters.dead_letter_bulk_preview, name="dead_letter_bulk_preview"),
     path("dead-letters/bulk/replay", views_deadletters.dead_letter_bulk_replay, name="dead_letter_bulk_replay"),
+    path("dead-letters/reconcile", views_jobs.dead_letter_reconcile, name="dead_letter_reconcile"),
+    path("jobs/<uuid:job_id>/", views_jobs.job_detail, name="job_detail"),
+    path("jobs/<uuid:job_id>/pause", views_jobs.job_pause, name="job_pause"),
+    path("jobs/<uuid:job_id>/resume", views_jobs.job_resume, name="job_resume"),
+    path("jobs/<uuid:job_id>/replay", views_jobs.job_replay, name="job_replay"),
     path("dead-letters/<uuid:dead_letter_id>/", views_deadletters.dead_letter_detail, name="dead_letter_detail"),
     path("dead-letters/<uuid:dead_letter_id>/replay", views_deadletters.dead_letter_replay, name="dead_letter_replay"),
     path("dead-letters/<uuid:dead_letter_id>/discard", views_deadletters.dead_letter_discard,

@@ -13,13 +13,15 @@ from workflows import roles
 
 AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
 SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote",
-            "h": "waiters"}
+            "h": "waiters", "i": "bulk"}
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
 # (g)'s memory goal speaks of 100k remote steps; by default it runs fewer.
 REMOTE_STEPS = 2_000
 # (h): agents waiting at once on one web process.
 WAITERS = 200
+# (i): dead letters reconciled and replayed in bulk.
+DEAD_LETTERS = 2_000
 
 
 class BenchError(Exception):
@@ -43,6 +45,7 @@ class Options:
     remote_latency_ms: tuple[int, ...] = (0, 100, 300)
     remote_steps: int = REMOTE_STEPS
     waiters: int = WAITERS
+    dead_letters: int = DEAD_LETTERS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
@@ -113,6 +116,9 @@ def goals(result: dict) -> list[dict]:
             f"{waiters['answered']} of {waiters['waiters']}, p95 {waiters['answer_after_decision_ms']['p95']} ms "
             "after the decision",
             waiters["answered"] == waiters["waiters"] if waiters["waiters"] >= WAITERS else None)
+    if "each_key_once" in (bulk := result.get("bulk", {})):
+        add("i", f"reconcile and replay of {DEAD_LETTERS:,} dead letters put each operation key on the desk once",
+            f"{bulk['tickets']:,} tickets for {bulk['dead_letters']:,} keys", bulk["each_key_once"])
     return rows
 
 

@@ -67,6 +67,12 @@ def report(result: dict) -> str:
                      f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
                      + (f", {sessions} database sessions" if sessions is not None else "")
                      + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter"))
+    if "each_key_once" in (bulk := result.get("bulk", {})):
+        rows.append((f"(i) {bulk['dead_letters']:,} dead letters, reconcile / replay s",
+                     f"{bulk['reconcile']['seconds']} ({bulk['reconcile']['per_s']:,.0f}/s; "
+                     f"{bulk['reconcile']['applied']:,} applied, {bulk['reconcile']['safe']:,} safe) / "
+                     f"{bulk['replay']['seconds']} ({bulk['replay']['replayed']:,} replayed, complete after "
+                     f"{bulk['replay']['complete_after_s']} s); each key once: {bulk['each_key_once']}"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]

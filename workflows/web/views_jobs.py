@@ -1,0 +1,134 @@
+"""The console's bulk jobs: reconcile dead letters before replaying them.
+
+From the dead-letter list an operator reconciles the ticked entries, or all
+that match the filter; the job's page shows the three groups (applied, safe,
+in doubt) with counts and samples as workers sort them, and offers to
+replay the safe group (or every entry). Progress is read from the database,
+so a reload shows where the job stands; a running job can be paused and
+resumed. The work itself is `workflows.operations.bulk`.
+"""
+
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from workflows import roles
+from workflows.errors import DomainError, NotAllowed, NotVisible
+from workflows.models import Job
+from workflows.operations import bulk, deadletters
+from workflows.web.pages import act
+from workflows.web.views_deadletters import DeadLetterFilter, _list_url, _posted_ids
+
+
+def _get_job_for_user(request: HttpRequest, job_id: UUID, *, act_on: bool = False) -> Job:
+    if act_on and not roles.is_operator(request.user):
+        raise PermissionDenied("Only operators run bulk jobs.")
+    try:
+        return bulk.get_for_user(request.user, job_id)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from None
+    except NotVisible:
+        raise Http404("No such job.") from None
+
+
+def _job_url(job: Job) -> str:
+    return reverse("job_detail", kwargs={"job_id": job.pk})
+
+
+@login_required
+@require_POST
+def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
+    """Reconcile the ticked entries, or all matching the list's filter."""
+    if not roles.is_operator(request.user):
+        raise PermissionDenied("Only operators can reconcile dead letters.")
+    filters = DeadLetterFilter(request.POST, request.user)
+    back = _list_url(filters)
+    if filters.errors:
+        # Dropping a bad field would widen the selection; refuse instead.
+        messages.error(request, "The filter is not valid; choose it again.")
+        return redirect(back)
+    if request.POST.get("scope") == "filter":
+        chosen = filters.selection()
+        shown = {name: filters.value(name) for name in ("action", "failure_class") if filters.value(name)}
+        if filters.value("age"):
+            shown["older_than"] = filters.value("age")
+    else:
+        ids = _posted_ids(request)
+        chosen, shown = {"ids": ids}, {"ids": [str(pk) for pk in ids]}
+    try:
+        if not deadletters.matching(request.user, **chosen).exists():
+            messages.error(request, "No open dead letters match this selection.")
+            return redirect(back)
+        job, beyond = bulk.reconcile(request.user, chosen, shown_filter=shown,
+                                     dry_run=request.POST.get("dry_run") == "1")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(back)
+    if beyond:
+        messages.warning(request, f"Only the oldest {bulk.MAX_ITEMS} matching entries were chosen.")
+    return redirect(_job_url(job))
+
+
+def _context(request: HttpRequest, job: Job) -> dict:
+    counts = bulk.counts(job)
+    return {
+        "job": job,
+        "counts": counts,
+        "samples": bulk.samples(job),
+        "live": job.status == Job.Status.RUNNING,
+        "can_act": roles.is_operator(request.user),
+        "can_replay": (roles.is_operator(request.user) and job.kind == Job.Kind.RECONCILE
+                       and job.status == Job.Status.DONE and (counts["safe"] or counts["in_doubt"])),
+    }
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    job = _get_job_for_user(request, job_id)
+    template = "workflows/job_detail.html#live" if request.htmx else "workflows/job_detail.html"
+    return render(request, template, _context(request, job))
+
+
+def _act(request: HttpRequest, job_id: UUID, operation, done: str) -> HttpResponse:
+    job = _get_job_for_user(request, job_id, act_on=True)
+
+    def live() -> HttpResponse:
+        return render(request, "workflows/job_detail.html#live", _context(request, _get_job_for_user(request, job_id)))
+
+    return act(request, lambda: operation(job, by=request.user), done=done, back=_job_url(job), partial=live)
+
+
+@login_required
+@require_POST
+def job_pause(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    return _act(request, job_id, bulk.pause, "Paused")
+
+
+@login_required
+@require_POST
+def job_resume(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    return _act(request, job_id, bulk.resume, "Resumed")
+
+
+@login_required
+@require_POST
+def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Replay the entries a reconciliation chose that are still open: the
+    safe group (each sorted again just before its replay), or all of them."""
+    job = _get_job_for_user(request, job_id, act_on=True)
+    only = request.POST.get("only", Job.Only.SAFE)
+    try:
+        replay, _ = bulk.replay(request.user, {"job": job.pk}, shown_filter={"job": str(job.pk)}, only=only,
+                                reason=request.POST.get("reason", "")[:2000])
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(_job_url(job))
+    messages.success(request, f"Replaying {replay.items.count()} dead letters ({only}).")
+    return redirect(_job_url(replay))
