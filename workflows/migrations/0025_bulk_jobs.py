@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflows', '0023_identity'),
+        ('workflows', '0024_attempt_proof'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
