@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     path            TEXT NOT NULL,
     idempotency_key TEXT,
     status          INTEGER NOT NULL,
-    at              TEXT NOT NULL
+    at              TEXT NOT NULL,
+    traceparent     TEXT
 );
 """
 
@@ -64,6 +65,9 @@ class Desk:
         self.data_path = Path(data_path)
         self.faults = Faults()
         self._write_lock = threading.Lock()
+        # The W3C `traceparent` of the request being served, per server thread
+        # (`calling`): the ledger keeps which trace caused each change.
+        self._caller = threading.local()
         self.data_path.parent.mkdir(parents=True, exist_ok=True)
         conn = self._connect()
         try:
@@ -71,6 +75,9 @@ class Desk:
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"could not put {self.data_path} in WAL mode (got {mode})")
             conn.executescript(SCHEMA)
+            # A data file from before the ledger kept the caller's trace.
+            if "traceparent" not in {row["name"] for row in conn.execute("PRAGMA table_info(ledger)")}:
+                conn.execute("ALTER TABLE ledger ADD COLUMN traceparent TEXT")
         finally:
             conn.close()
 
@@ -107,6 +114,14 @@ class Desk:
                 conn.execute("COMMIT")
             finally:
                 conn.close()
+
+    @contextlib.contextmanager
+    def calling(self, traceparent: str | None) -> Iterator[None]:
+        self._caller.traceparent = traceparent
+        try:
+            yield
+        finally:
+            self._caller.traceparent = None
 
     # -- reading ----------------------------------------------------------
 
@@ -147,16 +162,15 @@ class Desk:
 
     def ledger(self) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute("SELECT method, path, idempotency_key, status, at FROM ledger ORDER BY seq")
+            rows = conn.execute("SELECT method, path, idempotency_key, status, at, traceparent FROM ledger ORDER BY seq")
             return [dict(row) for row in rows]
 
     # -- writing ----------------------------------------------------------
 
-    @staticmethod
-    def _record(conn, method: str, path: str, key: str | None, status: int, at: str) -> None:
+    def _record(self, conn, method: str, path: str, key: str | None, status: int, at: str) -> None:
         conn.execute(
-            "INSERT INTO ledger (method, path, idempotency_key, status, at) VALUES (?, ?, ?, ?, ?)",
-            (method, path, key, status, at),
+            "INSERT INTO ledger (method, path, idempotency_key, status, at, traceparent) VALUES (?, ?, ?, ?, ?, ?)",
+            (method, path, key, status, at, getattr(self._caller, "traceparent", None)),
         )
 
     def create_ticket(self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False) -> tuple[int, dict]:
