@@ -123,6 +123,38 @@ def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settin
     assert {e["traceparent"].split("-")[2] for e in desk.ledger()} == {format(c.context.span_id, "016x") for c in calls}
 
 
+def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, desk):
+    """A worker died after its effect landed: the next worker's lookup (on an
+    effect thread) and the settling are `durable.reconcile` spans of the step,
+    and the lookup's call names their trace."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import tasks
+    from workflows.engine import execution, recovery
+
+    workflow = plans.submit(people["agent"], ticket_plan("reconcile")).workflow
+    approvals.approve(workflow, by=people["reviewer"])
+    step = execution.claim(workflow.pk)
+    execution._request_attempt(step, step.fence)
+    desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    spans.clear()
+    tasks.run_workflow(str(workflow.pk))
+    finished = spans.get_finished_spans()
+    reconciles = [s for s in finished if s.name == "durable.reconcile"]
+    assert len(reconciles) == 2  # the lookup, and recording what it found
+    assert {(s.attributes["durable.step_key"], s.attributes["durable.operation_key"]) for s in reconciles} == {
+        ("open", step.operation_key)}
+    assert len({s.context.trace_id for s in reconciles}) == 1
+    lookups = [s for s in finished if s.kind == SpanKind.CLIENT and s.parent is not None
+               and s.parent.span_id in {r.context.span_id for r in reconciles}]
+    assert len(lookups) == 1 and lookups[0].attributes.get("http.method", lookups[0].attributes.get(
+        "http.request.method")) == "GET"
+    assert not [s for s in finished if s.name == "durable.perform" and s.attributes["durable.step_key"] == "open"]
+
+
 def test_spans_carry_no_query_string_header_value_sql_parameter_or_argument(spans, people, desk, monkeypatch):
     marker = "q7Zr2m9XkL4p"
     monkeypatch.setenv("SECRET_DESK_TOKEN", "desk-7Qp2-Zx9w-Lm4k-Rt8v")
