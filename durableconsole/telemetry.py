@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -93,7 +92,10 @@ def install(processor, *, global_provider: bool = False) -> None:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "durableconsole"}))
+    resource = Resource.create()  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, when set
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "durableconsole"}))
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(Scrubbing(processor))
     if global_provider:
         trace.set_tracer_provider(provider)
@@ -363,6 +365,3 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = record.exc_text
         return json.dumps(entry, default=str)
 
-
-def now_ns() -> int:
-    return time.time_ns()
