@@ -339,12 +339,21 @@ if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+# "text" (one readable line each) or "json" (one JSON object per line, with
+# the trace and step fields: durableconsole.telemetry.JsonFormatter).
+LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"redact": {"()": "workflows.audit.redaction.RedactingFilter"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "durableconsole.telemetry.JsonFormatter"},
+    },
+    # The filter runs before the formatter: both formats see scrubbed records.
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # django-q2 logs under "django-q".
@@ -352,6 +361,13 @@ LOGGING = {
         "axes": {"level": "WARNING", "propagate": True},
     },
 }
+
+# Tracing (durableconsole.telemetry): spans go by OTLP over HTTP to this
+# collector (e.g. http://127.0.0.1:4318); unset or empty, tracing is off and
+# nothing of it is installed.
+OTEL_EXPORTER_OTLP_ENDPOINT = (env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "").strip()
+if OTEL_EXPORTER_OTLP_ENDPOINT and not OTEL_EXPORTER_OTLP_ENDPOINT.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL (OTLP over HTTP)")
 
 SESSION_COOKIE_AGE = env_int("SESSION_SECONDS", 8 * 3600, minimum=60)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True

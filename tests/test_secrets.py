@@ -11,8 +11,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from durableconsole import telemetry
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
+from tests.otlp_collector import Collector
 from tests.test_resolution import MAIL
 from workflows import actions
 from workflows.audit import redaction, secrets
@@ -217,12 +221,26 @@ def test_numbers_and_references_under_secret_named_keys_are_not_secrets(api, set
 # --- (b) secrets by reference, resolved only by the worker --------------------------
 
 
-def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker, desk, settings, caplog):
+@pytest.fixture
+def web_spans():
+    """This process's spans (the live server's requests among them), in memory."""
+    exporter = InMemorySpanExporter()
+    telemetry.install(SimpleSpanProcessor(exporter))
+    try:
+        yield exporter
+    finally:
+        telemetry.uninstall()
+
+
+def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker, desk, settings, caplog, web_spans):
     caplog.set_level(logging.DEBUG)
     policy = desk_policy(desk, "ticket.create", "ticket.comment", "noop")
     settings.SECRETS_POLICY = policy
+    collector = Collector().__enter__()
+    # The worker exports its spans to a real OTLP collector and logs JSON lines.
     worker = start_worker(LOG_LEVEL="DEBUG", Q_LOG_LEVEL="DEBUG", SECRET_DESK_TOKEN=DESK_TOKEN,
-                          SECRETS_POLICY=json.dumps(policy))
+                          SECRETS_POLICY=json.dumps(policy), LOG_FORMAT="json",
+                          OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="100")
     agent, reviewer, operator, auditor = (HttpApi(live_server.url, people[n])
                                           for n in ("agent", "reviewer", "operator", "auditor"))
     plan = {"name": "rotate", "submission_key": "planted", "steps": [
@@ -281,12 +299,24 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
     assert "secret:DESK_TOKEN" in answers[f"/compensations/{comp_id}/"]
     assert [name for name, answer in answers.items() if DESK_TOKEN in answer] == []
 
+    # The worker's spans: the failed call to /tickets/<the secret>/comments
+    # among them, its URL redacted where it was made.
+    collector.wait_for(lambda found: any(s["name"] == "durable.record" and s["attributes"].get("durable.step_key")
+                                         == "note" for s in found))
     worker.stop()
+    collector.__exit__()
+    exported = "\n".join(collector.exports)
+    assert "[REDACTED secret:DESK_TOKEN]" in exported
+    assert DESK_TOKEN not in exported
+    web = "\n".join(span.to_json() for span in web_spans.get_finished_spans())
+    assert "approve" in web  # the scan sees the web requests
+    assert DESK_TOKEN not in web
     rows = every_row_as_text()
     assert "[REDACTED secret:DESK_TOKEN]" in rows  # the scan sees the rows the worker wrote
     assert DESK_TOKEN not in rows
     assert DESK_TOKEN not in worker.log()
-    assert worker.log()
+    lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+    assert any(line.get("step_key") == "note" and line.get("trace_id") for line in lines)  # JSON lines, with fields
     assert DESK_TOKEN not in caplog.text
 
 

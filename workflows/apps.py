@@ -22,6 +22,13 @@ class WorkflowsConfig(AppConfig):
 
         user_logged_in.connect(remember_sign_in, dispatch_uid="durableconsole.remember_sign_in")
 
+        # Tracing, when OTEL_EXPORTER_OTLP_ENDPOINT asks for it: here, before
+        # the web server loads its middleware (the Django instrumentation
+        # adds its own); `qcluster` calls it again before forking workers.
+        from durableconsole import telemetry
+
+        telemetry.setup()
+
 
 def plugins_left_out(app_configs, **kwargs) -> list[checks.CheckMessage]:
     """`manage.py check` names the plugins left out (ACTION_PLUGINS_STRICT=0)."""

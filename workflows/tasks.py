@@ -4,16 +4,19 @@ The queue only says "look now"; each task re-reads the database and does
 just what is due, so duplicated or late deliveries are harmless.
 """
 
+from durableconsole import telemetry
 from workflows.engine import execution, previews
 from workflows.operations import bulk, notifications
 from workflows.webhooks import delivery
 
 
-def run_workflow(workflow_id: str) -> int:
+def run_workflow(workflow_id: str, trace: dict | None = None) -> int:
     """A wake-up for one workflow drains everything due, that workflow's
     steps among them: steps are claimed in batches across workflows, so a
-    burst of approvals runs in shared commits rather than one plan at a time."""
-    return execution.drain()
+    burst of approvals runs in shared commits rather than one plan at a time.
+    `trace`: the W3C trace context of the approval that woke it, if traced."""
+    with telemetry.continuing(workflow_id, trace):
+        return execution.drain()
 
 
 def drain() -> int:

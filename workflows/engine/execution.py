@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
+from durableconsole import telemetry
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
@@ -154,6 +155,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
     lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
     unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
     latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
+    began = time.time_ns()
     with transaction.atomic():
         held = limits.held_back()
         with fixed_plans():
@@ -201,6 +203,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
             step.attempt = None
             if step.workflow_id in started:
                 step.workflow.status = WorkflowStatus.RUNNING
+        telemetry.claimed(claimed, began)
         if share:
             _request_shared([step for step in claimed if _shares_checkpoints(step)], log)
         journal.append_many(log)
@@ -223,9 +226,11 @@ def _request_shared(steps: list[Step], log: list) -> None:
         return
     # The claim holds these steps' rows, so the recheck's read of their
     # workflows sees any cancel that committed first (`locks`).
-    checks = policy.evaluate_many(steps)
+    with telemetry.steps_span("durable.policy_recheck", steps):
+        checks = policy.evaluate_many(steps)
     ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
-    inflight.write_requested(ready, log)
+    with telemetry.steps_span("durable.request", ready):
+        inflight.write_requested(ready, log)
 
 
 # --- running ----------------------------------------------------------------
@@ -320,7 +325,8 @@ def _run_shared(steps: list[Step]) -> None:
     answers, failures = {}, {}
     for step in steps:
         try:
-            answer = inflight.perform(actions.get(step.action), *_prepared(step))
+            with telemetry.step_span("durable.perform", step):
+                answer = inflight.perform(actions.get(step.action), *_prepared(step))
         except ActionError as err:
             answer = err
         (failures if isinstance(answer, ActionError) else answers)[step.pk] = answer
@@ -333,7 +339,8 @@ def execute(step: Step) -> None:
     scope = failpoints.scope_of(step)
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = actions.find(step.action)
-    problems = policy.recheck(step) + references.problems(step)
+    with telemetry.step_span("durable.policy_recheck", step):
+        problems = policy.recheck(step) + references.problems(step)
     if action is None or problems:
         outcomes.block(step, fence, problems or [f"unknown action {step.action}"])
         return
@@ -346,26 +353,31 @@ def execute(step: Step) -> None:
             outcomes.block(step, fence, problems, **fields)
             return
     try:
-        if recovery.reconcile_earlier_attempts(step, action, fence):
-            return
-        attempt = _request_attempt(step, fence, rules.version, step.bound_plan_hash)
+        with telemetry.step_span("durable.reconcile", step):
+            if recovery.reconcile_earlier_attempts(step, action, fence):
+                return
+        with telemetry.step_span("durable.request", step):
+            attempt = _request_attempt(step, fence, rules.version, step.bound_plan_hash)
         if attempt is None:
             outcomes.block(step, fence, policy.cancelled_problem())
             return
         failpoints.hit(failpoints.AFTER_REQUESTED, scope=scope)
         try:
             step.attempt = attempt
-            with LeaseKeeper(step.pk, fence):
+            with LeaseKeeper(step.pk, fence), telemetry.step_span("durable.perform", step, attempt):
                 answer = inflight.perform(action, *_prepared(step))
         except ActionError as err:
             answer = err
         if isinstance(answer, ActionError):
-            outcomes.record_failure(step, attempt, action, answer, fence, rules.max_attempts)
+            with telemetry.step_span("durable.record", step, attempt):
+                outcomes.record_failure(step, attempt, action, answer, fence, rules.max_attempts)
             return
         failpoints.hit(failpoints.AFTER_PERFORM, scope=scope)
-        outcomes.record_outcome(step, attempt, answer, fence, AttemptStatus.SUCCEEDED)
+        with telemetry.step_span("durable.record", step, attempt):
+            outcomes.record_outcome(step, attempt, answer, fence, AttemptStatus.SUCCEEDED)
         failpoints.hit(failpoints.AFTER_RECORD, scope=scope)
-        outcomes.verify(step, action, fence, scope=scope)
+        with telemetry.step_span("durable.verify", step, attempt):
+            outcomes.verify(step, action, fence, scope=scope)
     except LeaseLost:
         log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
 

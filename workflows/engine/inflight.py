@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
+from durableconsole import telemetry
 from workflows import actions
 from workflows.actions import Action, ActionError, Outcome, PerformContext
 from workflows.actions.context import performing
@@ -204,7 +205,8 @@ class Effects:
         preview a binding action's approval was shown (on an effect thread,
         like a lookup: no connection is held while it waits), then request
         and send the rest."""
-        checks = policy.evaluate_many(steps)
+        with telemetry.steps_span("durable.policy_recheck", steps):
+            checks = policy.evaluate_many(steps)
         ready = []
         for step in steps:
             action = actions.find(step.action)
@@ -215,7 +217,9 @@ class Effects:
                 elif step.open_attempts:
                     settles = recovery.unsettled(step)
                     if action.can_lookup:
-                        self._send(Flight(step, action, settles), recovery.look_up, action, step.operation_key)
+                        self._send(Flight(step, action, settles),
+                                   telemetry.in_thread("durable.reconcile", step, recovery.look_up),
+                                   action, step.operation_key)
                         continue
                     if not recovery.settle_without_lookup(step, action, step.fence, settles):
                         ready.append(step)
@@ -236,7 +240,7 @@ class Effects:
         in one commit, while its claim still holds; then each is sent."""
         if not steps:
             return
-        with transaction.atomic():
+        with telemetry.steps_span("durable.request", steps), transaction.atomic():
             held = still_held(steps, StepStatus.RUNNING)
             cancelled = policy.cancelled_workflows({step.workflow_id for step in held})
             stopped = [step for step in held if step.workflow_id in cancelled]
@@ -258,7 +262,8 @@ class Effects:
                 outcomes.record_performed([step], {}, {step.pk: err})
                 self.keeper.release([step.pk])
                 continue
-            self._send(Flight(step, action), perform, action, args, step.operation_key, context)
+            self._send(Flight(step, action), telemetry.in_thread("durable.perform", step, perform),
+                       action, args, step.operation_key, context)
 
     def _send(self, flight: Flight, fn, *args) -> None:
         self.flights[pool().submit(_detached, fn, *args)] = flight
@@ -281,7 +286,9 @@ class Effects:
             step = flight.step
             if flight.settles is not None:
                 try:
-                    if not recovery.settle_lookup(step, flight.action, step.fence, flight.settles, answer):
+                    with telemetry.step_span("durable.reconcile", step):
+                        settled = recovery.settle_lookup(step, flight.action, step.fence, flight.settles, answer)
+                    if not settled:
                         again.append(step)
                         continue
                 except LeaseLost:

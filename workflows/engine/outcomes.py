@@ -13,6 +13,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from durableconsole import telemetry
 from workflows import actions
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
@@ -74,27 +75,30 @@ def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: d
     leaves each step where a crash of the one-step path would."""
     performed = [step for step in steps if step.pk in answers]
     failpoints.hit_each(failpoints.AFTER_PERFORM, performed)
-    recorded = record_outcomes(performed, answers)
+    with telemetry.steps_span("durable.record", performed):
+        recorded = record_outcomes(performed, answers)
     if failed := [step for step in steps if step.pk in failures]:
         rules = policy.policies_for({step.action for step in failed})
         for step in failed:
             try:
-                record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
-                               rules[step.action].max_attempts)
+                with telemetry.step_span("durable.record", step):
+                    record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
+                                   rules[step.action].max_attempts)
             except LeaseLost:
                 log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
     failpoints.hit_each(failpoints.AFTER_RECORD, recorded)
-    verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
-                                                                 external_ref=step.external_ref))
-                for step in recorded}
-    failpoints.hit_each(failpoints.AFTER_VERIFY, recorded)
-    complete([step for step in recorded if verdicts[step.pk] and not step.lane])
-    for step in recorded:
-        if step.lane or not verdicts[step.pk]:
-            try:
-                settle(step, verdicts[step.pk], step.fence)
-            except LeaseLost:
-                log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
+    with telemetry.steps_span("durable.verify", recorded):
+        verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
+                                                                     external_ref=step.external_ref))
+                    for step in recorded}
+        failpoints.hit_each(failpoints.AFTER_VERIFY, recorded)
+        complete([step for step in recorded if verdicts[step.pk] and not step.lane])
+        for step in recorded:
+            if step.lane or not verdicts[step.pk]:
+                try:
+                    settle(step, verdicts[step.pk], step.fence)
+                except LeaseLost:
+                    log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
 
 
 def verify(step: Step, action, fence: int, scope: str = "") -> None:

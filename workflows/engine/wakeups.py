@@ -21,6 +21,7 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.tasks import async_task
 
+from durableconsole import telemetry
 from workflows.models import Workflow
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def _notifying() -> bool:
     return settings.Q_CLUSTER.get("broker_class") == f"{__name__}.ListeningBroker"
 
 
-def enqueue(func: str, *args, name: str) -> None:
+def enqueue(func: str, *args, name: str, **kwargs) -> None:
     """Queue a task from inside a transaction. With the ORM broker on the
     same database it commits or rolls back with the caller's transaction
     (and so does its NOTIFY, which PostgreSQL delivers at commit, once per
@@ -40,17 +41,19 @@ def enqueue(func: str, *args, name: str) -> None:
     sent only after the commit. Either way the worker loop's sweep covers a
     wake-up that never arrives."""
     if "orm" in settings.Q_CLUSTER:
-        async_task(func, *args, task_name=name)
+        async_task(func, *args, task_name=name, **kwargs)
         if _notifying():
             with connections[settings.Q_CLUSTER["orm"]].cursor() as cursor:
                 cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
     else:
-        transaction.on_commit(lambda: async_task(func, *args, task_name=name))
+        transaction.on_commit(lambda: async_task(func, *args, task_name=name, **kwargs))
 
 
 def wake(workflow: Workflow) -> None:
-    """Ask the workers to look at this workflow now."""
-    enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}")
+    """Ask the workers to look at this workflow now. With tracing on, the
+    wake-up carries the caller's trace context (`trace=`): the worker's
+    spans for this workflow continue the trace of the approval."""
+    enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}", **telemetry.carrier())
 
 
 class ListeningBroker(ORM):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -46,6 +47,13 @@ def _ticket_id(raw: str) -> int:
     if not raw.isdigit() or len(raw) > 18:
         raise DeskError(404, "not_found", f"no ticket {raw}")
     return int(raw)
+
+
+def _traceparent(raw: str | None) -> str | None:
+    """A W3C trace context header as sent, if it has the form of one."""
+    if raw and re.fullmatch(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", raw.strip()):
+        return raw.strip()
+    return None
 
 
 def probe_kind(method: str, path: str) -> str | None:
@@ -227,7 +235,8 @@ class DeskHandler(BaseHTTPRequestHandler):
                     approval = self.server.proofs.check(self.command, self.path, body, self.headers)
                 if self.command == "POST" and (path == "/tickets" or path.startswith("/tickets/")):
                     drop = self.apply_faults(desk)
-                status, payload, headers = self.route(desk, path, query, body, approval)
+                with desk.calling(_traceparent(self.headers.get("traceparent"))):
+                    status, payload, headers = self.route(desk, path, query, body, approval)
             except DeskError as exc:
                 status = exc.status
                 payload = {"error": {"code": exc.code, "message": exc.message}}

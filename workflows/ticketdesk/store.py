@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     path            TEXT NOT NULL,
     idempotency_key TEXT,
     status          INTEGER NOT NULL,
-    at              TEXT NOT NULL
+    at              TEXT NOT NULL,
+    traceparent     TEXT
 );
 """
 # The approval proof a change came with (--require-approval-proof): added
@@ -68,6 +69,9 @@ class Desk:
         self.data_path = Path(data_path)
         self.faults = Faults()
         self._write_lock = threading.Lock()
+        # The W3C `traceparent` of the request being served, per server thread
+        # (`calling`): the ledger keeps which trace caused each change.
+        self._caller = threading.local()
         self.data_path.parent.mkdir(parents=True, exist_ok=True)
         conn = self._connect()
         try:
@@ -76,7 +80,8 @@ class Desk:
                 raise RuntimeError(f"could not put {self.data_path} in WAL mode (got {mode})")
             conn.executescript(SCHEMA)
             present = {row["name"] for row in conn.execute("PRAGMA table_info(ledger)")}
-            for column in PROOF_COLUMNS:
+            # Data files from before the ledger kept the approval proof or the caller's trace.
+            for column in (*PROOF_COLUMNS, "traceparent"):
                 if column not in present:
                     conn.execute(f"ALTER TABLE ledger ADD COLUMN {column} TEXT")
         finally:
@@ -115,6 +120,14 @@ class Desk:
                 conn.execute("COMMIT")
             finally:
                 conn.close()
+
+    @contextlib.contextmanager
+    def calling(self, traceparent: str | None) -> Iterator[None]:
+        self._caller.traceparent = traceparent
+        try:
+            yield
+        finally:
+            self._caller.traceparent = None
 
     # -- reading ----------------------------------------------------------
 
@@ -155,21 +168,21 @@ class Desk:
 
     def ledger(self) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute("SELECT method, path, idempotency_key, status, at, proof_wf, proof_kid, proof_jti,"
-                                " proof_approvers FROM ledger ORDER BY seq")
+            rows = conn.execute("SELECT method, path, idempotency_key, status, at, traceparent, proof_wf, proof_kid,"
+                                " proof_jti, proof_approvers FROM ledger ORDER BY seq")
             return [ledger_json(row) for row in rows]
 
     # -- writing ----------------------------------------------------------
 
-    @staticmethod
-    def _record(conn, method: str, path: str, key: str | None, status: int, at: str,
+    def _record(self, conn, method: str, path: str, key: str | None, status: int, at: str,
                 approval: dict | None = None) -> None:
         approval = approval or {}
         approvers = json.dumps(approval["approvers"]) if "approvers" in approval else None
         conn.execute(
-            "INSERT INTO ledger (method, path, idempotency_key, status, at, proof_wf, proof_kid, proof_jti,"
-            " proof_approvers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (method, path, key, status, at, approval.get("wf"), approval.get("kid"), approval.get("jti"), approvers),
+            "INSERT INTO ledger (method, path, idempotency_key, status, at, traceparent, proof_wf, proof_kid,"
+            " proof_jti, proof_approvers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (method, path, key, status, at, getattr(self._caller, "traceparent", None), approval.get("wf"),
+             approval.get("kid"), approval.get("jti"), approvers),
         )
 
     def create_ticket(self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False,
@@ -246,7 +259,7 @@ def ticket_json(row, comments: list[dict]) -> dict:
 
 def ledger_json(row) -> dict:
     """A ledger entry; `proof` is what a required approval proof named (else null)."""
-    entry = {name: row[name] for name in ("method", "path", "idempotency_key", "status", "at")}
+    entry = {name: row[name] for name in ("method", "path", "idempotency_key", "status", "at", "traceparent")}
     entry["proof"] = None if row["proof_jti"] is None else {
         "wf": row["proof_wf"], "approvers": json.loads(row["proof_approvers"] or "[]"), "kid": row["proof_kid"],
         "jti": row["proof_jti"]}

@@ -7,6 +7,8 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
+from durableconsole import telemetry
+
 from workflows.audit import keys, signing
 from workflows.engine import draining, worker
 
@@ -18,6 +20,10 @@ class Command(QClusterCommand):
         settings.SECRET_KEY  # signing needs it: fail before forking anything
         keys.current()  # and the audit chain and its checkpoints their keys
         signing.current()
+        # Before the cluster forks: its workers inherit the tracer provider
+        # and the instrumentations (the span processor's export thread is
+        # started again in each child).
+        telemetry.setup()
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
         cluster = Cluster()
