@@ -385,7 +385,7 @@ class Bench:
               warnings.catch_warnings()):
             warnings.filterwarnings("ignore", "No directory at", UserWarning)
             client = Client()
-            client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
+            client.force_login(user, backend="workflows.web.auth.LocalPasswords")
             for name, url in urls.items():
                 pages[name] = self.time_page(client, url)
                 self.log(f"    {url}: p50 {pages[name]['p50']} ms, p95 {pages[name]['p95']} ms, "
