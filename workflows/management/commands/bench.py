@@ -1,7 +1,7 @@
 """`bench`: measure durable execution on this machine (see workflows.ops.bench).
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
-                           [--seed-workflows 10000 --seed-events 100000] [--waiters 200]
+                           [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--archive-workflows 100000]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -67,6 +67,8 @@ class Command(BaseCommand):
                             help="(g): ticket.create steps per remote run; memory is judged from 100000 up")
         parser.add_argument("--waiters", type=int, default=common.WAITERS,
                             help="(h): agents waiting at once on one web process")
+        parser.add_argument("--archive-workflows", type=int, default=common.ARCHIVE_WORKFLOWS,
+                            help="(j): finished workflows seeded, then archived while a cluster runs")
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -76,7 +78,7 @@ class Command(BaseCommand):
         if skip - set(common.SECTIONS):
             raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
         if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
-               opts["recovery_runs"], opts["page_requests"], opts["remote_steps"], opts["waiters"]) < 1 \
+               opts["recovery_runs"], opts["page_requests"], opts["remote_steps"], opts["waiters"], opts["archive_workflows"]) < 1 \
                 or opts["raw_seconds"] <= 0:
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -89,7 +91,7 @@ class Command(BaseCommand):
             seed_workflows=opts["seed_workflows"], seed_events=opts["seed_events"],
             page_requests=opts["page_requests"], lease_seconds=opts["lease_seconds"], skip=skip,
             remote_latency_ms=_latencies(opts["remote_latency_ms"]), remote_steps=opts["remote_steps"],
-            waiters=opts["waiters"],
+            waiters=opts["waiters"], archive_workflows=opts["archive_workflows"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

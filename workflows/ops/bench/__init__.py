@@ -17,6 +17,9 @@
     g  remote steps per second against the ticket desk (`remote`)
     h  agents waiting at once on one web process for their decisions, and
        how soon each is answered after its decision (`waiters`)
+    j  archive: `--archive-workflows` (100k) seeded finished workflows
+       archived while a cluster runs live plans: time, peak memory, no lost
+       or blocked work (`archiving`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

@@ -13,13 +13,15 @@ from workflows import roles
 
 AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
 SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote",
-            "h": "waiters"}
+            "h": "waiters", "j": "archive"}
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
 # (g)'s memory goal speaks of 100k remote steps; by default it runs fewer.
 REMOTE_STEPS = 2_000
 # (h): agents waiting at once on one web process.
 WAITERS = 200
+# (j): finished workflows archived while workers run.
+ARCHIVE_WORKFLOWS = 100_000
 
 
 class BenchError(Exception):
@@ -43,6 +45,7 @@ class Options:
     remote_latency_ms: tuple[int, ...] = (0, 100, 300)
     remote_steps: int = REMOTE_STEPS
     waiters: int = WAITERS
+    archive_workflows: int = ARCHIVE_WORKFLOWS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
@@ -113,6 +116,12 @@ def goals(result: dict) -> list[dict]:
             f"{waiters['answered']} of {waiters['waiters']}, p95 {waiters['answer_after_decision_ms']['p95']} ms "
             "after the decision",
             waiters["answered"] == waiters["waiters"] if waiters["waiters"] >= WAITERS else None)
+    if "archived" in (archived := result.get("archive", {})):
+        add("j", f"archive {ARCHIVE_WORKFLOWS:,} workflows while workers run: no lost or blocked work",
+            f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE, "
+            f"{archived['steps_done_during_archive']} steps done during the archive",
+            archived["live_complete"] == archived["live_plans"] and archived["steps_done_during_archive"] > 0
+            if archived["seeded"] >= ARCHIVE_WORKFLOWS else None)
     return rows
 
 

@@ -1,4 +1,4 @@
-"""The Bench: one run of the parts (a) to (h) in turn, (f) sampled during
+"""The Bench: one run of the parts (a) to (h) and (j) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
 part's failure under `errors` (see workflows.ops.bench)."""
 
@@ -27,6 +27,7 @@ from workflows.audit import keys, signing
 from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
+from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
@@ -80,7 +81,7 @@ class Bench:
                         if k not in ("database_url", "workdir")},
         }
         parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
-                 ("g", self.remote), ("h", self.waiters)]
+                 ("g", self.remote), ("h", self.waiters), ("j", self.archive)]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -357,6 +358,11 @@ class Bench:
 
     def remote(self) -> dict:
         return RemotePart(self).run()
+
+    # -- (j) ---------------------------------------------------------------
+
+    def archive(self) -> dict:
+        return ArchivePart(self).run()
 
     # -- (h) ---------------------------------------------------------------
 

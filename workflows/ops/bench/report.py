@@ -67,6 +67,13 @@ def report(result: dict) -> str:
                      f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
                      + (f", {sessions} database sessions" if sessions is not None else "")
                      + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter"))
+    if "archived" in (archived := result.get("archive", {})):
+        rows.append((f"(j) archive {archived['archived']:,} workflows while workers run",
+                     f"{archived['seconds']} s ({archived['workflows_per_s']:,} workflows/s, {archived['rows']:,} rows, "
+                     f"{archived['files_mib']} MiB of files); peak RSS {archived['peak_rss_mib']} MiB "
+                     f"(+{archived['rss_growth_mib']}); {archived['steps_done_during_archive']} steps done meanwhile, "
+                     f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE; verify_archive "
+                     f"{archived['verify_s']} s"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
