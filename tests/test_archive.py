@@ -8,6 +8,9 @@ retention; nothing unfinished is ever archived, even while workers run."""
 import gzip
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -18,11 +21,13 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
+from tests.processes import PROJECT_DIR
 from workflows.audit import archive, journal
 from workflows.models import (
     Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Step, Team, Workflow,
 )
 from workflows.operations import approvals, cancellation, compensation, plans
+from workflows.ops.processes import database_url
 from workflows.states import WorkflowStatus
 
 OLD = timedelta(days=200)
@@ -160,6 +165,22 @@ def test_any_change_to_an_archive_is_detected_with_a_clear_message(archived, tam
     assert expected in problems and "archive BROKEN" in problems
 
 
+def test_verify_archive_run_as_a_command_exits_non_zero_on_a_changed_file(transactional_db, archived):
+    def verify_archive():
+        env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "1"}
+        return subprocess.run([sys.executable, "manage.py", "verify_archive", str(archived["dir"])], cwd=PROJECT_DIR,
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    intact = verify_archive()
+    assert intact.returncode == 0 and "archive OK" in intact.stdout, intact.stdout + intact.stderr
+    path = archived["dir"] / "approvals.jsonl.gz"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    broken = verify_archive()
+    assert broken.returncode == 1 and "approvals.jsonl.gz: modified" in broken.stderr, broken.stdout + broken.stderr
+
+
 def test_an_archive_the_live_chain_never_recorded_does_not_verify(archived):
     """The join: the manifest's digest must be on an audit.archived event of the live chain."""
     document = json.loads((archived["dir"] / "manifest.json").read_text())
@@ -218,7 +239,7 @@ def test_restore_brings_one_workflow_back_read_only(archived, api, people):
     with pytest.raises(DatabaseError, match="read-only"), transaction.atomic():
         Workflow.objects.filter(pk=done.pk).update(name="rewritten")
     # Never archived again, and restored once only.
-    assert "Nothing to archive" in run("archive", "--older-than", "1s", "--to", archived["dir"].parent / "again")
+    assert "Nothing to archive" in run("archive", "--older-than", "150d", "--to", archived["dir"].parent / "again")
     assert "in the database already" in refused("restore", archived["dir"], "--workflow", done.pk)
 
 
