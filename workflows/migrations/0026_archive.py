@@ -1,11 +1,13 @@
 """Retention with a verifiable archive (DESIGN §24).
 
 The audit trigger on PostgreSQL gains its one exception: a DELETE of a
-workflow stream's event is let through only inside the transaction of
+workflow stream's events is let through only inside the transaction of
 `manage.py archive` that records the workflow as archived (an
 ArchivedWorkflow row of the archive named by the transaction-local setting
-`durableconsole.archive`, whose head covers the event). Anything else is
-refused as before. SQLite has no session settings: there the model and its
+`durableconsole.archive`, whose head covers each event). UPDATE stays
+refused row by row; DELETE is checked once per statement, over every row
+it removed (a transition table: one join, where a row trigger would run a
+lookup per event), and any row outside the exception aborts it. SQLite has no session settings: there the model and its
 queryset refuse deletes, and only workflows.audit.archive deletes, by SQL.
 
 A workflow brought back by `manage.py restore` is read-only: a trigger
@@ -20,21 +22,25 @@ from django.db import migrations, models
 
 
 PG_UP = """
-CREATE OR REPLACE FUNCTION workflows_auditevent_guard() RETURNS trigger AS $$
+CREATE OR REPLACE FUNCTION workflows_auditevent_delete_guard() RETURNS trigger AS $$
 BEGIN
-    IF TG_OP = 'DELETE' AND OLD.workflow_id IS NOT NULL AND OLD.stream = OLD.workflow_id::text
-       AND EXISTS (SELECT 1 FROM workflows_archivedworkflow a
-                   WHERE a.workflow_id = OLD.workflow_id AND a.restored_at IS NULL AND a.seq >= OLD.seq
-                     AND a.archive_id = NULLIF(current_setting('durableconsole.archive', true), '')::uuid) THEN
-        RETURN OLD;
+    IF EXISTS (SELECT 1 FROM gone g WHERE NOT (
+            g.workflow_id IS NOT NULL AND g.stream = g.workflow_id::text
+            AND EXISTS (SELECT 1 FROM workflows_archivedworkflow a
+                        WHERE a.workflow_id = g.workflow_id AND a.restored_at IS NULL AND a.seq >= g.seq
+                          AND a.archive_id = NULLIF(current_setting('durableconsole.archive', true), '')::uuid))) THEN
+        RAISE EXCEPTION 'audit events are append-only (DELETE refused)' USING ERRCODE = 'insufficient_privilege';
     END IF;
-    RAISE EXCEPTION 'audit events are append-only (%% refused)', TG_OP USING ERRCODE = 'insufficient_privilege';
+    RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
 DROP TRIGGER IF EXISTS workflows_auditevent_append_only ON workflows_auditevent;
 CREATE TRIGGER workflows_auditevent_append_only
-    BEFORE UPDATE OR DELETE ON workflows_auditevent
-    FOR EACH ROW EXECUTE FUNCTION workflows_auditevent_guard();
+    BEFORE UPDATE ON workflows_auditevent
+    FOR EACH ROW EXECUTE FUNCTION workflows_audit_append_only();
+CREATE TRIGGER workflows_auditevent_delete_guard
+    AFTER DELETE ON workflows_auditevent REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION workflows_auditevent_delete_guard();
 CREATE OR REPLACE FUNCTION workflows_restored_read_only() RETURNS trigger AS $$
 BEGIN
     RAISE EXCEPTION 'workflow %% is archived and restored read-only', OLD.id USING ERRCODE = 'insufficient_privilege';
@@ -47,11 +53,12 @@ CREATE TRIGGER workflows_workflow_restored_read_only
 PG_DOWN = """
 DROP TRIGGER IF EXISTS workflows_workflow_restored_read_only ON workflows_workflow;
 DROP FUNCTION IF EXISTS workflows_restored_read_only();
+DROP TRIGGER IF EXISTS workflows_auditevent_delete_guard ON workflows_auditevent;
+DROP FUNCTION IF EXISTS workflows_auditevent_delete_guard();
 DROP TRIGGER IF EXISTS workflows_auditevent_append_only ON workflows_auditevent;
 CREATE TRIGGER workflows_auditevent_append_only
     BEFORE UPDATE OR DELETE ON workflows_auditevent
     FOR EACH ROW EXECUTE FUNCTION workflows_audit_append_only();
-DROP FUNCTION IF EXISTS workflows_auditevent_guard();
 """
 SQLITE_UP = """
 CREATE TRIGGER IF NOT EXISTS workflows_workflow_restored_read_only BEFORE UPDATE ON workflows_workflow
