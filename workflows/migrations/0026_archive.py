@@ -23,12 +23,18 @@ from django.db import migrations, models
 
 PG_UP = """
 CREATE OR REPLACE FUNCTION workflows_auditevent_delete_guard() RETURNS trigger AS $$
+DECLARE
+    refused boolean;
 BEGIN
-    IF EXISTS (SELECT 1 FROM gone g WHERE NOT (
+    -- EXECUTE: planned afresh each time, for the rows at hand (a plan cached
+    -- while the archived table was empty would scan it for every event).
+    EXECUTE $q$SELECT EXISTS (SELECT 1 FROM gone g WHERE NOT (
             g.workflow_id IS NOT NULL AND g.stream = g.workflow_id::text
             AND EXISTS (SELECT 1 FROM workflows_archivedworkflow a
                         WHERE a.workflow_id = g.workflow_id AND a.restored_at IS NULL AND a.seq >= g.seq
-                          AND a.archive_id = NULLIF(current_setting('durableconsole.archive', true), '')::uuid))) THEN
+                          AND a.archive_id = NULLIF(current_setting('durableconsole.archive', true), '')::uuid)))$q$
+        INTO refused;
+    IF refused THEN
         RAISE EXCEPTION 'audit events are append-only (DELETE refused)' USING ERRCODE = 'insufficient_privilege';
     END IF;
     RETURN NULL;
