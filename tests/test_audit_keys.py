@@ -71,7 +71,8 @@ def dba(transactional_db):
     def guards(action):
         for table in (EVENTS, CHECKPOINTS):
             if connection.vendor == "postgresql":
-                sql(f"ALTER TABLE {table} {action} TRIGGER {PG_GUARDS[table]}")
+                # Every guard: the row trigger on UPDATE, and (events) the statement check on DELETE.
+                sql(f"ALTER TABLE {table} {action} TRIGGER USER")
             elif action == "DISABLE":
                 sql(f"DROP TRIGGER {PG_GUARDS[table].replace('append_only', 'no_update')}")
             else:

@@ -36,7 +36,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     json_path, out = tmp_path / "bench.json", StringIO()
 
     call_command("bench", "--steps", "200", "--clusters", "1", "--raw-seconds", "1", "--raw-clients", "1,2",
-                 "--skip", "g,h,i", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
+                 "--skip", "g,h,i,j", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
                  "--seed-events", "2000", "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -149,7 +149,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     monkeypatch.setenv("DATABASE_URL", database_url())
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,h,i", "--clusters", "1", "--remote-latency-ms", "0,50",
+    call_command("bench", "--skip", "a,b,c,d,e,h,i,j", "--clusters", "1", "--remote-latency-ms", "0,50",
                  "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -181,7 +181,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     monkeypatch.setenv("DATABASE_URL", database_url())  # the web server it starts serves the test database
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,g,i", "--waiters", "8", "--workdir", str(tmp_path),
+    call_command("bench", "--skip", "a,b,c,d,e,g,i,j", "--waiters", "8", "--workdir", str(tmp_path),
                  "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -206,7 +206,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,g,h", "--dead-letters", "12", "--workdir", str(tmp_path),
+    call_command("bench", "--skip", "a,b,c,d,e,g,h,j", "--dead-letters", "12", "--workdir", str(tmp_path),
                  "--json", str(json_path), stdout=out)
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
@@ -218,3 +218,25 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     assert re.search(r"\(i\) 12 dead letters, reconcile / replay s +[\d.]+", report), report
     (goal,) = [goal for goal in result["goals"] if goal["part"] == "i"]
     assert goal["met"] is True
+
+
+def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(transactional_db, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command("bench", "--skip", "a,b,c,d,e,g,h,i", "--archive-workflows", "200", "--workdir", str(tmp_path),
+                 "--json", str(json_path), stdout=out)
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    archived = result["archive"]
+    # The seeded mix is 80% finished (COMPLETE, REJECTED) and nothing of it in flight: those, and only those, go.
+    assert archived["archived"] == archived["deleted"] == 160 and archived["kept"] == 0
+    assert archived["live_complete"] == archived["live_plans"] and archived["steps_done_during_archive"] >= 0
+    assert is_number(archived["peak_rss_mib"]) and archived["seconds"] > 0
+    assert re.search(r"\(j\) archive 160 workflows while workers run +[\d.]+ s", report), report
+    (goal,) = [goal for goal in result["goals"] if goal["part"] == "j"]
+    assert goal["met"] is None  # far fewer than 100k: reported, not judged
+    assert Workflow.objects.filter(status__in=["COMPLETE", "REJECTED"], name__startswith="seeded").count() == 0
+    assert journal.verify().ok  # the archived streams, signed by the checkpoint, are held to the archive

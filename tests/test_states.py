@@ -99,7 +99,8 @@ def _disable_guard():
     """What an attacker with DBA rights would do first."""
     table = AuditEvent._meta.db_table
     if connection.vendor == "postgresql":
-        _raw(f"ALTER TABLE {table} DISABLE TRIGGER workflows_auditevent_append_only")
+        # Every guard: the row trigger on UPDATE and the statement check on DELETE.
+        _raw(f"ALTER TABLE {table} DISABLE TRIGGER USER")
     else:
         _raw("DROP TRIGGER workflows_auditevent_no_update")
 

@@ -26,6 +26,13 @@ class NotVisible(DomainError):
     status = 404
 
 
+class Archived(DomainError):
+    """The object was moved out to an archive (DESIGN §24): gone, not unknown."""
+
+    code = "archived"
+    status = 410
+
+
 class ReasonRequired(DomainError):
     code = "invalid"
     fields = {"reason": "A reason is required."}

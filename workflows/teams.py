@@ -22,7 +22,10 @@ def default_team():
 
 
 def default_team_id() -> int:
-    return default_team().pk
+    # Only the key is read: migrations call this (as a field default) while
+    # the table still lacks columns that later ones add.
+    pk = apps.get_model("workflows", "Team").objects.filter(name=DEFAULT).values_list("pk", flat=True).first()
+    return pk if pk is not None else default_team().pk
 
 
 def is_global(user) -> bool:

@@ -180,6 +180,7 @@ class VerifyResult:
     streams: int = 0
     found: list[tuple[str, str]] = field(default_factory=list)  # (kind, problem), in the order found
     checkpoint: str = ""  # the checkpoint the streams were held to; "" for none
+    archived: int = 0  # streams the checkpoints saw that are held to their archive instead
     visited: set[str] = field(default_factory=set, repr=False)
 
     @property
@@ -230,11 +231,42 @@ def verify(streams: Iterable[str] | None = None, *, checkpoint: str | Path | Non
         check.finish()
     for head in heads.values():  # heads whose events are all gone
         _StreamCheck(head.stream, head, pins, result).finish()
+    archived = archived_heads() if set(pins.heads) - result.visited else {}
     for stream in sorted(set(pins.heads) - result.visited):
         if wanted is None or stream in wanted:
+            if _archived_at_or_beyond(archived.get(stream), pins.heads[stream]):
+                result.archived += 1
+                continue
             result.found.append((DELETED_STREAM, f"{stream}: deleted: {pins.label} saw it up to seq "
                                                  f"{pins.last_seq(stream)}, its head is gone"))
     return result
+
+
+ARCHIVED = "audit.archived"
+
+
+def archived_heads() -> dict[str, tuple[int, str]]:
+    """Each archived stream's head as the `audit.archived` events of the
+    system stream record it (DESIGN §24): an archive moved the stream out of
+    the tables after these events were chained, so its absence is no
+    deletion. The events are themselves links of the keyed system chain:
+    a forged one does not verify."""
+    heads: dict[str, tuple[int, str]] = {}
+    events = AuditEvent.objects.filter(stream=SYSTEM_STREAM, verb=ARCHIVED).order_by("seq")
+    for data in events.values_list("data", flat=True).iterator(chunk_size=20):
+        for stream, seq, head in data.get("heads", []):
+            if seq >= heads.get(stream, (0, ""))[0]:
+                heads[stream] = (seq, head)
+    return heads
+
+
+def _archived_at_or_beyond(archived: tuple[int, str] | None, pinned: dict[int, str]) -> bool:
+    """The archive took the stream at least as far as every checkpoint saw
+    it, through the same head where they saw the same seq."""
+    if archived is None:
+        return False
+    seq, head = archived
+    return seq >= max(pinned) and pinned.get(seq, head) == head
 
 
 class _StreamCheck:

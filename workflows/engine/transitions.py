@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.audit import journal
+from workflows.errors import WrongState
 from workflows.engine import announcements
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
@@ -43,6 +44,10 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
     current = obj.status
     check(kind, current, target)
     model = type(obj)
+    if model is Workflow and obj.__dict__.get("restored_at"):
+        # Brought back from its archive to be read (DESIGN §24); the
+        # database's trigger would refuse the update anyway.
+        raise WrongState("This workflow is archived: it was restored read-only and cannot change.")
     if model in (Workflow, Step, Compensation):
         fields.setdefault("updated_at", timezone.now())
     # No savepoint: the update and its audit event succeed or fail together

@@ -97,6 +97,8 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
     reason = _reason(reason)
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        if locked.restored_at:
+            raise WrongState("This workflow is archived: it was restored read-only and cannot be compensated.")
         if locked.status not in COMPENSABLE_WORKFLOW:
             raise WrongState(f"A {locked.status} workflow cannot be compensated now.")
         _refuse_in_flight(locked)

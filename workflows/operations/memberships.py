@@ -74,3 +74,28 @@ def remove_member(team_name: str, username: str, *, by) -> bool:
         journal.append(actor=by, verb="team.member_removed", obj_type="team", obj_id=team.pk,
                        data={"team": team.name, "user": user.get_username()})
     return True
+
+
+MAX_RETENTION_DAYS = 36500
+
+
+def set_retention(team_name: str, days: str, *, by) -> Team:
+    """How many days the team's finished plans stay in the tables before
+    `manage.py archive` (without --older-than) moves them out; `none`
+    keeps them (DESIGN §24)."""
+    team = find(team_name)
+    if days.strip().lower() == "none":
+        value = None
+    else:
+        try:
+            value = int(days)
+        except ValueError:
+            value = -1
+        if not 1 <= value <= MAX_RETENTION_DAYS:
+            raise TeamInvalid(f"Retention is a number of days from 1 to {MAX_RETENTION_DAYS}, or 'none'.")
+    with transaction.atomic():
+        Team.objects.filter(pk=team.pk).update(retention_days=value)
+        journal.append(actor=by, verb="team.retention", obj_type="team", obj_id=team.pk,
+                       data={"team": team.name, "from": team.retention_days, "to": value})
+    team.retention_days = value
+    return team

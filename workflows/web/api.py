@@ -14,9 +14,9 @@ from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConst
 from workflows import actions, roles
 from workflows.actions import catalog
 from workflows.audit import identity, journal
-from workflows.errors import DomainError, NotAllowed
+from workflows.errors import Archived, DomainError, NotAllowed
 from workflows.engine import limits, policy
-from workflows.models import ActionPolicy, Compensation, DeadLetter, Job, PolicyChange, Workflow
+from workflows.models import ActionPolicy, ArchivedWorkflow, Compensation, DeadLetter, Job, PolicyChange, Workflow
 from workflows.operations import (
     approvals, bulk, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
@@ -45,6 +45,7 @@ ERROR_RESPONSES = {
     "403": "Not allowed for your role",
     "404": "No such object (or not visible to you)",
     "409": "Conflict with the object's current state",
+    "410": "The workflow was archived (`manage.py archive`): the message says when",
     "413": "Request body too large",
 }
 ERROR_SCHEMA = {
@@ -349,6 +350,9 @@ def visible_workflows(user):
 def _get_workflow(request, workflow_id: UUID) -> Workflow:
     workflow = visible_workflows(request.user).filter(pk=workflow_id).first()
     if workflow is None:
+        archived = ArchivedWorkflow.objects.visible_to(request.user).filter(workflow_id=workflow_id).first()
+        if archived is not None:  # moved out by `manage.py archive` (DESIGN §24)
+            raise Archived(f"Workflow {workflow_id} was archived on {archived.archived_at:%Y-%m-%d}.")
         raise Http404
     return workflow
 

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from workflows import actions, roles
 from workflows.engine import gates, policy
 from workflows.errors import DomainError
-from workflows.models import Approval, AuditEvent, Step, Workflow
+from workflows.models import Approval, ArchivedWorkflow, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, claims, compensation, resolution, revisions
 from workflows.operations import gates as gate_decisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
@@ -221,6 +221,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "compensations": compensations,
         "can_request_compensation": (
             roles.is_operator(request.user)
+            and not workflow.restored_at
             and workflow.status in compensation.COMPENSABLE_WORKFLOW
             and not any(c.status in compensation.OPEN for c in compensations)
             and any(step.lane == 0 and step.status == StepStatus.COMPLETE for step in steps)
@@ -304,7 +305,12 @@ def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -
 @login_required
 @require_GET
 def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    workflow = _get_workflow_for_user(request, workflow_id)
+    workflow = Workflow.objects.visible_to(request.user).select_related("submitted_by", "team").filter(
+        pk=workflow_id).first()
+    if workflow is None:
+        # Moved out by `manage.py archive`: say so (410), to those who saw it.
+        record = get_object_or_404(ArchivedWorkflow.objects.visible_to(request.user), workflow_id=workflow_id)
+        return render(request, "workflows/archived.html", {"record": record}, status=410)
     if not request.htmx:  # the holder opening the plan renews their claim; the page's polling does not
         claims.touch(workflow, request.user)
     template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"

@@ -2,6 +2,7 @@
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--dead-letters 2000]
+                           [--archive-workflows 100000]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -69,6 +70,8 @@ class Command(BaseCommand):
                             help="(h): agents waiting at once on one web process")
         parser.add_argument("--dead-letters", type=int, default=common.DEAD_LETTERS,
                             help="(i): dead letters reconciled and replayed in bulk")
+        parser.add_argument("--archive-workflows", type=int, default=common.ARCHIVE_WORKFLOWS,
+                            help="(j): finished workflows seeded, then archived while a cluster runs")
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -78,7 +81,8 @@ class Command(BaseCommand):
         if skip - set(common.SECTIONS):
             raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
         if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
-               opts["recovery_runs"], opts["page_requests"], opts["remote_steps"], opts["waiters"], opts["dead_letters"]) < 1 \
+               opts["recovery_runs"], opts["page_requests"], opts["remote_steps"], opts["waiters"], opts["dead_letters"],
+               opts["archive_workflows"]) < 1 \
                 or opts["raw_seconds"] <= 0:
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -92,6 +96,7 @@ class Command(BaseCommand):
             page_requests=opts["page_requests"], lease_seconds=opts["lease_seconds"], skip=skip,
             remote_latency_ms=_latencies(opts["remote_latency_ms"]), remote_steps=opts["remote_steps"],
             waiters=opts["waiters"], dead_letters=opts["dead_letters"],
+            archive_workflows=opts["archive_workflows"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

@@ -7,7 +7,8 @@ from workflows.operations import memberships
 
 class Command(BaseCommand):
     help = ("Teams (DESIGN §23): `team add TEAM` creates one; `team member TEAM USER` makes USER a member "
-            "(`--remove` takes them out); `team list` shows each team and its members.")
+            "(`--remove` takes them out); `team retention TEAM DAYS|none` sets how long its finished plans stay "
+            "before `archive` moves them out; `team list` shows each team, its retention and its members.")
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="command", required=True)
@@ -17,7 +18,11 @@ class Command(BaseCommand):
         member.add_argument("team")
         member.add_argument("username")
         member.add_argument("--remove", action="store_true", help="Take the user out of the team instead.")
-        commands.add_parser("list", help="Each team and its members.")
+        retention = commands.add_parser("retention", help="Days the team's finished plans stay before `archive` "
+                                                          "moves them out ('none': kept).")
+        retention.add_argument("team")
+        retention.add_argument("days")
+        commands.add_parser("list", help="Each team, its retention and its members.")
 
     def handle(self, *args, command, **options):
         try:
@@ -32,9 +37,14 @@ class Command(BaseCommand):
                 else:
                     done = memberships.add_member(team, username, by="manage.py")
                     self.stdout.write(f"Added {username} to {team}." if done else f"{username} is in {team} already.")
+            elif command == "retention":
+                team = memberships.set_retention(options["team"], options["days"], by="manage.py")
+                kept = f"{team.retention_days} days" if team.retention_days else "kept (no retention)"
+                self.stdout.write(f"Finished plans of {team.name}: {kept}.")
             else:
                 for team in Team.objects.prefetch_related("members").order_by("name"):
                     names = ", ".join(sorted(user.get_username() for user in team.members.all())) or "(no members)"
-                    self.stdout.write(f"{team.name}: {names}")
+                    retention = f" (retention {team.retention_days} days)" if team.retention_days else ""
+                    self.stdout.write(f"{team.name}{retention}: {names}")
         except DomainError as exc:
             raise CommandError(exc.message)

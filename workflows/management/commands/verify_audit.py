@@ -24,7 +24,8 @@ class Command(BaseCommand):
         check = journal.record_verification(by="verify_audit", streams=stream, checkpoint=checkpoint, jwks=jwks)
         result = check.result
         held = f"held to {result.checkpoint}" if result.checkpoint else "no signed checkpoint to hold it to"
-        summary = f"{result.events} events in {result.streams} chains, {held}"
+        archived = f", {result.archived} archived streams held to their archives" if result.archived else ""
+        summary = f"{result.events} events in {result.streams} chains{archived}, {held}"
         if result.ok:
             self.stdout.write(f"audit chain OK: {summary}")
             return

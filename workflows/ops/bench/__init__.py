@@ -21,6 +21,9 @@
        outage in which half of the effects landed, reconciled and the safe
        half replayed by jobs that a real cluster advances; each operation
        key on the desk exactly once (`bulk`)
+    j  archive: `--archive-workflows` (100k) seeded finished workflows
+       archived while a cluster runs live plans: time, peak memory, no lost
+       or blocked work (`archiving`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

@@ -13,7 +13,7 @@ from workflows import roles
 
 AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
 SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote",
-            "h": "waiters", "i": "bulk"}
+            "h": "waiters", "i": "bulk", "j": "archive"}
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
 # (g)'s memory goal speaks of 100k remote steps; by default it runs fewer.
@@ -22,6 +22,8 @@ REMOTE_STEPS = 2_000
 WAITERS = 200
 # (i): dead letters reconciled and replayed in bulk.
 DEAD_LETTERS = 2_000
+# (j): finished workflows archived while workers run.
+ARCHIVE_WORKFLOWS = 100_000
 
 
 class BenchError(Exception):
@@ -46,6 +48,7 @@ class Options:
     remote_steps: int = REMOTE_STEPS
     waiters: int = WAITERS
     dead_letters: int = DEAD_LETTERS
+    archive_workflows: int = ARCHIVE_WORKFLOWS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
@@ -119,6 +122,12 @@ def goals(result: dict) -> list[dict]:
     if "each_key_once" in (bulk := result.get("bulk", {})):
         add("i", f"reconcile and replay of {DEAD_LETTERS:,} dead letters put each operation key on the desk once",
             f"{bulk['tickets']:,} tickets for {bulk['dead_letters']:,} keys", bulk["each_key_once"])
+    if "archived" in (archived := result.get("archive", {})):
+        add("j", f"archive {ARCHIVE_WORKFLOWS:,} workflows while workers run: no lost or blocked work",
+            f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE, "
+            f"{archived['steps_done_during_archive']} steps done during the archive",
+            archived["live_complete"] == archived["live_plans"] and archived["steps_done_during_archive"] > 0
+            if archived["seeded"] >= ARCHIVE_WORKFLOWS else None)
     return rows
 
 

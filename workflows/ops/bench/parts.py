@@ -28,6 +28,7 @@ from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.bench.bulk import BulkPart
+from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
@@ -81,7 +82,8 @@ class Bench:
                         if k not in ("database_url", "workdir")},
         }
         parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
-                 ("g", self.remote), ("h", self.waiters), ("i", self.bulk)]
+                 ("g", self.remote), ("h", self.waiters), ("i", self.bulk),
+                 ("j", self.archive)]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -358,6 +360,11 @@ class Bench:
 
     def remote(self) -> dict:
         return RemotePart(self).run()
+
+    # -- (j) ---------------------------------------------------------------
+
+    def archive(self) -> dict:
+        return ArchivePart(self).run()
 
     # -- (h) ---------------------------------------------------------------
 

@@ -73,6 +73,13 @@ def report(result: dict) -> str:
                      f"{bulk['reconcile']['applied']:,} applied, {bulk['reconcile']['safe']:,} safe) / "
                      f"{bulk['replay']['seconds']} ({bulk['replay']['replayed']:,} replayed, complete after "
                      f"{bulk['replay']['complete_after_s']} s); each key once: {bulk['each_key_once']}"))
+    if "archived" in (archived := result.get("archive", {})):
+        rows.append((f"(j) archive {archived['archived']:,} workflows while workers run",
+                     f"{archived['seconds']} s ({archived['workflows_per_s']:,} workflows/s, {archived['rows']:,} rows, "
+                     f"{archived['files_mib']} MiB of files); peak RSS {archived['peak_rss_mib']} MiB "
+                     f"(+{archived['rss_growth_mib']}); {archived['steps_done_during_archive']} steps done meanwhile, "
+                     f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE; verify_archive "
+                     f"{archived['verify_s']} s"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]

@@ -1,0 +1,642 @@
+"""Retention with a verifiable archive (DESIGN §24).
+
+`write` moves finished workflows out of the tables in four moves:
+
+1. Every row of each chosen workflow (its steps, attempts, traces, dead
+   letters, approvals, revisions, gate decisions, notices, used review
+   links, compensations, webhook deliveries and its audit stream) is
+   written to compressed JSON Lines, one file per table, and a manifest
+   (counts, SHA-256 of each file, each archived stream's audit head) is
+   signed with the Ed25519 signing key (workflows.audit.signing).
+2. `audit.archived` events in the live system stream carry the manifest's
+   digest and the archived heads (at most `batch` heads each, so that no
+   event grows with the archive), and a fresh signed checkpoint follows
+   them (also saved beside the files): from then on verification holds an
+   archived stream to its archive, not to the tables.
+3. The rows are deleted, `batch` workflows per short transaction. A
+   workflow that changed since it was written out (a compensation
+   requested, an event appended) or whose row is locked right now is kept
+   (PostgreSQL: SKIP LOCKED): the archive then holds an older copy, which
+   is harmless, and nothing anyone is working on is ever removed or
+   waited for. On PostgreSQL the audit trigger lets a stream's events be
+   deleted only inside that transaction, after it recorded the workflow
+   as archived (migration 0026); on SQLite the model refuses every
+   delete and only this module deletes, by SQL.
+4. ANALYZE on the touched tables.
+
+`verify` proves an archive complete, unmodified and joined to the live
+chain; `restore` brings one workflow back, read-only.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Callable, Iterator
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from workflows.audit import checkpoints, journal, keys, signing
+from workflows.models import (
+    Approval, Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Compensation, DeadLetter, GateApproval,
+    PlanRevision, ReviewNotice, Step, Team, Trace, UsedReviewLink, WebhookDelivery, Workflow, canonical_json,
+)
+from workflows.states import AttemptStatus, CompensationStatus, StepStatus, TERMINAL_WORKFLOW
+
+VERSION = 1
+TYPE = "durable-console-archive"
+MANIFEST = "manifest.json"
+CHECKPOINT = "checkpoint.json"
+ARCHIVED = journal.ARCHIVED
+RESTORED = "audit.restored"
+DEFAULT_BATCH = 1000
+MAX_BATCH = 10000
+# The PostgreSQL setting the audit trigger reads (migration 0026).
+SETTING = "durableconsole.archive"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One file of the archive: a table's rows of the archived workflows."""
+
+    file: str
+    model: type
+    # The rows of these workflows (ids, and their streams for the audit).
+    rows: Callable[[list, list[str]], object]
+    # The column naming the row's workflow (for completeness checks); "" for
+    # rows reached through their step.
+    workflow_column: str = "workflow_id"
+
+
+def _by_workflow(model):
+    return lambda ids, streams: model.objects.filter(workflow_id__in=ids)
+
+
+# Parents before children: restore inserts in this order, archive deletes in reverse.
+TABLES = (
+    Table("workflows.jsonl.gz", Workflow, lambda ids, streams: Workflow.objects.filter(pk__in=ids), "id"),
+    Table("compensations.jsonl.gz", Compensation, _by_workflow(Compensation)),
+    Table("steps.jsonl.gz", Step, _by_workflow(Step)),
+    Table("attempts.jsonl.gz", Attempt, lambda ids, streams: Attempt.objects.filter(step__workflow_id__in=ids), ""),
+    Table("traces.jsonl.gz", Trace, lambda ids, streams: Trace.objects.filter(step__workflow_id__in=ids), ""),
+    Table("dead_letters.jsonl.gz", DeadLetter, _by_workflow(DeadLetter)),
+    Table("approvals.jsonl.gz", Approval, _by_workflow(Approval)),
+    Table("plan_revisions.jsonl.gz", PlanRevision, _by_workflow(PlanRevision)),
+    Table("gate_approvals.jsonl.gz", GateApproval, _by_workflow(GateApproval)),
+    Table("review_notices.jsonl.gz", ReviewNotice, _by_workflow(ReviewNotice)),
+    Table("used_review_links.jsonl.gz", UsedReviewLink, _by_workflow(UsedReviewLink)),
+    Table("webhook_deliveries.jsonl.gz", WebhookDelivery, _by_workflow(WebhookDelivery)),
+    Table("audit_events.jsonl.gz", AuditEvent, lambda ids, streams: AuditEvent.objects.filter(stream__in=streams)),
+)
+FILES = {table.file: table for table in TABLES}
+
+
+class ArchiveError(Exception):
+    """An archive that cannot be written, read or restored as asked."""
+
+
+# --- rows as JSON -------------------------------------------------------------
+
+
+def _json_value(value):
+    if isinstance(value, datetime | date):
+        return value.isoformat()  # full precision: audit links hash `at.isoformat()`
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    return value
+
+
+def _columns(model) -> list[str]:
+    return [f.attname for f in model._meta.concrete_fields]
+
+
+def _rows(queryset, model) -> Iterator[dict]:
+    names = _columns(model)
+    for values in queryset.order_by("pk").values_list(*names).iterator(chunk_size=2000):
+        yield {name: _json_value(value) for name, value in zip(names, values)}
+
+
+def _instance(model, row: dict):
+    values = {}
+    for f in model._meta.concrete_fields:
+        if f.attname in row:
+            value = row[f.attname]
+            values[f.attname] = value if value is None or f.get_internal_type() == "JSONField" else f.to_python(value)
+    return model(**values)
+
+
+# --- choosing what to archive ----------------------------------------------------
+
+
+def parse_age(text: str) -> timedelta:
+    """`90d`, `12h`, `30m` or a bare number of days."""
+    text = text.strip().lower()
+    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+    unit = units.get(text[-1:]) if text[-1:] in units else "days"
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ArchiveError(f"--older-than {text!r}: give an age such as 90d, 12h or 30m") from None
+    if not amount >= 0:
+        raise ArchiveError(f"--older-than {text!r}: the age cannot be negative")
+    return timedelta(**{unit: amount})
+
+
+def cutoffs(older_than: timedelta | None, now: datetime) -> dict[int, datetime]:
+    """team id → the cutoff of its plans: `older_than` for every team when
+    given, else each team's `retention_days` (teams without one are kept)."""
+    if older_than is not None:
+        return {pk: now - older_than for pk in Team.objects.values_list("pk", flat=True)}
+    return {pk: now - timedelta(days=days)
+            for pk, days in Team.objects.filter(retention_days__isnull=False).values_list("pk", "retention_days")}
+
+
+def candidates(team_cutoffs: dict[int, datetime]):
+    """Finished workflows last changed before their team's cutoff, with
+    nothing left in flight: no step running or being verified, no attempt
+    whose outcome is still being learned, no open dead letter or pending
+    compensation (a person may still act on those), no webhook still to
+    deliver. Restored ones are in their archive already."""
+    if not team_cutoffs:
+        return Workflow.objects.none()
+    by_team = Q()
+    for team_id, cutoff in team_cutoffs.items():
+        by_team |= Q(team_id=team_id, updated_at__lt=cutoff)
+    workflow = OuterRef("pk")
+    busy = (Exists(Step.objects.filter(workflow=workflow, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]))
+            | Exists(Attempt.objects.filter(step__workflow=workflow,
+                                            status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]))
+            | Exists(DeadLetter.objects.filter(workflow=workflow, status=DeadLetter.Status.OPEN))
+            | Exists(Compensation.objects.filter(workflow=workflow, status__in=[
+                CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING]))
+            | Exists(WebhookDelivery.objects.filter(workflow=workflow, status=WebhookDelivery.Status.PENDING)))
+    return (Workflow.objects.filter(by_team, status__in=TERMINAL_WORKFLOW, restored_at__isnull=True)
+            .exclude(busy).order_by("created_at", "id"))
+
+
+# --- writing ----------------------------------------------------------------------
+
+
+@dataclass
+class Written:
+    archive: Archive | None
+    directory: Path
+    workflows: int = 0
+    deleted: int = 0
+    kept: list[str] = field(default_factory=list)  # written out, then changed: left in the tables
+    counts: dict[str, int] = field(default_factory=dict)
+    digest: str = ""
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def write(directory: Path, *, older_than: timedelta | None, batch: int = DEFAULT_BATCH, by: str = "archive",
+          progress: Callable[[str], None] = lambda text: None) -> Written:
+    if not 1 <= batch <= MAX_BATCH:
+        raise ArchiveError(f"--batch must be between 1 and {MAX_BATCH}")
+    directory = Path(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise ArchiveError(f"{directory} is not empty: give a new directory for each archive")
+    now = timezone.now()
+    team_cutoffs = cutoffs(older_than, now)
+    ids = list(candidates(team_cutoffs).values_list("pk", flat=True))
+    done = Written(None, directory)
+    if not ids:
+        progress("Nothing to archive.")
+        return done
+    directory.mkdir(parents=True, exist_ok=True)
+    archive_id = uuid.uuid4()
+
+    # 1. The files, `batch` workflows at a time: memory stays bounded.
+    seen: dict[str, tuple] = {}  # workflow id → (status, updated_at) as written out
+    heads: list[list] = []
+    kids: set[str] = set()
+    files = {table.file: _FileWriter(directory / table.file) for table in TABLES}
+    try:
+        for chunk in _chunks(ids, batch):
+            streams = [str(pk) for pk in chunk]
+            # Heads before events: an event appended meanwhile lies beyond
+            # the head and is left out, as the stream was at its head.
+            chunk_heads = {head.stream: head for head in AuditHead.objects.filter(stream__in=streams)}
+            for table in TABLES:
+                out = files[table.file]
+                for row in _rows(table.rows(chunk, streams), table.model):
+                    if table.model is AuditEvent:
+                        head = chunk_heads.get(row["stream"])
+                        if head is None or row["seq"] > head.seq:
+                            continue
+                        kids.add(row["key_id"])
+                    elif table.model is Workflow:
+                        seen[row["id"]] = (row["status"], row["updated_at"])
+                    out.add(row)
+            heads += [[stream, chunk_heads[stream].seq, chunk_heads[stream].hash]
+                      for stream in streams if stream in chunk_heads]
+            progress(f"written {len(seen)} of {len(ids)} workflows")
+    finally:
+        for out in files.values():
+            out.close()
+    heads.sort()
+    key = signing.current()
+    statement = {
+        "v": VERSION, "type": TYPE, "alg": "EdDSA", "kid": key.kid, "archive": str(archive_id),
+        "created_at": now.isoformat(), "by": by,
+        "rule": ({"older_than_seconds": older_than.total_seconds()} if older_than is not None
+                 else {"team_retention_days": dict(Team.objects.filter(pk__in=team_cutoffs)
+                                                   .values_list("name", "retention_days"))}),
+        "workflows": len(seen),
+        "counts": {name: out.rows for name, out in files.items()},
+        "files": {name: {"sha256": out.sha256, "bytes": out.size, "rows": out.rows} for name, out in files.items()},
+        "heads": heads,
+        # Which audit keys a verifier needs (ids only; "" is plain SHA-256).
+        "audit_keys": sorted(kid for kid in kids if kid),
+    }
+    data = canonical_json(statement).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    checkpoints.save({"statement": statement, "signature": key.sign(data)}, directory / MANIFEST)
+    done.workflows, done.counts, done.digest = len(seen), statement["counts"], digest
+
+    # 2. The live chain learns of the archive before anything is deleted.
+    with transaction.atomic():
+        archive = Archive.objects.create(id=archive_id, created_at=now, by=by, location=str(directory.resolve()),
+                                         manifest_digest=digest, workflows=len(seen))
+        parts = max(1, -(-len(heads) // batch))
+        journal.append_many([
+            journal.Entry(by, ARCHIVED, "archive", archive_id, None, {
+                "archive": str(archive_id), "manifest_sha256": digest, "workflows": len(seen),
+                "part": number, "parts": parts, "heads": part})
+            for number, part in enumerate(_chunks(heads, batch) if heads else [[]], start=1)])
+    checkpoints.save(checkpoints.write_now(full=True).full, directory / CHECKPOINT)
+    done.archive = archive
+    progress(f"manifest {digest} signed and recorded in the live audit chain")
+
+    # 3. Delete, one short transaction per batch.
+    head_of = {stream: (seq, hash_) for stream, seq, hash_ in heads}
+    for chunk in _chunks(ids, batch):
+        removed, kept = _delete(archive, chunk, seen, head_of)
+        done.deleted += removed
+        done.kept += kept
+        progress(f"deleted {done.deleted} of {len(ids)} workflows")
+    Archive.objects.filter(pk=archive.pk).update(deleted=done.deleted, finished_at=timezone.now())
+
+    # 4. The planner's statistics of tables that just lost many rows.
+    with connection.cursor() as cursor:
+        for table in (*TABLES, None):
+            model = table.model if table else AuditHead
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+    return done
+
+
+class _FileWriter:
+    """A gzip JSON Lines file, its digest and row count. No timestamp in
+    the gzip header: the same rows make the same bytes."""
+
+    def __init__(self, path: Path):
+        self.path, self.rows = path, 0
+        self.raw = open(path, "wb")
+        self.gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0)
+
+    def add(self, row: dict) -> None:
+        self.gzip.write(canonical_json(row).encode() + b"\n")
+        self.rows += 1
+
+    def close(self) -> None:
+        if self.gzip is None:
+            return
+        self.gzip.close()
+        self.raw.close()
+        self.gzip = None
+        self.size = self.path.stat().st_size
+        self.sha256 = file_sha256(self.path)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as raw:
+        for block in iter(lambda: raw.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_rows(path: Path) -> Iterator[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            yield json.loads(line)
+
+
+def _delete(archive: Archive, chunk: list, seen: dict, head_of: dict) -> tuple[int, list[str]]:
+    """Delete the rows of the workflows of `chunk` that are as they were
+    written out, in one transaction; return (deleted, kept)."""
+    postgres = connection.vendor == "postgresql"
+    with transaction.atomic():
+        lock = Workflow.objects.filter(pk__in=chunk).order_by("pk")
+        if postgres:
+            lock = lock.select_for_update(skip_locked=True, of=("self",))
+        rows = {str(pk): (pk, status, updated_at, team_id, submitted_by_id, name, created_at)
+                for pk, status, updated_at, team_id, submitted_by_id, name, created_at
+                in lock.values_list("pk", "status", "updated_at", "team_id", "submitted_by_id", "name",
+                                    "created_at")}
+        heads = AuditHead.objects.filter(stream__in=list(rows)).order_by("stream")
+        if postgres:
+            heads = heads.select_for_update(skip_locked=True)
+        now_heads = {head.stream: (head.seq, head.hash) for head in heads}
+        gone = []
+        for stream, (pk, status, updated_at, *_) in rows.items():
+            if (seen.get(stream) == (status, _json_value(updated_at)) and status in TERMINAL_WORKFLOW
+                    and stream in head_of and now_heads.get(stream) == head_of[stream]):
+                gone.append(stream)
+        kept = [str(pk) for pk in chunk if str(pk) not in gone]
+        if not gone:
+            return 0, kept
+        ArchivedWorkflow.objects.bulk_create([
+            ArchivedWorkflow(workflow_id=rows[stream][0], archive=archive, team_id=rows[stream][3],
+                             submitted_by_id=rows[stream][4], name=rows[stream][5], status=rows[stream][1],
+                             created_at=rows[stream][6], archived_at=archive.created_at, seq=head_of[stream][0],
+                             head=head_of[stream][1])
+            for stream in gone])
+        purge(archive, [rows[stream][0] for stream in gone])
+    return len(gone), kept
+
+
+def purge(archive: Archive, workflow_ids: list) -> None:
+    """The one delete of audit rows there is (DESIGN §24): the rows of
+    workflows just recorded as archived, inside the caller's transaction.
+    On PostgreSQL the trigger checks each event against the ArchivedWorkflow
+    rows of the archive this transaction names."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("archived rows are deleted inside the transaction that records them as archived")
+    streams = [str(pk) for pk in workflow_ids]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, %s, true)", [SETTING, str(archive.pk)])
+    for table in reversed(TABLES):
+        table.rows(workflow_ids, streams)._raw_delete(connection.alias)
+        if table.model is AuditEvent:
+            AuditHead.objects.filter(stream__in=streams)._raw_delete(connection.alias)
+
+
+# --- verifying -------------------------------------------------------------------
+
+
+@dataclass
+class Verified:
+    directory: Path
+    problems: list[str] = field(default_factory=list)
+    statement: dict = field(default_factory=dict)
+    digest: str = ""
+    events: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def read_manifest(directory: Path, jwks: Path | None = None) -> tuple[dict, str, list[str]]:
+    """(statement, digest, problems) of the archive's manifest."""
+    path = Path(directory) / MANIFEST
+    try:
+        document = json.loads(path.read_text())
+        statement, signature = document["statement"], document["signature"]
+        if statement.get("type") != TYPE or statement.get("alg") != "EdDSA" or statement.get("v") != VERSION:
+            raise ValueError("not a Durable Console archive manifest")
+        kid = statement["kid"]
+        for name in ("files", "heads", "counts"):
+            if not isinstance(statement[name], dict | list):
+                raise ValueError(f"{name} is not a list or mapping")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {}, "", [f"manifest: {path} cannot be read ({exc})"]
+    data = canonical_json(statement).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        verifier = checkpoints._public_key(kid, jwks)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return statement, digest, [f"manifest: {jwks} is not a usable JWKS ({exc})"]
+    if verifier is None:
+        return statement, digest, [f"manifest: signed with key {kid!r}, which is not known here"]
+    if not verifier.verifies(data, signature):
+        return statement, digest, ["manifest: the signature does not verify (the manifest was modified)"]
+    return statement, digest, []
+
+
+def verify(directory: Path, *, jwks: Path | None = None, live: bool = True) -> Verified:
+    """Prove the archive complete and unmodified, and (`live`) joined to the
+    live audit chain. Every problem found is named."""
+    directory = Path(directory)
+    result = Verified(directory)
+    statement, result.digest, problems = read_manifest(directory, jwks)
+    result.statement = statement
+    result.problems += problems
+    if problems:
+        return result
+    found = result.problems
+    files: dict = statement["files"]
+    expected_files = set(FILES)
+    if set(files) != expected_files:
+        found.append(f"manifest: lists files {sorted(files)}, an archive has {sorted(expected_files)}")
+        return result
+    for extra in sorted(p.name for p in directory.iterdir() if p.name not in expected_files | {MANIFEST, CHECKPOINT}
+                        and not p.name.startswith(".")):
+        found.append(f"{extra}: not part of the archive (the manifest does not list it)")
+    usable = set()
+    for name, meta in files.items():
+        path = directory / name
+        if not path.exists():
+            found.append(f"{name}: missing")
+        elif (actual := file_sha256(path)) != meta.get("sha256"):
+            found.append(f"{name}: modified: its SHA-256 is {actual}, the signed manifest says {meta.get('sha256')}")
+        else:
+            usable.add(name)
+    heads = {stream: (seq, head) for stream, seq, head in statement["heads"]}
+    workflow_ids: set[str] = set()
+    for table in TABLES:  # workflows first: the others are checked against them
+        if table.file not in usable:
+            continue
+        rows = 0
+        try:
+            if table.model is AuditEvent:
+                rows = _check_chains(directory / table.file, heads, workflow_ids, result)
+            else:
+                for row in read_rows(directory / table.file):
+                    rows += 1
+                    if table.model is Workflow:
+                        workflow_ids.add(row["id"])
+                    elif (table.workflow_column and "workflows.jsonl.gz" in usable
+                          and row.get(table.workflow_column) not in workflow_ids):
+                        found.append(f"{table.file}: row {row.get('id')} belongs to no archived workflow")
+        except (OSError, EOFError, ValueError, KeyError, TypeError, gzip.BadGzipFile) as exc:
+            found.append(f"{table.file}: cannot be read ({exc.__class__.__name__}: {exc})")
+            continue
+        if rows != files[table.file].get("rows") or rows != statement["counts"].get(table.file):
+            found.append(f"{table.file}: holds {rows} rows, the manifest says {files[table.file].get('rows')}")
+    if "workflows.jsonl.gz" in usable:
+        if len(workflow_ids) != statement.get("workflows"):
+            found.append(f"workflows.jsonl.gz: {len(workflow_ids)} workflows, the manifest says "
+                         f"{statement.get('workflows')}")
+        if set(heads) != workflow_ids:
+            found.append(f"manifest: its audit heads name {len(heads)} streams for {len(workflow_ids)} workflows")
+    _check_checkpoint_file(directory, heads, jwks, result)
+    if live:
+        _check_joined(statement, result.digest, heads, result)
+    return result
+
+
+def _check_chains(path: Path, heads: dict, workflow_ids: set[str], result: Verified) -> int:
+    """Recompute every archived stream's links with the audit keys, from its
+    first event to the head the manifest names."""
+    last: dict[str, tuple[int, str]] = {}
+    found, rows = result.problems, 0
+    for row in read_rows(path):
+        rows += 1
+        stream = row["stream"]
+        seq, prev = last.get(stream, (0, journal.GENESIS))
+        where = f"audit_events.jsonl.gz: {stream} seq {row['seq']}"
+        if workflow_ids and stream not in workflow_ids:
+            found.append(f"{where}: a stream of no archived workflow")
+        if row["seq"] != seq + 1:
+            found.append(f"{where}: expected seq {seq + 1} (an event is missing or out of order)")
+        elif row["prev_hash"] != prev:
+            found.append(f"{where}: does not link to the previous event")
+        key = None
+        if row["hash_alg"] == AuditEvent.HMAC_SHA256:
+            key = keys.by_id(row["key_id"])
+            if key is None:
+                found.append(f"{where}: sealed with audit key {row['key_id']!r}, which AUDIT_KEYS does not list")
+        if key is not None or row["hash_alg"] == AuditEvent.SHA256:
+            recomputed = journal.event_hash(
+                row["prev_hash"], key=key, stream=stream, seq=row["seq"], at=datetime.fromisoformat(row["at"]),
+                actor=row["actor"], verb=row["verb"], object_type=row["object_type"], object_id=row["object_id"],
+                workflow_id=row["workflow_id"], data=row["data"],
+                identity={name: row.get(name, "") for name in journal.IDENTITY_FIELDS})
+            if recomputed != row["hash"]:
+                found.append(f"{where}: altered (hash mismatch)")
+        last[stream] = (row["seq"], row["hash"])
+        result.events += 1
+    for stream, (seq, head) in heads.items():
+        if last.get(stream) != (seq, head):
+            got = last.get(stream, (0, journal.GENESIS))
+            found.append(f"audit_events.jsonl.gz: {stream} ends at seq {got[0]}, the manifest's head is seq {seq}")
+    for stream in sorted(set(last) - set(heads)):
+        found.append(f"audit_events.jsonl.gz: {stream} is not among the manifest's heads")
+    return rows
+
+
+def _check_checkpoint_file(directory: Path, heads: dict, jwks: Path | None, result: Verified) -> None:
+    """The checkpoint signed right after the archive was recorded saw every
+    archived stream at least up to its archived head."""
+    path = directory / CHECKPOINT
+    if not path.exists():
+        result.problems.append(f"{CHECKPOINT}: missing")
+        return
+    pins = checkpoints.file_pins(path, jwks)
+    if pins.problems:
+        result.problems += [f"{CHECKPOINT}: {problem}" for _, problem in pins.problems]
+        return
+    for stream, (seq, head) in heads.items():
+        pinned = pins.heads.get(stream, {})
+        last = max(pinned, default=0)
+        if last < seq or (last == seq and pinned[seq] != head):
+            result.problems.append(f"{CHECKPOINT}: does not see {stream} at its archived head (seq {seq})")
+
+
+def _check_joined(statement: dict, digest: str, heads: dict, result: Verified) -> None:
+    """The live chain's `audit.archived` events carry this manifest's digest
+    and its heads, and the system stream that holds them verifies."""
+    events = list(AuditEvent.objects.filter(stream=journal.SYSTEM_STREAM, verb=ARCHIVED,
+                                            object_id=str(statement.get("archive"))).order_by("seq"))
+    if not events:
+        result.problems.append(f"live chain: no {ARCHIVED} event names archive {statement.get('archive')}: the "
+                               "archive does not join the live audit chain")
+        return
+    recorded: dict = {}
+    for event in events:
+        if event.data.get("manifest_sha256") != digest:
+            result.problems.append(f"live chain: {ARCHIVED} event {event.pk} carries manifest digest "
+                                   f"{event.data.get('manifest_sha256')}, this manifest's is {digest}")
+            return
+        recorded.update({stream: (seq, head) for stream, seq, head in event.data.get("heads", [])})
+    if len(events) != events[0].data.get("parts") or recorded != heads:
+        result.problems.append(f"live chain: the {ARCHIVED} events do not record this manifest's heads")
+    chain = journal.verify([journal.SYSTEM_STREAM])
+    if not chain.ok:
+        result.problems += [f"live chain: {problem}" for problem in chain.problems[:5]]
+
+
+# --- restoring --------------------------------------------------------------------
+
+
+def restore(directory: Path, workflow_id, *, by: str = "restore", jwks: Path | None = None) -> Workflow:
+    """Bring one workflow back from a verified archive into the tables,
+    read-only (`Workflow.restored_at`): its page, audit trail and chain are
+    as they were; no operation or worker can change it."""
+    directory = Path(directory)
+    try:
+        workflow_id = uuid.UUID(str(workflow_id))
+    except ValueError:
+        raise ArchiveError(f"{workflow_id!r} is not a workflow id") from None
+    checked = verify(directory, jwks=jwks)
+    if not checked.ok:
+        raise ArchiveError("the archive does not verify; nothing restored:\n  " + "\n  ".join(checked.problems[:10]))
+    stream = str(workflow_id)
+    if stream not in {s for s, _, _ in checked.statement["heads"]}:
+        raise ArchiveError(f"workflow {workflow_id} is not in this archive")
+    if Workflow.objects.filter(pk=workflow_id).exists():
+        raise ArchiveError(f"workflow {workflow_id} is in the database already")
+    found: dict[type, list] = defaultdict(list)
+    step_ids: set = set()
+    for table in TABLES:
+        for row in read_rows(directory / table.file):
+            if table.model is Workflow:
+                keep = row["id"] == stream
+            elif table.model is AuditEvent:
+                keep = row["stream"] == stream
+            elif table.workflow_column:
+                keep = row.get(table.workflow_column) == stream
+            else:
+                keep = row["step_id"] in step_ids
+            if keep:
+                if table.model is Step:
+                    step_ids.add(row["id"])
+                found[table.model].append(_instance(table.model, row))
+    now = timezone.now()
+    seq, head = next((seq, head) for s, seq, head in checked.statement["heads"] if s == stream)
+    try:
+        with transaction.atomic():
+            for workflow in found[Workflow]:
+                workflow.restored_at = now
+            for table in TABLES:
+                if found[table.model]:
+                    table.model.objects.bulk_create(found[table.model], batch_size=500)
+            AuditHead.objects.create(stream=stream, seq=seq, hash=head)
+            ArchivedWorkflow.objects.filter(workflow_id=workflow_id).update(restored_at=now)
+            journal.append(actor=by, verb=RESTORED, obj_type="workflow", obj_id=workflow_id, data={
+                "archive": checked.statement["archive"], "manifest_sha256": checked.digest, "workflow": stream})
+    except IntegrityError as exc:
+        raise ArchiveError(f"workflow {workflow_id} cannot be restored: {exc}") from None
+    return found[Workflow][0]
+
+
+def archived_record(user, workflow_id) -> ArchivedWorkflow | None:
+    """What the console says of an id no longer in the tables: its
+    archive record, when `user` would have seen the workflow."""
+    return ArchivedWorkflow.objects.visible_to(user).filter(workflow_id=workflow_id).first()
+
+
+def describe(record: ArchivedWorkflow) -> str:
+    return f"Workflow {record.workflow_id} was archived on {record.archived_at:%Y-%m-%d}."
