@@ -281,3 +281,20 @@ def run_job(job_id, limit=1000):
             return job
         bulk.advance(job.pk, job.batch)
     raise AssertionError(f"job {job_id} did not finish in {limit} batches")
+
+
+@pytest.fixture
+def spans():
+    """Spans of this process (the live server's requests among them),
+    collected in memory; nothing of tracing is left installed after."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from durableconsole import telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry.install(SimpleSpanProcessor(exporter))
+    try:
+        yield exporter
+    finally:
+        telemetry.uninstall()

@@ -11,10 +11,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durableconsole import telemetry
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
 from tests.test_resolution import MAIL
@@ -221,18 +218,7 @@ def test_numbers_and_references_under_secret_named_keys_are_not_secrets(api, set
 # --- (b) secrets by reference, resolved only by the worker --------------------------
 
 
-@pytest.fixture
-def web_spans():
-    """This process's spans (the live server's requests among them), in memory."""
-    exporter = InMemorySpanExporter()
-    telemetry.install(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        telemetry.uninstall()
-
-
-def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker, desk, settings, caplog, web_spans):
+def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker, desk, settings, caplog, spans):
     caplog.set_level(logging.DEBUG)
     policy = desk_policy(desk, "ticket.create", "ticket.comment", "noop")
     settings.SECRETS_POLICY = policy
@@ -308,7 +294,7 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
     exported = "\n".join(collector.exports)
     assert "[REDACTED secret:DESK_TOKEN]" in exported
     assert DESK_TOKEN not in exported
-    web = "\n".join(span.to_json() for span in web_spans.get_finished_spans())
+    web = "\n".join(span.to_json() for span in spans.get_finished_spans())
     assert "approve" in web  # the scan sees the web requests
     assert DESK_TOKEN not in web
     rows = every_row_as_text()

@@ -15,8 +15,6 @@ import pytest
 import requests
 from django.test import Client
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from durableconsole import telemetry
@@ -29,17 +27,6 @@ from workflows.operations import approvals, plans
 OWN_SPANS = {"durable.claim", "durable.policy_recheck", "durable.request", "durable.perform", "durable.record",
              "durable.verify"}
 FIELDS = {"durable.workflow_id", "durable.step_key", "durable.operation_key", "durable.attempt"}
-
-
-@pytest.fixture
-def spans():
-    """Spans of this process, collected in memory (and nothing installed after)."""
-    exporter = InMemorySpanExporter()
-    telemetry.install(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        telemetry.uninstall()
 
 
 @pytest.fixture
