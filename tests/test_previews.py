@@ -20,7 +20,7 @@ from workflows.actions import Preview
 from workflows.engine import binding, failpoints, policy
 from workflows.errors import PreviewChanged, PreviewPending
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import approvals, cancellation, plans
 
 HOOK_TOKEN = "hk_live_4f9a8b7c6d5e4f3a2b1c0d9e"
 
@@ -164,6 +164,20 @@ def test_a_preview_task_delivered_twice_changes_nothing_the_second_time(api, des
     assert tasks.compute_previews(str(workflow.pk)) == 0
     assert Step.objects.get(workflow=workflow).preview["details"]["ticket"]["status"] == "open"
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="workflow.previewed").count() == 1
+
+
+def test_a_plan_that_ended_before_its_preview_task_ran_is_not_read_nor_touched(api, desk):
+    """The task was queued with the submission; the plan was cancelled before
+    a worker took it: nobody will review it, so the remote system is not read
+    and the ended plan's audit stream stays as it ended (an archive run
+    beside the worker relies on that)."""
+    ticket = open_ticket(desk)
+    workflow = plans.submit(api["agent"].user, close_plan(ticket["id"])).workflow
+    cancellation.cancel(workflow, by=api["agent"].user, reason="not needed")
+    events = AuditEvent.objects.filter(workflow_id=workflow.pk).count()
+    assert tasks.compute_previews(str(workflow.pk)) == 0
+    assert Step.objects.get(workflow=workflow).preview_state == "PENDING"
+    assert AuditEvent.objects.filter(workflow_id=workflow.pk).count() == events
 
 
 @pytest.mark.django_db(transaction=True)

@@ -29,7 +29,7 @@ from workflows.audit.redaction import redact, redact_text
 from workflows.engine import locks
 from workflows.engine.leases import WORKER
 from workflows.models import Step, Workflow
-from workflows.states import FailureClass, PreviewState
+from workflows.states import TERMINAL_WORKFLOW, FailureClass, PreviewState
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,10 @@ def compute(workflow_id) -> int:
     """Take the pending previews of one workflow's steps and store them.
     Idempotent: a step's preview is stored only while it is still pending,
     so a task delivered twice, or late, changes nothing. Returns the number stored."""
-    revision = Workflow.objects.filter(pk=workflow_id).values_list("revision", flat=True).first()
+    found = Workflow.objects.filter(pk=workflow_id).values_list("revision", "status").first()
+    if found is None or found[1] in TERMINAL_WORKFLOW:
+        return 0  # gone, or ended (cancelled, rejected, expired...) before its previews: nobody will read them
+    revision = found[0]
     steps = [step for step in Step.objects.filter(workflow_id=workflow_id, lane=0,
                                                   preview_state=PreviewState.PENDING).order_by("position")
              if actions.find(step.action) is not None]
@@ -113,7 +116,10 @@ def compute(workflow_id) -> int:
     with transaction.atomic():
         # The plan's rows in the one order (`locks`): an approval locks
         # them, journals, then marks the first step ready.
-        if locks.plan(workflow_id).revision != revision:
+        locked = locks.plan(workflow_id)
+        if locked.status in TERMINAL_WORKFLOW:
+            return 0  # ended while the previews were taken: its stream stays as it ended
+        if locked.revision != revision:
             return 0  # a reviewer edited the plan meanwhile: its own task takes the new previews
         for step, found in taken:
             fields = stored(found)
