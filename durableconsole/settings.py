@@ -333,8 +333,11 @@ elif Q_BROKER != "orm":
 # pooler in transaction mode, where LISTEN does not work: then the brokers
 # poll, and each web process reads the statuses its waiters watch.
 Q_LISTEN = env_bool("Q_LISTEN", True)
-if Q_BROKER == "orm" and Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"
+if Q_BROKER == "orm":
+    # Oldest first, wake-ups of due work before any other task (workflows.engine.wakeups).
+    Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.QueueBroker"
+    if Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

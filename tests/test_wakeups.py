@@ -145,6 +145,8 @@ def test_a_cluster_holds_one_listen_connection_and_a_notify_starts_its_step(post
 
 def test_sqlite_and_redis_do_not_listen(settings):
     if connection.vendor == "postgresql" and "orm" in settings.Q_CLUSTER:
-        assert "broker_class" in settings.Q_CLUSTER
+        assert settings.Q_CLUSTER["broker_class"] == "workflows.engine.wakeups.ListeningBroker"
+    elif "orm" in settings.Q_CLUSTER:
+        assert settings.Q_CLUSTER["broker_class"] == "workflows.engine.wakeups.QueueBroker"
     else:
         assert "broker_class" not in settings.Q_CLUSTER

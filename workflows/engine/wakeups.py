@@ -12,6 +12,7 @@ to do; a lost notification costs at most one poll interval.
 import logging
 import os
 import time
+from datetime import timedelta
 
 import psycopg
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
+from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 from durableconsole import telemetry
@@ -56,8 +58,66 @@ def wake(workflow: Workflow) -> None:
     enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}", **telemetry.carrier())
 
 
-class ListeningBroker(ORM):
-    """django-q2's ORM broker, woken by NOTIFY. The cluster's pusher (one
+# Wake-ups of due work: whichever of them a worker takes drains every step
+# that is due (`execution.drain`).
+DRAINS = frozenset({"workflows.tasks.run_workflow", "workflows.tasks.drain"})
+# How far back a drain's wake-up is dated in the queue (below): further than
+# any task waits, so that drains come out first, oldest first among them.
+HEAD_START = timedelta(days=1)
+
+
+def _func(payload: str) -> str:
+    try:
+        return str(SignedPackage.loads(payload).get("func", ""))
+    except Exception:  # not ours to judge: django-q2 reports a bad package when it takes it
+        return ""
+
+
+class QueueBroker(ORM):
+    """django-q2's ORM broker, taking the oldest task first, and wake-ups of
+    due work before every other task.
+
+    The ORM broker takes any ready row (no order). After a burst of
+    submissions and approvals while no worker ran (a deploy, an outage), the
+    queue holds each plan's reviewers' notice and preview task ahead of the
+    approvals' wake-ups, and the workers went through thousands of tasks
+    with nothing to do before the first effect. A drain's wake-up is queued
+    dated `HEAD_START` back instead (`lock`, django-q2's "not before"), and
+    the queue is read in `lock` order through its own index (migration
+    0027), so the first task a worker takes after an outage starts the
+    effects; the notices follow. Order is a hint only: each task re-reads
+    the tables, and a task taken twice changes nothing."""
+
+    def enqueue(self, task: str):
+        lock = timezone.now()
+        if _func(task) in DRAINS:
+            lock -= HEAD_START
+        return self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=lock).pk
+
+    def drains_queued(self) -> int:
+        """Wake-ups of due work waiting in this queue (ready, not taken)."""
+        return (self.get_connection()
+                .filter(key=self.list_key, lock__lte=timezone.now() - HEAD_START / 2).count())
+
+    def _take(self) -> list:
+        """Up to BULK ready tasks, oldest `lock` first, each locked for
+        `retry` seconds by a conditional update (as the ORM broker does)."""
+        queue = self.get_connection()
+        taken = []
+        for task in queue.filter(key=self.list_key, lock__lt=timezone.now()).order_by("lock", "id")[: Conf.BULK]:
+            if queue.filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
+                taken.append((task.pk, task.payload))
+        return taken
+
+    def dequeue(self):
+        if tasks := self._take():
+            return tasks
+        time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as the ORM broker does
+        return None
+
+
+class ListeningBroker(QueueBroker):
+    """The queue broker (above), woken by NOTIFY. The cluster's pusher (one
     process per cluster) is the only caller of `dequeue`, so a cluster holds
     one LISTEN connection, whatever its number of workers. When that
     connection fails, the broker sleeps `Q_POLL` like the ORM broker and
@@ -85,16 +145,6 @@ class ListeningBroker(ORM):
             return None
         self._listener, self._listener_pid = listener, os.getpid()
         return listener
-
-    def _take(self) -> list:
-        """What the ORM broker's dequeue takes: up to BULK ready tasks, each
-        locked for `retry` seconds by a conditional update."""
-        queue = self.get_connection()
-        taken = []
-        for task in queue.filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK]:
-            if queue.filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
-                taken.append((task.pk, task.payload))
-        return taken
 
     def dequeue(self):
         # LISTEN before looking: a wake-up committed between the look and

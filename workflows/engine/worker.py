@@ -84,7 +84,10 @@ def tick(broker) -> bool:
         log.info("queued again the batch of a bulk job that stalled")
     due = work_is_due()
     if due:
-        wanted = settings.Q_CLUSTER["workers"] - broker.queue_size()
+        # Drains already queued count, other tasks do not: those queue
+        # behind drains (wakeups.QueueBroker; Redis keeps one order).
+        queued = broker.drains_queued() if hasattr(broker, "drains_queued") else broker.queue_size()
+        wanted = settings.Q_CLUSTER["workers"] - queued
         for _ in range(max(0, wanted)):
             async_task("workflows.tasks.drain", task_name="drain", broker=broker)
     # Webhooks whose retry came due, or whose worker died mid-call (its

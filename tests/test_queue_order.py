@@ -1,0 +1,124 @@
+"""The task queue after an outage (workflows.engine.wakeups.QueueBroker):
+plans submitted and approved while no worker ran leave each plan's
+reviewers' notice queued ahead of the approvals' wake-ups. The broker takes
+wake-ups of due work first, oldest first among them, then every other task
+oldest first, through an index in that order, on both databases; the
+worker loop's sweep counts only drains already queued, so a queue full of
+notices never keeps it from asking for one."""
+
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from django_q.brokers import get_broker
+from django_q.conf import Conf
+from django_q.models import OrmQ
+
+from workflows.engine import wakeups, worker
+from workflows.engine.wakeups import QueueBroker
+from workflows.models import Attempt
+from workflows.operations import approvals, plans
+
+NOOP = [{"key": "s", "action": "noop", "args": {}}]
+
+
+def submit(people, key):
+    return plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": NOOP}).workflow
+
+
+def taken_names(broker, count):
+    names = []
+    for _ in range(count):
+        (task,) = broker.dequeue()
+        names.append(OrmQ.objects.get(pk=task[0]).task["name"])
+    return names
+
+
+@pytest.fixture
+def broker(db):
+    return QueueBroker(list_key=Conf.CLUSTER_NAME)
+
+
+def test_the_configured_orm_broker_is_the_ordered_one(db, settings):
+    if "orm" not in settings.Q_CLUSTER:
+        pytest.skip("Redis keeps its own order")
+    assert isinstance(get_broker(), QueueBroker)
+
+
+def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_queued_ahead(people, broker):
+    workflows = [submit(people, f"outage-{n}") for n in range(4)]
+    for workflow in workflows:
+        approvals.approve(workflow, by=people["reviewer"])
+    later = submit(people, "outage-later")  # a notice queued after the wake-ups
+
+    names = taken_names(broker, 9)
+
+    assert names[:4] == [f"run {workflow.pk}" for workflow in workflows]  # the approvals, in their order
+    assert names[4:] == [f"notify {workflow.pk}" for workflow in [*workflows, later]]  # then the rest, oldest first
+    assert broker.dequeue() is None
+
+
+def test_a_taken_task_is_locked_and_comes_back_once_its_lock_ran_out(people, broker):
+    first, second = submit(people, "lock-1"), submit(people, "lock-2")
+    (taken,) = broker.dequeue()
+    assert OrmQ.objects.get(pk=taken[0]).task["name"] == f"notify {first.pk}"
+    assert taken_names(broker, 1) == [f"notify {second.pk}"]
+    assert broker.dequeue() is None  # both locked for `retry` seconds
+    # The first one's worker died: after its lock it is ready again.
+    OrmQ.objects.filter(pk=taken[0]).update(lock=OrmQ.objects.get(pk=taken[0]).lock.replace(year=2000))
+    assert taken_names(broker, 1) == [f"notify {first.pk}"]
+
+
+def test_the_sweep_asks_for_a_drain_when_the_queue_is_full_of_other_tasks(people, broker):
+    for n in range(3 * settings.Q_CLUSTER["workers"]):
+        submit(people, f"inbox-{n}")  # notices only: no drain among them
+    workflow = submit(people, "due")
+    approvals.approve(workflow, by=people["reviewer"])
+    OrmQ.objects.filter(pk__in=[pk for pk in OrmQ.objects.values_list("pk", flat=True)
+                                if OrmQ.objects.get(pk=pk).task["func"] in wakeups.DRAINS]).delete()
+    assert broker.queue_size() > settings.Q_CLUSTER["workers"] and broker.drains_queued() == 0
+
+    assert worker.tick(broker) is True  # the step is due
+
+    assert broker.drains_queued() == settings.Q_CLUSTER["workers"]
+    assert taken_names(broker, 1) == ["drain"]
+    worker.tick(broker)
+    assert broker.drains_queued() == settings.Q_CLUSTER["workers"]  # no more than the workers take
+
+
+def test_taking_the_next_task_reads_the_queue_index_in_order_without_statistics(people, broker):
+    for n in range(3):
+        submit(people, f"plan-{n}")
+    queryset = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lt=timezone.now()).order_by("lock", "id")[:1]
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # A fresh table has no statistics (autovacuum off): the plan must not depend on them.
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = " | ".join(row[0] for row in cursor.fetchall())
+            assert "Index Scan using durableconsole_ormq_order" in plan and "Sort" not in plan, plan
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = " | ".join(row[-1] for row in cursor.fetchall())
+            assert "durableconsole_ormq_order" in plan and "TEMP B-TREE" not in plan, plan
+
+
+@pytest.mark.live
+def test_a_cluster_started_after_an_outage_starts_the_effects_before_the_notices(people, start_worker):
+    """A real cluster of one worker, started after 60 plans were submitted
+    and one approved: its first task is the approval's wake-up, so the step
+    went out while the 60 notices queued ahead of it still waited."""
+    for n in range(60):
+        submit(people, f"waiting-{n}")
+    workflow = approvals.approve(submit(people, "approved"), by=people["reviewer"])
+    notices = OrmQ.objects.count() - 1
+    start_worker("after-outage", Q_WORKERS="1")
+    deadline = time.monotonic() + 60
+    while not Attempt.objects.filter(step__workflow=workflow).exists():
+        assert time.monotonic() < deadline, "the approved step never went out"
+        time.sleep(0.01)
+    # Read as soon as the attempt exists: most of the notices are still queued.
+    left = OrmQ.objects.count()
+    assert left >= notices // 2, f"{notices - left} of {notices} notices were taken before the step went out"
