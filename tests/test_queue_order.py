@@ -76,8 +76,7 @@ def test_the_sweep_asks_for_a_drain_when_the_queue_is_full_of_other_tasks(people
         submit(people, f"inbox-{n}")  # notices only: no drain among them
     workflow = submit(people, "due")
     approvals.approve(workflow, by=people["reviewer"])
-    OrmQ.objects.filter(pk__in=[pk for pk in OrmQ.objects.values_list("pk", flat=True)
-                                if OrmQ.objects.get(pk=pk).task["func"] in wakeups.DRAINS]).delete()
+    OrmQ.objects.filter(pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] in wakeups.DRAINS]).delete()
     assert broker.queue_size() > settings.Q_CLUSTER["workers"] and broker.drains_queued() == 0
 
     assert worker.tick(broker) is True  # the step is due

@@ -24,7 +24,7 @@ from django_q.signals import pre_execute
 from django_q.tasks import async_task
 
 from workflows.audit import checkpoints
-from workflows.engine import execution, expiry, jobs, recovery
+from workflows.engine import execution, expiry, jobs, recovery, wakeups
 from workflows.models import ReviewNotice, Step
 from workflows.states import StepStatus
 from workflows.webhooks import delivery
@@ -86,7 +86,7 @@ def tick(broker) -> bool:
     if due:
         # Drains already queued count, other tasks do not: those queue
         # behind drains (wakeups.QueueBroker; Redis keeps one order).
-        queued = broker.drains_queued() if hasattr(broker, "drains_queued") else broker.queue_size()
+        queued = broker.drains_queued() if isinstance(broker, wakeups.QueueBroker) else broker.queue_size()
         wanted = settings.Q_CLUSTER["workers"] - queued
         for _ in range(max(0, wanted)):
             async_task("workflows.tasks.drain", task_name="drain", broker=broker)
