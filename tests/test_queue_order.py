@@ -16,9 +16,10 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from workflows.engine import wakeups, worker
+from workflows.engine import execution, wakeups, worker
 from workflows.engine.wakeups import QueueBroker
 from workflows.models import Attempt
+from workflows.states import WorkflowStatus
 from workflows.operations import approvals, plans
 
 NOOP = [{"key": "s", "action": "noop", "args": {}}]
@@ -47,7 +48,8 @@ def test_the_configured_orm_broker_is_the_ordered_one(db, settings):
     assert isinstance(get_broker(), QueueBroker)
 
 
-def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_queued_ahead(people, broker):
+def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_queued_ahead(people, broker, settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}  # as many kept as approved: none dropped
     workflows = [submit(people, f"outage-{n}") for n in range(4)]
     for workflow in workflows:
         approvals.approve(workflow, by=people["reviewer"])
@@ -58,6 +60,35 @@ def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_q
     assert names[:4] == [f"run {workflow.pk}" for workflow in workflows]  # the approvals, in their order
     assert names[4:] == [f"notify {workflow.pk}" for workflow in [*workflows, later]]  # then the rest, oldest first
     assert broker.dequeue() is None
+
+
+def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_approved_step(people, broker):
+    """A burst of approvals queues a wake-up each; once one is taken, one
+    per worker stays queued, the rest are dropped (each would have found
+    its steps already claimed), the notices are untouched, and the drain
+    the first one starts runs the steps of every approved plan."""
+    workers = settings.Q_CLUSTER["workers"]
+    workflows = [approvals.approve(submit(people, f"burst-{n}"), by=people["reviewer"]) for n in range(12)]
+    assert broker.drains_queued() == 12
+
+    assert taken_names(broker, 1) == [f"run {workflows[0].pk}"]
+
+    assert broker.drains_queued() == workers
+    assert taken_names(broker, workers) == [f"run {workflow.pk}" for workflow in workflows[1:1 + workers]]
+    assert [row.task["name"] for row in OrmQ.objects.order_by("id") if row.task["func"] not in wakeups.DRAINS] \
+        == [f"notify {workflow.pk}" for workflow in workflows]
+    assert execution.drain(budget_seconds=30) == 12
+    for workflow in workflows:
+        workflow.refresh_from_db()
+        assert workflow.status == WorkflowStatus.COMPLETE
+
+
+def test_a_drain_queued_after_the_one_taken_is_kept_when_fewer_than_the_workers_wait(people, broker):
+    first = approvals.approve(submit(people, "alone-1"), by=people["reviewer"])
+    assert taken_names(broker, 1) == [f"run {first.pk}"]
+    second = approvals.approve(submit(people, "alone-2"), by=people["reviewer"])
+    assert broker._collapse(timezone.now()) == 0  # nothing beyond one per worker
+    assert taken_names(broker, 1) == [f"run {second.pk}"]
 
 
 def test_a_taken_task_is_locked_and_comes_back_once_its_lock_ran_out(people, broker):

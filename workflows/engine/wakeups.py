@@ -64,6 +64,9 @@ DRAINS = frozenset({"workflows.tasks.run_workflow", "workflows.tasks.drain"})
 # How far back a drain's wake-up is dated in the queue (below): further than
 # any task waits, so that drains come out first, oldest first among them.
 HEAD_START = timedelta(days=1)
+# How many surplus wake-ups one take drops at most (one statement); a larger
+# surplus is dropped over the next takes.
+COLLAPSE_BATCH = 1000
 
 
 def _func(payload: str) -> str:
@@ -101,13 +104,40 @@ class QueueBroker(ORM):
 
     def _take(self) -> list:
         """Up to BULK ready tasks, oldest `lock` first, each locked for
-        `retry` seconds by a conditional update (as the ORM broker does)."""
+        `retry` seconds by a conditional update (as the ORM broker does).
+        Taking a drain's wake-up leaves no more than one per worker queued
+        behind it (`_collapse`)."""
         queue = self.get_connection()
-        taken = []
-        for task in queue.filter(key=self.list_key, lock__lt=timezone.now()).order_by("lock", "id")[: Conf.BULK]:
+        now = timezone.now()
+        taken, drains = [], False
+        for task in queue.filter(key=self.list_key, lock__lt=now).order_by("lock", "id")[: Conf.BULK]:
             if queue.filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
+                drains = drains or task.lock <= now - HEAD_START / 2
+        if drains:
+            self._collapse(now)
         return taken
+
+    def _collapse(self, now) -> int:
+        """Drop the wake-ups of due work queued beyond one per worker.
+
+        A burst of approvals queues a wake-up each, and any one drain runs
+        everything due when it starts: after the first, the rest found
+        nothing (their steps were already claimed) and each cost a task, a
+        health check and an empty claim, hundreds in a row, on the CPU the
+        effects needed. Every wake-up dropped here was committed before the
+        ones kept were taken, so the drains they start see its work; the
+        worker loop's sweep queues drains again whenever work is due and
+        fewer are queued than workers. Returns how many were dropped."""
+        keep = max(1, settings.Q_CLUSTER["workers"])
+        queue = self.get_connection()
+        surplus = list(queue.filter(key=self.list_key, lock__lte=now - HEAD_START / 2)
+                       .order_by("lock", "id").values_list("id", flat=True)[keep:keep + COLLAPSE_BATCH])
+        if not surplus:
+            return 0
+        dropped, _ = queue.filter(id__in=surplus, lock__lte=now - HEAD_START / 2).delete()
+        log.debug("dropped %d wake-up(s) of due work queued behind the one taken", dropped)
+        return dropped
 
     def dequeue(self):
         if tasks := self._take():
