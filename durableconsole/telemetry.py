@@ -8,7 +8,7 @@ span helpers return at their first line, so the hot path pays one flag test.
 
 The engine's own spans (`durable.claim`, `durable.policy_recheck`,
 `durable.request`, `durable.perform`, `durable.record`, `durable.verify`,
-`durable.reconcile`) carry the step's workflow id, key, operation key and
+`durable.complete`, `durable.reconcile`) carry the step's workflow id, key, operation key and
 attempt number. An approval's wake-up carries the W3C trace context of the
 request that approved (`carrier`, a task keyword): the worker that takes
 the wake-up parents the spans of that workflow's steps to it (`continuing`),

@@ -166,6 +166,13 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
         effect = run["approval_to_effect_ms"]
         assert effect["n"] == 10 and 0 < effect["p50"] <= effect["p95"] <= effect["max"]
         assert run["memory"]["worker_processes"] >= 1 and is_number(run["memory"]["growth_mib_per_10k_steps"])
+        database = run["database_per_step"]
+        if connection.vendor == "postgresql":
+            # Each remote step commits its claim, REQUESTED attempt, outcome and COMPLETE (some shared with
+            # other steps), and writes its attempt, moves and audit events to the log.
+            assert 0 < database["write_transactions"] and database["wal_kib"] >= 1, database
+        else:
+            assert database is None
     # The desk really held the latency fault of each run, as it reported it.
     assert runs[0]["desk_faults"] == []
     assert [(fault["mode"], fault["ms"]) for fault in runs[1]["desk_faults"]] == [("latency", 50)]

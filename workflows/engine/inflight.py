@@ -37,7 +37,7 @@ from workflows.actions.context import performing
 from workflows.audit import journal
 from workflows.audit.redaction import redact_text
 from workflows.engine import failpoints, outcomes, policy, previews, proofs, recovery, references
-from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held
+from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held_each
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
 from workflows.states import FailureClass, StepStatus
@@ -45,7 +45,7 @@ from workflows.states import FailureClass, StepStatus
 log = logging.getLogger(__name__)
 
 # How long to wait, once one effect is back, for others to come back too.
-GATHER_SECONDS = 0.01
+GATHER_SECONDS = 0.04
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None
@@ -158,6 +158,10 @@ class Effects:
         self.ahead = max(1, self.limit // 2)
         self.waiting: list[Step] = []
         self.flights: dict[Future, Flight] = {}
+        # Performed, VERIFYING committed and verified: made COMPLETE by the
+        # next commit, with the REQUESTED attempts of the steps taking their
+        # places when there are some (`_request`), else on their own.
+        self.verified: list[Step] = []
 
     @property
     def room(self) -> int:
@@ -235,19 +239,36 @@ class Effects:
             self.keeper.release([step.pk])
         self._request(ready)
 
+    def _complete(self) -> None:
+        """The verified steps no REQUESTED commit took along: COMPLETE now."""
+        if self.verified:
+            verified, self.verified = self.verified, []
+            with telemetry.steps_span("durable.complete", verified):
+                outcomes.complete(verified)
+            self.keeper.release([step.pk for step in verified])
+
     def _request(self, steps: list[Step]) -> None:
         """The checkpoint before the effects: every step's REQUESTED attempt
-        in one commit, while its claim still holds; then each is sent."""
+        in one commit, while its claim still holds; then each is sent. The
+        same commit makes the verified steps COMPLETE (their VERIFYING was
+        committed, and their check passed, before it): one commit fewer for
+        each group of answers."""
         if not steps:
             return
+        verified, self.verified = self.verified, []
         with telemetry.steps_span("durable.request", steps), transaction.atomic():
-            held = still_held(steps, StepStatus.RUNNING)
+            held = still_held_each([(step, StepStatus.VERIFYING) for step in verified]
+                                   + [(step, StepStatus.RUNNING) for step in steps])
+            requesting = {step.pk for step in steps}
+            entries: list[journal.Entry] = []
+            outcomes.complete_held([step for step in held if step.pk not in requesting], entries)
+            held = [step for step in held if step.pk in requesting]
             cancelled = policy.cancelled_workflows({step.workflow_id for step in held})
             stopped = [step for step in held if step.workflow_id in cancelled]
             held = [step for step in held if step.workflow_id not in cancelled]
-            entries: list[journal.Entry] = []
             write_requested(held, entries)
             journal.append_many(entries)
+        self.keeper.release([step.pk for step in verified])
         for step in stopped:
             outcomes.block(step, step.fence, policy.cancelled_problem())
         taken = {step.pk for step in held}
@@ -302,10 +323,13 @@ class Effects:
             else:
                 answers[step.pk] = answer
         performed = [flight.step for flight, _ in back if flight.effect]
-        outcomes.record_performed(performed, answers, failures)
-        self.keeper.release([step.pk for step in performed])
+        verified: list[Step] = []
+        outcomes.record_performed(performed, answers, failures, verified=verified)
+        self.keeper.release([step.pk for step in performed if step not in verified])
+        self.verified.extend(verified)
         self._request(again)
         self._fill()
+        self._complete()
         return len(back)
 
     def _blocked_by_preview(self, step: Step, taken) -> bool:
@@ -324,3 +348,4 @@ class Effects:
         while self.busy:
             self._fill()
             self.collect(timeout=None)
+            self._complete()

@@ -128,13 +128,21 @@ def assert_lease(step: Step, fence: int, status: str) -> None:
 def still_held(steps: list[Step], status: str) -> list[Step]:
     """Inside a transaction: lock the steps and keep those this worker's
     claims still own (the bulk form of `assert_lease`)."""
-    by_pk = {step.pk: step for step in steps}
+    return still_held_each([(step, status) for step in steps])
+
+
+def still_held_each(expected: list[tuple[Step, str]]) -> list[Step]:
+    """`still_held` for steps each expected in its own status, their rows
+    locked by one statement in id order."""
+    if not expected:
+        return []
+    by_pk = {step.pk: (step, status) for step, status in expected}
     current = Step.objects.select_for_update().filter(pk__in=by_pk).order_by("pk").values_list("pk", "status", "fence")
-    owned = {pk for pk, row_status, fence in current if (row_status, fence) == (status, by_pk[pk].fence)}
-    for step in steps:
+    owned = {pk for pk, row_status, fence in current if (row_status, fence) == (by_pk[pk][1], by_pk[pk][0].fence)}
+    for step, _ in expected:
         if step.pk not in owned:
             log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
-    return [step for step in steps if step.pk in owned]
+    return [step for step, _ in expected if step.pk in owned]
 
 
 def process_alive(owner: str) -> bool:

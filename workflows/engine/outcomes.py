@@ -67,12 +67,15 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
     return moved
 
 
-def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: dict[int, ActionError]) -> None:
+def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: dict[int, ActionError],
+                     verified: list[Step] | None = None) -> None:
     """After perform(): the outcomes of several steps, each under its own
     attempt and fence. The answered ones in one commit, then verified, then
     COMPLETE in one commit (a compensation's step, or one that failed its
-    check, settles on its own); each failure by its class. A crash anywhere
-    leaves each step where a crash of the one-step path would."""
+    check, settles on its own); each failure by its class. With `verified`,
+    the plan steps that passed their check are added to it instead, for the
+    caller's next commit to make COMPLETE (`complete_held`). A crash
+    anywhere leaves each step where a crash of the one-step path would."""
     performed = [step for step in steps if step.pk in answers]
     failpoints.hit_each(failpoints.AFTER_PERFORM, performed)
     with telemetry.steps_span("durable.record", performed):
@@ -92,7 +95,11 @@ def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: d
                                                                      external_ref=step.external_ref))
                     for step in recorded}
         failpoints.hit_each(failpoints.AFTER_VERIFY, recorded)
-        complete([step for step in recorded if verdicts[step.pk] and not step.lane])
+        passed = [step for step in recorded if verdicts[step.pk] and not step.lane]
+        if verified is None:
+            complete(passed)
+        else:
+            verified.extend(passed)
         for step in recorded:
             if step.lane or not verdicts[step.pk]:
                 try:
@@ -136,17 +143,26 @@ def complete(steps: list[Step]) -> None:
         return
     with transaction.atomic():
         log: list[journal.Entry] = []
-        done = move_many(still_held(steps, StepStatus.VERIFYING), StepStatus.COMPLETE, actor=WORKER, locked=True,
-                         log=log, lease_expires_at=None)
-        Step.objects.ready_after(done)
-        touched = {step.workflow_id for step in done}
-        unfinished = set(
-            Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
-            .order_by().values_list("workflow_id", flat=True).distinct()
-        )
-        finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
-        move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
+        complete_held(still_held(steps, StepStatus.VERIFYING), log)
         journal.append_many(log)
+
+
+def complete_held(steps: list[Step], log: list) -> None:
+    """Inside the caller's transaction, with the steps' rows locked and
+    their claims checked (`still_held`, VERIFYING): each COMPLETE, the step
+    after it ready, and each workflow whose steps are now all COMPLETE with
+    them; the audit entries go to `log`."""
+    if not steps:
+        return
+    done = move_many(steps, StepStatus.COMPLETE, actor=WORKER, locked=True, log=log, lease_expires_at=None)
+    Step.objects.ready_after(done)
+    touched = {step.workflow_id for step in done}
+    unfinished = set(
+        Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
+        .order_by().values_list("workflow_id", flat=True).distinct()
+    )
+    finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
+    move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
 
 
 def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:

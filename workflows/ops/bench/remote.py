@@ -19,7 +19,10 @@ last step's completion. The wait a user sees: with the clusters still
 running and idle, one-step plans approved one at a time at half the rate
 just measured; a step's approval-to-effect time runs from the call that
 approves it (its commit included) to its attempt's `started_at` (the
-REQUESTED commit, just before the call).
+REQUESTED commit, just before the call). On PostgreSQL the rate phase also
+reports what the database wrote per remote step (every session: the
+workers, their loops, the queue): transactions that wrote, and kilobytes of
+write-ahead log (`counting.database_counters`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from django.db.models import Count, F, Max, Min
 from workflows.models import Attempt, Step, Workflow, operation_key_for
 from workflows.operations import approvals, plans
 from workflows.ops.bench.common import BenchError
+from workflows.ops.bench.counting import database_counters, per_unit
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
@@ -151,12 +155,14 @@ class RemotePart:
         total = len(ids) * STEPS_PER_PLAN
         env = {**self.bench.cluster_env, "TICKET_DESK_URL": desk.url}
         sampler = None
+        counted = database_counters()
         with Fleet(self.bench.workdir, env) as fleet:
             clusters = [fleet.start(f"{label}-{n + 1}") for n in range(count)]
             try:
                 sampler = RssSampler(clusters)
                 sampler.start()
                 self.bench.wait_steps(ids, total, clusters, timeout=max(120.0, total / 2))
+                database = per_unit(counted, database_counters(), total)
                 attempts = Attempt.objects.filter(step__workflow_id__in=ids)
                 first = attempts.aggregate(t=Min("started_at"))["t"]
                 last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
@@ -186,4 +192,5 @@ class RemotePart:
             raise BenchError(f"the desk created {len(ledger)} tickets for {total + len(paced)} steps")
         return {"workflows": len(ids), "steps": total, "seconds": round(seconds, 2),
                 "steps_per_s": round(total / seconds, 1), "approval_to_effect_ms": spread(effect_ms, 0),
-                "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid)}
+                "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid),
+                "database_per_step": database}

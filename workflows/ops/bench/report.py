@@ -58,7 +58,9 @@ def report(result: dict) -> str:
                      f"({pool['calls_per_s']:,.1f}/s; desk at {desk['threads']} threads {desk['calls_per_s']:,.1f}/s); "
                      f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
                      f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
-                     f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"))
+                     f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"
+                     + (f"; database per step {db['write_transactions']} write transactions, {db['wal_kib']} KiB of WAL"
+                        if (db := run.get("database_per_step")) else "")))
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
