@@ -17,7 +17,7 @@ from tests.conftest import run_until, ticket_plan
 from workflows import actions, tasks
 from workflows.actions import Outcome
 from workflows.engine import execution, inflight, leases, outcomes, recovery
-from workflows.models import Attempt, AuditEvent, Step
+from workflows.models import Attempt, AuditEvent, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus
@@ -329,6 +329,39 @@ def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
     assert not Attempt.objects.filter(step__in=alone).exists()
     left = Step.objects.filter(action="ticket.create", status=StepStatus.PENDING, next_attempt_at__isnull=False)
     assert left.count() == 12 - execution.ALONE_BATCH  # still due, for the next claim
+
+
+def test_a_drain_reads_no_more_steps_than_it_has_room_for_in_flight(people, desk, settings, monkeypatch):
+    """Every row a claim reads is locked and made into objects: a drain
+    with room for a few effects reads that few, not a full batch it would
+    hand back, and still runs every plan to the end."""
+    settings.WORKER_CONCURRENCY = 4
+    workflows = []
+    for n in range(12):
+        workflow = plans.submit(people["agent"], ticket_plan(key=f"room-{n}")).workflow
+        workflows.append(approvals.approve(workflow, by=people["reviewer"]))
+    claim, from_db, claims = execution.claim_batch, Step.from_db.__func__, []
+
+    def counting_claim(*args, **kwargs):
+        made = []
+
+        def counted(cls, *row, **named):
+            made.append(from_db(cls, *row, **named))
+            return made[-1]
+
+        monkeypatch.setattr(Step, "from_db", classmethod(counted))
+        try:
+            return claim(*args, **kwargs)
+        finally:
+            monkeypatch.setattr(Step, "from_db", classmethod(from_db))
+            claims.append((kwargs["alone"], len(made)))
+
+    monkeypatch.setattr(execution, "claim_batch", counting_claim)
+    execution.drain(budget_seconds=60)
+
+    assert claims[0] == (6, 6), claims  # room for 4 in flight and 2 ahead, of the 12 first steps due
+    assert all(read <= room for room, read in claims), claims
+    assert {w.status for w in Workflow.objects.filter(pk__in=[w.pk for w in workflows])} == {"COMPLETE"}
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner; PostgreSQL's reads the index by itself")

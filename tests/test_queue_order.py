@@ -62,6 +62,32 @@ def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_q
     assert broker.dequeue() is None
 
 
+def test_under_a_backlog_a_task_that_waited_gets_its_turn_after_each_drain(people, broker, settings):
+    """Wake-ups first, except that after a drain a notice that has waited
+    FAIR_WAIT goes next: a sustained backlog (a drain always queued) does
+    not hold reviewers' notices back until it clears."""
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}  # no wake-up dropped here
+    workflows = [submit(people, f"backlog-{n}") for n in range(3)]
+    for workflow in workflows[:2]:
+        approvals.approve(workflow, by=people["reviewer"])
+    waited = timezone.now() - wakeups.FAIR_WAIT * 2
+    OrmQ.objects.filter(lock__gt=timezone.now() - wakeups.HEAD_START / 2).update(lock=waited)
+
+    names = taken_names(broker, 5)
+
+    runs, notices = [f"run {w.pk}" for w in workflows[:2]], [f"notify {w.pk}" for w in workflows]
+    assert names == [runs[0], notices[0], runs[1], notices[1], notices[2]]
+
+
+def test_a_notice_that_has_not_waited_stays_behind_the_drains(people, broker, settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}
+    first, second = submit(people, "fresh-1"), submit(people, "fresh-2")
+    for workflow in (first, second):
+        approvals.approve(workflow, by=people["reviewer"])
+    assert taken_names(broker, 4) == [f"run {first.pk}", f"run {second.pk}", f"notify {first.pk}",
+                                      f"notify {second.pk}"]
+
+
 def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_approved_step(people, broker):
     """A burst of approvals queues a wake-up each; once one is taken, one
     per worker stays queued, the rest are dropped (each would have found

@@ -277,7 +277,9 @@ def drain(budget_seconds: float | None = None) -> int:
                 effects.give_back()
             claiming = time.monotonic() < stop_at and not stopping
             if claiming and (effects.wanted >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
-                batch = claim_batch(alone=effects.wanted)
+                # No more rows than there is room for: each row read is
+                # locked and made into objects, and the surplus handed back.
+                batch = claim_batch(min(CLAIM_BATCH, effects.wanted), alone=effects.wanted)
             if batch:
                 done += len(batch)
                 _run_claimed(batch, keeper, effects)

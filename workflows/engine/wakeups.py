@@ -64,6 +64,9 @@ DRAINS = frozenset({"workflows.tasks.run_workflow", "workflows.tasks.drain"})
 # How far back a drain's wake-up is dated in the queue (below): further than
 # any task waits, so that drains come out first, oldest first among them.
 HEAD_START = timedelta(days=1)
+# A task other than a drain that has waited this long is taken next after a
+# drain (`QueueBroker._next`).
+FAIR_WAIT = timedelta(seconds=2)
 # How many surplus wake-ups one take drops at most (one statement); a larger
 # surplus is dropped over the next takes.
 COLLAPSE_BATCH = 1000
@@ -102,18 +105,39 @@ class QueueBroker(ORM):
         return (self.get_connection()
                 .filter(key=self.list_key, lock__lte=timezone.now() - HEAD_START / 2).count())
 
+    # Whether this broker's last take was a drain's wake-up (`_next`).
+    last_was_drain = False
+
+    def _next(self, now) -> list:
+        """The next tasks to take: wake-ups of due work first, oldest first,
+        except that after a drain, a task that has waited `FAIR_WAIT` goes
+        first. Under a sustained backlog the loop keeps a drain queued for
+        every worker, and without that turn reviewers' notices and previews
+        would wait until the backlog cleared; with it each drain's end lets
+        one of them through. Just after an outage the first take is a
+        drain, so the effects still start before the notices queued ahead."""
+        queue = self.get_connection().filter(key=self.list_key)
+        if self.last_was_drain:
+            overdue = list(queue.filter(lock__gt=now - HEAD_START / 2, lock__lt=now - FAIR_WAIT)
+                           .order_by("lock", "id")[: Conf.BULK])
+            if overdue:
+                return overdue
+        return list(queue.filter(lock__lt=now).order_by("lock", "id")[: Conf.BULK])
+
     def _take(self) -> list:
-        """Up to BULK ready tasks, oldest `lock` first, each locked for
-        `retry` seconds by a conditional update (as the ORM broker does).
-        Taking a drain's wake-up leaves no more than one per worker queued
-        behind it (`_collapse`)."""
+        """Up to BULK ready tasks (`_next`), each locked for `retry` seconds
+        by a conditional update (as the ORM broker does). Taking a drain's
+        wake-up leaves no more than one per worker queued behind it
+        (`_collapse`)."""
         queue = self.get_connection()
         now = timezone.now()
         taken, drains = [], False
-        for task in queue.filter(key=self.list_key, lock__lt=now).order_by("lock", "id")[: Conf.BULK]:
+        for task in self._next(now):
             if queue.filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
                 drains = drains or task.lock <= now - HEAD_START / 2
+        if taken:
+            self.last_was_drain = drains
         if drains:
             self._collapse(now)
         return taken
