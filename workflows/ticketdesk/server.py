@@ -218,6 +218,12 @@ class DeskHandler(BaseHTTPRequestHandler):
     def dispatch(self) -> None:
         split = urlsplit(self.path)
         path = split.path.rstrip("/") or "/"
+        if path.startswith("/_"):
+            # The desk's own controls (faults, ledger, reset, concurrency)
+            # take no slot: a test clears a latency fault while every slot
+            # waits in it.
+            self.answer(path, split.query)
+            return
         with self.server.slots, self.server.concurrency.track(probe_kind(self.command, path)):
             self.answer(path, split.query)
 
@@ -351,7 +357,8 @@ class DeskHandler(BaseHTTPRequestHandler):
 
 class DeskServer(ThreadingHTTPServer):
     """A thread per connection, and at most ``threads`` requests served at
-    once (a semaphore taken from reading a request to sending its answer).
+    once (a semaphore taken from reading a request to sending its answer;
+    the desk's own ``/_`` controls take none).
     Idle keep-alive connections cost a blocked thread but no slot, so
     clients that keep connections open cannot starve the others; requests
     beyond the bound wait for a slot."""
