@@ -325,7 +325,8 @@ class Effects:
         performed = [flight.step for flight, _ in back if flight.effect]
         verified: list[Step] = []
         outcomes.record_performed(performed, answers, failures, verified=verified)
-        self.keeper.release([step.pk for step in performed if step not in verified])
+        passed = {step.pk for step in verified}
+        self.keeper.release([step.pk for step in performed if step.pk not in passed])
         self.verified.extend(verified)
         self._request(again)
         self._fill()

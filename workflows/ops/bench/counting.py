@@ -42,7 +42,6 @@ def counting_commits():
         del connection.commit
 
 
-
 def database_counters() -> dict | None:
     """Where the whole database stands (every session), or None on SQLite:
     the next transaction id (each transaction that writes takes one when it
