@@ -410,3 +410,23 @@ def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(peopl
     after = dict(Step.objects.filter(pk__in=before).values_list("pk", "lease_expires_at"))
     assert after[locked.pk] == before[locked.pk], "the locked row was skipped, not waited for"
     assert after[free.pk] > before[free.pk] + timedelta(seconds=30)
+
+
+def test_answers_back_within_moments_of_each_other_are_gathered_into_one_group():
+    """Once one effect is back, the worker waits up to GATHER_SECONDS for
+    half its places' worth (or every one in flight, if fewer), so that their
+    outcomes share one commit: four answers spread over 80 ms come back as
+    one group; a slow one does not hold back those already back."""
+    import time
+
+    effects = inflight.Effects(keeper=None, limit=8)
+    for delay in (0.0, 0.05, 0.065, 0.08):
+        effects._send(inflight.Flight(step=None, action=None), time.sleep, delay)
+    assert len(effects.gathered(timeout=5)) == 4
+
+    effects = inflight.Effects(keeper=None, limit=4)
+    for delay in (0.0, 0.01, 3):
+        effects._send(inflight.Flight(step=None, action=None), time.sleep, delay)
+    began = time.monotonic()
+    assert len(effects.gathered(timeout=5)) == 2
+    assert time.monotonic() - began < 2  # not the 3 s of the slow one

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -44,8 +44,9 @@ from workflows.states import FailureClass, StepStatus
 
 log = logging.getLogger(__name__)
 
-# How long to wait, once one effect is back, for others to come back too.
-GATHER_SECONDS = 0.04
+# Once one effect is back, how long to wait for more: until half the
+# places in flight have theirs back (`Effects.gather`), or all in flight.
+GATHER_SECONDS = 0.1
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None
@@ -162,6 +163,12 @@ class Effects:
         # next commit, with the REQUESTED attempts of the steps taking their
         # places when there are some (`_request`), else on their own.
         self.verified: list[Step] = []
+        # Their outcomes, and the requests of the steps taking their places,
+        # share commits: the more answers a group holds, the less CPU and
+        # database each costs. Half the places: the other half stays in flight.
+        self.gather = max(1, self.limit // 2)
+        # Notified by each effect thread as its effect comes back.
+        self.arrivals = threading.Condition()
 
     @property
     def room(self) -> int:
@@ -287,21 +294,23 @@ class Effects:
                        action, args, step.operation_key, context)
 
     def _send(self, flight: Flight, fn, *args) -> None:
-        self.flights[pool().submit(_detached, fn, *args)] = flight
+        future = pool().submit(_detached, fn, *args)
+        self.flights[future] = flight
+        future.add_done_callback(self._arrived)
+
+    def _arrived(self, future: Future) -> None:
+        with self.arrivals:
+            self.arrivals.notify()
+
+    def _back(self) -> int:
+        return sum(future.done() for future in self.flights)
 
     def collect(self, timeout: float | None) -> int:
         """Record what has come back (waiting up to `timeout` for the
         first): lookups settled, answers and failures recorded together."""
-        if not self.flights:
+        back = [(self.flights.pop(future), future.result()) for future in self.gathered(timeout)]
+        if not back:
             return 0
-        done, pending = wait(list(self.flights), timeout=timeout, return_when=FIRST_COMPLETED)
-        if not done:
-            return 0
-        if pending:
-            # Effects sent together come back within moments of each other:
-            # take them together, for one commit of their outcomes.
-            done |= wait(pending, timeout=GATHER_SECONDS, return_when=ALL_COMPLETED).done
-        back = [(self.flights.pop(future), future.result()) for future in done]
         answers, failures, again = {}, {}, []
         for flight, answer in back:
             step = flight.step
@@ -332,6 +341,19 @@ class Effects:
         self._fill()
         self._complete()
         return len(back)
+
+    def gathered(self, timeout: float | None) -> list[Future]:
+        """The effects back, once one is (waiting up to `timeout` for it):
+        then up to GATHER_SECONDS more for `gather` of them, or every one in
+        flight if fewer, so that they are recorded together."""
+        if not self.flights:
+            return []
+        want = min(self.gather, len(self.flights))
+        with self.arrivals:
+            if not self.arrivals.wait_for(self._back, timeout):
+                return []
+            self.arrivals.wait_for(lambda: self._back() >= want, GATHER_SECONDS)
+        return [future for future in self.flights if future.done()]
 
     def _blocked_by_preview(self, step: Step, taken) -> bool:
         """Block the step if the preview taken again is not the approved one

@@ -159,7 +159,7 @@ class RemotePart:
         with Fleet(self.bench.workdir, env) as fleet:
             clusters = [fleet.start(f"{label}-{n + 1}") for n in range(count)]
             try:
-                sampler = RssSampler(clusters)
+                sampler = RssSampler(clusters, others={"desk": desk.process.pid})
                 sampler.start()
                 self.bench.wait_steps(ids, total, clusters, timeout=max(120.0, total / 2))
                 database = per_unit(counted, database_counters(), total)
@@ -185,6 +185,7 @@ class RemotePart:
                      Attempt.objects.filter(step__workflow_id__in=paced).values_list("step__workflow_id", "started_at")]
         steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
                         attempts.values_list("worker").annotate(n=Count("id"))}
+        cpu = sampler.cpu_per_step(steps_by_pid, [at.timestamp() for at in attempts.values_list("started_at", flat=True)])
         keys = set(Attempt.objects.filter(step__workflow_id__in=ids + paced).values_list(F("operation_key"), flat=True))
         ledger = [row for row in requests.get(f"{desk.url}/_ledger", timeout=30).json()
                   if row["idempotency_key"] in keys and row["status"] == 201]
@@ -193,4 +194,4 @@ class RemotePart:
         return {"workflows": len(ids), "steps": total, "seconds": round(seconds, 2),
                 "steps_per_s": round(total / seconds, 1), "approval_to_effect_ms": spread(effect_ms, 0),
                 "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid),
-                "database_per_step": database}
+                "database_per_step": database, "cpu_ms_per_step": cpu}

@@ -60,7 +60,10 @@ def report(result: dict) -> str:
                      f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
                      f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"
                      + (f"; database per step {db['write_transactions']} write transactions, {db['wal_kib']} KiB of WAL"
-                        if (db := run.get("database_per_step")) else "")))
+                        if (db := run.get("database_per_step")) else "")
+                     + (f"; CPU ms per step: workers {cpu.get('workers', 0)}, rest of the clusters "
+                        f"{cpu.get('cluster_other', 0)}, desk {cpu.get('desk', 0)}, whole host {cpu['host']}"
+                        if (cpu := run.get("cpu_ms_per_step")) else "")))
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
