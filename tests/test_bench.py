@@ -98,6 +98,32 @@ def test_memory_growth_is_told_from_warm_up():
     assert grown["worker_rss_mib_by_tenth"][-1] == 83.4
 
 
+def test_cpu_per_step_counts_only_the_middle_of_the_burst_by_kind_of_process():
+    """One sample a second over 10 s; 100 steps, ten a second. Start-up
+    (the first second's 500 ticks) and the tail lie outside the samples
+    taken within the middle 80% of the starts (10th at 1001.05 s, 90th at
+    1009.05 s: the samples at 1002 and 1009 s); between those two, each
+    kind's ticks are divided by the steps that started there."""
+    import os
+
+    sampler = RssSampler([])
+    for second in range(11):
+        sampler.times.append(1000.0 + second)
+        sampler.host.append(500 + 10 * second)
+        sampler.cpu.append({10: 500 + 4 * second, 11: 500 + 4 * second, 12: 100 + second, "desk": 3 * second})
+    started = [1000.0 + n / 10 + 0.05 for n in range(100)]
+
+    cpu = sampler.cpu_per_step({10: 50, 11: 50}, started)
+
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    assert cpu["steps"] == 70 and cpu["seconds"] == 7
+    assert cpu["workers"] == pytest.approx(2 * 4 * 7 * tick_ms / 70, abs=0.01)
+    assert cpu["cluster_other"] == pytest.approx(7 * tick_ms / 70, abs=0.01)
+    assert cpu["desk"] == pytest.approx(3 * 7 * tick_ms / 70, abs=0.01)
+    assert cpu["host"] == pytest.approx(10 * 7 * tick_ms / 70, abs=0.01)
+    assert sampler.cpu_per_step({10: 5}, started[:10]) is None  # too few steps to bracket
+
+
 @pytest.mark.parametrize("steps, growth, met", [(99_999, 0.0, None), (100_000, 0.9, True), (100_000, 1.5, False)])
 def test_memory_is_judged_only_over_100k_steps(steps, growth, met):
     result = {"memory": {"runs": [{"clusters": 1, "steps": steps, "growth_mib_per_10k_steps": growth}]}}

@@ -2,6 +2,7 @@
 
 import sqlite3
 import threading
+import time
 from contextlib import closing
 from datetime import timedelta
 
@@ -417,8 +418,6 @@ def test_answers_back_within_moments_of_each_other_are_gathered_into_one_group()
     half its places' worth (or every one in flight, if fewer), so that their
     outcomes share one commit: four answers spread over 80 ms come back as
     one group; a slow one does not hold back those already back."""
-    import time
-
     effects = inflight.Effects(keeper=None, limit=8)
     for delay in (0.0, 0.05, 0.065, 0.08):
         effects._send(inflight.Flight(step=None, action=None), time.sleep, delay)

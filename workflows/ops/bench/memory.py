@@ -83,11 +83,11 @@ class RssSampler(threading.Thread):
 
     def cpu_per_step(self, steps_by_pid: dict[int, int], started: list[float]) -> dict | None:
         """CPU milliseconds per step of the workers, the clusters' other
-        processes, each of `others` and the whole host, between the samples
-        that bracket the middle 80% of the run (by when each step's attempt
-        started, `started`: epoch seconds), so that start-up (imports) and
-        the last stragglers are not counted. None if the run was too short
-        to bracket."""
+        processes, each of `others` and the whole host, between the first
+        and last samples taken within the middle 80% of the run (by when
+        each step's attempt started, `started`: epoch seconds), so that
+        start-up (imports) and the last stragglers are not counted. None if
+        the run was too short for two such samples."""
         started = sorted(started)
         if len(started) < 20 or len(self.times) < 3:
             return None
