@@ -104,9 +104,9 @@ def test_four_workers_with_64_effects_each_in_flight_hold_a_small_fixed_number_o
         cursor.execute("SHOW max_connections")
         (max_connections,) = cursor.fetchone()
     desk.fault(mode="latency", ms=15000)
-    # Each worker also claims half its room ahead: enough steps for all four
-    # to fill their 64 places.
-    workflows = approved_creates(people, 4 * 96, "budget")
+    # Each worker also claims three quarters of its room ahead: enough steps
+    # for all four to fill their 64 places.
+    workflows = approved_creates(people, 4 * 112, "budget")
     clusters = [start_worker(name, Q_WORKERS="2", WORKER_CONCURRENCY="64", **{**SLOW, "ACTION_TIMEOUT_SECONDS": "30"})
                 for name in ("budget-a", "budget-b")]
 

@@ -29,7 +29,7 @@ def drain(**options) -> str:
 def test_a_drained_cluster_finishes_its_effects_in_flight_claims_nothing_more_and_exits(people, start_worker, desk):
     desk.fault(mode="latency", ms=5000)
     workflows = approved_creates(people, 12, "drained")
-    # Four places in flight, two more claimed ahead of them.
+    # Four places in flight, three more claimed ahead of them.
     cluster = start_worker("drained", Q_WORKERS="1", WORKER_CONCURRENCY="4", **{**SLOW, "ACTION_TIMEOUT_SECONDS": "10"})
     in_flight = wait_for_in_flight(workflows, 4, cluster=cluster)
     wait_for_desk_holding(desk, 4)
@@ -50,8 +50,8 @@ def test_a_drained_cluster_finishes_its_effects_in_flight_claims_nothing_more_an
     assert not steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).exists()
     # What it had claimed ahead went back in line at once, unsent.
     released = AuditEvent.objects.filter(verb="step.released", workflow_id__in=[w.pk for w in workflows])
-    assert released.count() == 2
-    assert steps.filter(status=StepStatus.WAITING_RETRY, lease_owner="", attempts__isnull=True).count() == 2
+    assert released.count() == 3
+    assert steps.filter(status=StepStatus.WAITING_RETRY, lease_owner="", attempts__isnull=True).count() == 3
     assert_one_ticket_per_key([a.step.workflow for a in in_flight], desk)
 
     desk.clear_faults()

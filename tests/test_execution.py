@@ -360,7 +360,7 @@ def test_a_drain_reads_no_more_steps_than_it_has_room_for_in_flight(people, desk
     monkeypatch.setattr(execution, "claim_batch", counting_claim)
     execution.drain(budget_seconds=60)
 
-    assert claims[0] == (6, 6), claims  # room for 4 in flight and 2 ahead, of the 12 first steps due
+    assert claims[0] == (7, 7), claims  # room for 4 in flight and 3 ahead, of the 12 first steps due
     assert all(read <= room for room, read in claims), claims
     assert {w.status for w in Workflow.objects.filter(pk__in=[w.pk for w in workflows])} == {"COMPLETE"}
 
@@ -429,3 +429,19 @@ def test_answers_back_within_moments_of_each_other_are_gathered_into_one_group()
     began = time.monotonic()
     assert len(effects.gathered(timeout=5)) == 2
     assert time.monotonic() - began < 2  # not the 3 s of the slow one
+
+
+def test_an_answer_waits_for_its_group_from_when_it_came_back_not_from_when_the_worker_looks(monkeypatch):
+    """The worker's thread may be busy (a claim, a commit) when an effect
+    comes back: the time it was back meanwhile counts against its wait for
+    more answers. Here the first is back 2.5 s before the worker looks,
+    past a window of 2 s: it is taken at once, alone, and the second (back
+    at 3.5 s, inside a window counted from the look) is not waited for."""
+    monkeypatch.setattr(inflight, "GATHER_SECONDS", 2.0)
+    effects = inflight.Effects(keeper=None, limit=4)
+    for delay in (0.0, 3.5):
+        effects._send(inflight.Flight(step=None, action=None), time.sleep, delay)
+    time.sleep(2.5)
+    back = effects.gathered(timeout=5)
+    assert len(back) == 1 and back[0].done()
+    assert len(effects.flights) == 2 and sum(future.done() for future in effects.flights) == 1

@@ -255,9 +255,6 @@ def claim_seconds() -> float:
     return max(timeout / 4, timeout - effect - 1)
 
 
-# While effects are in flight, claim again once this many more steps are
-# wanted (`inflight.Effects.wanted`), so that claims go in groups.
-CLAIM_GROUP = 16
 POLL = 0.05
 
 
@@ -276,7 +273,8 @@ def drain(budget_seconds: float | None = None) -> int:
             if stopping:
                 effects.give_back()
             claiming = time.monotonic() < stop_at and not stopping
-            if claiming and (effects.wanted >= min(CLAIM_GROUP, effects.limit) or not effects.busy):
+            # While effects are in flight, claims go in groups (`Effects.claim_group`).
+            if claiming and (effects.wanted >= effects.claim_group or not effects.busy):
                 # No more rows than there is room for: each row read is
                 # locked and made into objects, and the surplus handed back.
                 batch = claim_batch(min(CLAIM_BATCH, effects.wanted), alone=effects.wanted)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,8 +45,10 @@ from workflows.states import FailureClass, StepStatus
 
 log = logging.getLogger(__name__)
 
-# Once one effect is back, how long to wait for more: until half the
-# places in flight have theirs back (`Effects.gather`), or all in flight.
+# How long an effect that is back may wait for more to join its group: until
+# half the places in flight have theirs back (`Effects.gather`), or all in
+# flight, counted from its own arrival (not from when the worker's thread,
+# busy with a claim or a commit, next looks).
 GATHER_SECONDS = 0.1
 
 _pool: ThreadPoolExecutor | None = None
@@ -153,10 +156,14 @@ class Effects:
     def __init__(self, keeper: LeaseKeeper, limit: int | None = None):
         self.keeper = keeper
         self.limit = limit or settings.WORKER_CONCURRENCY
-        # Claimed a little ahead: when effects come back, the steps that take
-        # their places are already claimed, and only their REQUESTED
-        # attempts (one commit) stand between an answer and the next send.
-        self.ahead = max(1, self.limit // 2)
+        # Claimed ahead, three quarters of the places: when effects come
+        # back, the steps that take their places are already claimed, and
+        # only their REQUESTED attempts (one commit) stand between an answer
+        # and the next send. Claims take half the places at a time
+        # (`claim_group`): a claim costs the worker's thread about as much
+        # for a few rows as for thirty, and it waits on that thread.
+        self.ahead = max(1, self.limit * 3 // 4)
+        self.claim_group = max(1, self.limit // 2)
         self.waiting: list[Step] = []
         self.flights: dict[Future, Flight] = {}
         # Performed, VERIFYING committed and verified: made COMPLETE by the
@@ -167,8 +174,10 @@ class Effects:
         # share commits: the more answers a group holds, the less CPU and
         # database each costs. Half the places: the other half stays in flight.
         self.gather = max(1, self.limit // 2)
-        # Notified by each effect thread as its effect comes back.
+        # Notified by each effect thread as its effect comes back, with the
+        # moment it did (`gathered` counts GATHER_SECONDS from the first).
         self.arrivals = threading.Condition()
+        self.arrived_at: dict[Future, float] = {}
 
     @property
     def room(self) -> int:
@@ -300,6 +309,7 @@ class Effects:
 
     def _arrived(self, future: Future) -> None:
         with self.arrivals:
+            self.arrived_at[future] = time.monotonic()
             self.arrivals.notify()
 
     def _back(self) -> int:
@@ -344,16 +354,24 @@ class Effects:
 
     def gathered(self, timeout: float | None) -> list[Future]:
         """The effects back, once one is (waiting up to `timeout` for it):
-        then up to GATHER_SECONDS more for `gather` of them, or every one in
-        flight if fewer, so that they are recorded together."""
+        until `gather` of them are, or every one in flight if fewer, so that
+        they are recorded together, but no longer than GATHER_SECONDS after
+        the first of them came back."""
         if not self.flights:
             return []
         want = min(self.gather, len(self.flights))
         with self.arrivals:
             if not self.arrivals.wait_for(self._back, timeout):
                 return []
-            self.arrivals.wait_for(lambda: self._back() >= want, GATHER_SECONDS)
-        return [future for future in self.flights if future.done()]
+            # A future is done a moment before its callback notes the arrival.
+            first = min((at for future, at in self.arrived_at.items() if future in self.flights),
+                        default=time.monotonic())
+            self.arrivals.wait_for(lambda: self._back() >= want, first + GATHER_SECONDS - time.monotonic())
+            back = [future for future in self.flights if future.done()]
+            taken = set(back)
+            self.arrived_at = {future: at for future, at in self.arrived_at.items()
+                               if future in self.flights and future not in taken}
+        return back
 
     def _blocked_by_preview(self, step: Step, taken) -> bool:
         """Block the step if the preview taken again is not the approved one
