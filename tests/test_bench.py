@@ -8,13 +8,14 @@ from io import StringIO
 from types import SimpleNamespace
 
 import pytest
+import requests
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from workflows.audit import journal
 from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
-from workflows.ops.bench import common
+from workflows.ops.bench import common, remote
 from workflows.ops.bench.memory import MIB, RssSampler
 from workflows.ops.processes import database_url
 
@@ -206,6 +207,35 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     goals = [goal for goal in result["goals"] if goal["part"] == "g"]
     # No 300 ms run here, and far fewer than 100k steps: only the 0 ms ratio is judged.
     assert [goal["met"] is None for goal in goals] == [False, True]
+
+
+@pytest.mark.live
+def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_run(transactional_db, tmp_path,
+                                                                                  monkeypatch):
+    """A busy host can time an answer out. The engine settles that attempt by
+    lookup, as it should; the run still counts each step once at the desk and
+    says how many attempts did not simply succeed."""
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    engine_run = remote.RemotePart.engine_run
+
+    def with_a_lost_answer(part, desk, latency, count):
+        requests.post(f"{desk.url}/_faults", json={"mode": "commit_then_drop", "count": 1},
+                      timeout=5).raise_for_status()
+        return engine_run(part, desk, latency, count)
+
+    monkeypatch.setattr(remote.RemotePart, "engine_run", with_a_lost_answer)
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command("bench", "--skip", "a,b,c,d,e,f,h,i,j", "--clusters", "1", "--remote-latency-ms", "0",
+                 "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    [run] = result["remote"]["runs"]
+    assert run["steps"] == 10 and run["steps_per_s"] > 0
+    # The answer the desk dropped was for a ticket it had created: found by lookup, not created again.
+    assert run["attempts"] == {"total": 10, "by_status": {"SUCCEEDED": 9, "RECONCILED": 1}}, run["attempts"]
+    assert "; attempts: 1 RECONCILED of 10" in report, report
 
 
 @pytest.mark.live

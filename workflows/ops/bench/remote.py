@@ -22,7 +22,10 @@ approves it (its commit included) to its attempt's `started_at` (the
 REQUESTED commit, just before the call). On PostgreSQL the rate phase also
 reports what the database wrote per remote step (every session: the
 workers, their loops, the queue): transactions that wrote, and kilobytes of
-write-ahead log (`counting.database_counters`).
+write-ahead log (`counting.database_counters`). Every step must have
+taken effect exactly once, by the desk's ledger; an attempt a busy host
+timed out, and the engine settled by lookup or tried again with the same
+key, is counted in the run's `attempts`, not taken for a failed run.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from workflows.ops.bench.counting import database_counters, per_unit
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
+from workflows.states import AttemptStatus
 
 STEPS_PER_PLAN = 5
 # One-step plans approved one at a time to time approval -> effect.
@@ -179,8 +183,13 @@ class RemotePart:
             finally:
                 if sampler:
                     sampler.stop()
-        if attempts.exclude(status="SUCCEEDED").exists() or attempts.count() != total:
-            raise BenchError(f"{attempts.count()} attempts for {total} steps, or some did not succeed")
+        # A busy host may time an answer out: the engine then settles that
+        # attempt by lookup (or tries again with the same key), as it should.
+        # That is counted, not a failure; an attempt left open is one, and the
+        # desk's ledger below shows each step took effect exactly once.
+        by_status = dict(attempts.order_by().values_list("status").annotate(n=Count("id")))
+        if unsettled := sum(by_status.get(status, 0) for status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)):
+            raise BenchError(f"{unsettled} of {sum(by_status.values())} attempts for {total} steps left unsettled")
         effect_ms = [(started.timestamp() - approved_at[workflow]) * 1000 for workflow, started in
                      Attempt.objects.filter(step__workflow_id__in=paced).values_list("step__workflow_id", "started_at")]
         steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
@@ -194,4 +203,5 @@ class RemotePart:
         return {"workflows": len(ids), "steps": total, "seconds": round(seconds, 2),
                 "steps_per_s": round(total / seconds, 1), "approval_to_effect_ms": spread(effect_ms, 0),
                 "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid),
-                "database_per_step": database, "cpu_ms_per_step": cpu}
+                "database_per_step": database, "cpu_ms_per_step": cpu,
+                "attempts": {"total": sum(by_status.values()), "by_status": by_status}}

@@ -63,7 +63,8 @@ def report(result: dict) -> str:
                         if (db := run.get("database_per_step")) else "")
                      + (f"; CPU ms per step: workers {cpu.get('workers', 0)}, rest of the clusters "
                         f"{cpu.get('cluster_other', 0)}, desk {cpu.get('desk', 0)}, whole host {cpu['host']}"
-                        if (cpu := run.get("cpu_ms_per_step")) else "")))
+                        if (cpu := run.get("cpu_ms_per_step")) else "")
+                     + _attempts_not_succeeded(run.get("attempts"))))
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
@@ -94,3 +95,14 @@ def report(result: dict) -> str:
     for letter, error in result["errors"].items():
         lines.append(f"  ({letter}) FAILED: {error}")
     return "\n".join(lines)
+
+
+def _attempts_not_succeeded(attempts: dict | None) -> str:
+    """`; attempts: 1 RECONCILED of 2001` when any attempt of a (g) run did
+    not simply succeed (an answer timed out on a busy host), else nothing."""
+    if not attempts:
+        return ""
+    others = {status: n for status, n in sorted(attempts["by_status"].items()) if status != "SUCCEEDED"}
+    if not others:
+        return ""
+    return "; attempts: " + ", ".join(f"{n} {status}" for status, n in others.items()) + f" of {attempts['total']}"
