@@ -5,6 +5,7 @@ ten times the data, none of them counting a large table."""
 import json
 import re
 from io import StringIO
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -81,6 +82,22 @@ def sampled(workers: dict[int, list[float]]) -> RssSampler:
     sampler.samples = [{pid: int(readings[n] * MIB) for pid, readings in series.items()} for n in range(length)]
     sampler.parents = {1: (1, 0), 2: (1, 1), **{pid: (1, 2) for pid in workers}}
     return sampler
+
+
+def test_cpu_stolen_by_the_hypervisor_is_told_from_proc_stat(tmp_path, monkeypatch):
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 0 40 7 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n")
+    monkeypatch.setattr(common, "Path", lambda path: stat if path == "/proc/stat" else Path(path))
+    before = common.host_cpu()
+    assert before == (1000, 40)  # guest time is in user already
+    stat.write_text("cpu  200 0 100 1400 10 0 0 290 7 0\n")
+    after = common.host_cpu()
+    assert after == (2000, 290)
+    assert common.stolen_percent(before, after) == 25.0
+    assert common.stolen_percent(None, after) is None and common.stolen_percent(after, after) is None
+    stat.write_text("intr 1 2 3\n")
+    assert common.host_cpu() is None
 
 
 def test_memory_growth_is_told_from_warm_up():
@@ -200,6 +217,10 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
             assert 0 < database["write_transactions"] and database["wal_kib"] >= 1, database
         else:
             assert database is None
+    for run in runs:
+        assert 0 <= run["cpu_stolen_percent"] <= 100, run["cpu_stolen_percent"]
+    assert 0 <= result["meta"]["cpu_stolen_percent"] <= 100 and "host_cpu_before" not in result["meta"]
+    assert re.search(r"% of CPU time stolen by the hypervisor", report) and "; host CPU stolen " in report, report
     # The desk really held the latency fault of each run, as it reported it.
     assert runs[0]["desk_faults"] == []
     assert [(fault["mode"], fault["ms"]) for fault in runs[1]["desk_faults"]] == [("latency", 50)]

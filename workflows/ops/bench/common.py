@@ -54,6 +54,29 @@ class Options:
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")
 
 
+def host_cpu() -> tuple[int, int] | None:
+    """(every CPU tick, the ticks the hypervisor stole) since boot, from the
+    first line of /proc/stat; None where there is no such file."""
+    try:
+        line = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not line or line[0] != "cpu" or len(line) < 9:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is already in user).
+    ticks = [int(value) for value in line[1:9]]
+    return sum(ticks), ticks[7]
+
+
+def stolen_percent(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the host's CPU time that a hypervisor gave to other
+    machines between two `host_cpu` readings: on a shared host, the reason
+    a ceiling falls from one run to the next."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return round(100 * (after[1] - before[1]) / (after[0] - before[0]), 1)
+
+
 def personas():
     """The submitter and the reviewer of benchmarked (and seeded) plans."""
     User = get_user_model()

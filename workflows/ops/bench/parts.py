@@ -29,7 +29,9 @@ from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.bench.bulk import BulkPart
 from workflows.ops.bench.archiving import ArchivePart
-from workflows.ops.bench.common import SECTIONS, BenchError, Options, console_user, goals, personas
+from workflows.ops.bench.common import (
+    SECTIONS, BenchError, Options, console_user, goals, host_cpu, personas, stolen_percent,
+)
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.memory import RssSampler
@@ -77,7 +79,7 @@ class Bench:
             "vendor": connection.vendor, "database": str(connection.settings_dict["NAME"]),
             "started": timezone.now().isoformat(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
             "workers_per_cluster": self.workers, "lease_seconds": self.o.lease_seconds,
-            "autovacuum": _setting("autovacuum"), "broker": settings.Q_BROKER,
+            "autovacuum": _setting("autovacuum"), "broker": settings.Q_BROKER, "host_cpu_before": host_cpu(),
             "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
                         if k not in ("database_url", "workdir")},
         }
@@ -99,6 +101,8 @@ class Bench:
         if {"b", "f"} & self.o.skip:
             self.result["memory"] = {"skipped": True}
         self.result["meta"]["load_after"] = os.getloadavg()
+        self.result["meta"]["cpu_stolen_percent"] = stolen_percent(self.result["meta"].pop("host_cpu_before"),
+                                                                   host_cpu())
         self.result["goals"] = goals(self.result)
         return self.result
 

@@ -41,7 +41,7 @@ from django.db.models import Count, F, Max, Min
 
 from workflows.models import Attempt, Step, Workflow, operation_key_for
 from workflows.operations import approvals, plans
-from workflows.ops.bench.common import BenchError
+from workflows.ops.bench.common import BenchError, host_cpu, stolen_percent
 from workflows.ops.bench.counting import database_counters, per_unit
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
@@ -123,6 +123,7 @@ class RemotePart:
             for latency in self.o.remote_latency_ms:
                 faults = set_latency(desk, latency)
                 for count in self.o.clusters:
+                    began = host_cpu()
                     threads = concurrency() * self.bench.workers * count
                     # A few calls per thread, so that starting the threads is not what is measured.
                     calls = min(threads * 4, max(self.o.remote_steps, threads))
@@ -132,6 +133,8 @@ class RemotePart:
                                    f"{2 * threads} {limits['desk']['calls_per_s']:,.0f}")
                     run = {"latency_ms": latency, "clusters": count, "desk_faults": faults, "ceilings": limits,
                            **self.engine_run(desk, latency, count)}
+                    # Ceilings and engine alike: a shared host's ceiling falls when its neighbours are busy.
+                    run["cpu_stolen_percent"] = stolen_percent(began, host_cpu())
                     best = max(limits["thread_pool"]["calls_per_s"], limits["desk"]["calls_per_s"])
                     run["ratio_to_thread_pool"] = round(run["steps_per_s"] / limits["thread_pool"]["calls_per_s"], 3)
                     run["ratio_to_best_ceiling"] = round(run["steps_per_s"] / best, 3)

@@ -7,7 +7,9 @@ def report(result: dict) -> str:
              f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
              f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
              + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
-             + f", task broker {meta.get('broker', 'orm')}", ""]
+             + f", task broker {meta.get('broker', 'orm')}"
+             + (f", {stolen}% of CPU time stolen by the hypervisor"
+                if (stolen := meta.get("cpu_stolen_percent")) is not None else ""), ""]
     rows = []
     raw = result.get("raw", {}).get("steps_per_s", {})
     if raw:
@@ -64,7 +66,9 @@ def report(result: dict) -> str:
                      + (f"; CPU ms per step: workers {cpu.get('workers', 0)}, rest of the clusters "
                         f"{cpu.get('cluster_other', 0)}, desk {cpu.get('desk', 0)}, whole host {cpu['host']}"
                         if (cpu := run.get("cpu_ms_per_step")) else "")
-                     + _attempts_not_succeeded(run.get("attempts"))))
+                     + _attempts_not_succeeded(run.get("attempts"))
+                     + (f"; host CPU stolen {stolen}%" if (stolen := run.get("cpu_stolen_percent")) is not None
+                        else "")))
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
