@@ -48,8 +48,12 @@ log = logging.getLogger(__name__)
 # How long an effect that is back may wait for more to join its group: until
 # half the places in flight have theirs back (`Effects.gather`), or all in
 # flight, counted from its own arrival (not from when the worker's thread,
-# busy with a claim or a commit, next looks).
-GATHER_SECONDS = 0.1
+# busy with a claim or a commit, next looks). A group's commits cost the
+# worker's thread and the database about as much for a few answers as for
+# thirty: when several workers share a slow host, each gets back few answers
+# a moment, and a short wait left their groups so small that the commits took
+# the CPU the effects needed (README, Performance, "(g), a longer gather").
+GATHER_SECONDS = 0.25
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None
