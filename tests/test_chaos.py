@@ -143,17 +143,19 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
         Attempt.objects.filter(step=step).values_list("number", "status", "worker", "started_at", "finished_at"))
 
 
-def _freeze_holding_a_step(steps, cluster, timeout=20.0):
+def _freeze_holding_a_step(steps, cluster, timeout=60.0, settle=15.0):
     """SIGSTOP the cluster's group at a moment it holds a step's lease, after
     some steps completed: returns its pids and the steps it holds, frozen
-    in its hands until the SIGKILL."""
+    in its hands until the SIGKILL. Each freeze has `settle` seconds of its
+    own to settle, however late in `timeout` it came (a loaded host may take
+    most of it to complete the first step)."""
     group = cluster.process.pid
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if steps.filter(status=StepStatus.COMPLETE).exists():
             os.killpg(group, signal.SIGSTOP)
             pids = processes.group_pids(group)
-            _wait_until_quiet(pids, processes.session_name(cluster.name), deadline)
+            _wait_until_quiet(pids, processes.session_name(cluster.name), time.monotonic() + settle)
             held = [pk for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
                     .values_list("pk", "lease_owner") if processes.owner_pid(owner) in pids]
             if held:
@@ -166,14 +168,16 @@ def _freeze_holding_a_step(steps, cluster, timeout=20.0):
 def _wait_until_quiet(pids, session_name: str, deadline: float) -> None:
     """Every process of the group is stopped, and PostgreSQL has finished
     what they sent before the freeze: no session of theirs runs a statement,
-    but for one waiting for a row lock that a frozen transaction holds (only
-    the SIGKILL ends that transaction). What the cluster holds now is what
-    it holds when it is killed."""
+    but for one waiting for a row lock that a frozen transaction holds, or
+    for the rest of a message the frozen process was sending, or for it to
+    read an answer (only the SIGKILL ends those). What the cluster holds now
+    is what it holds when it is killed."""
     while True:
         stopped = all(_state(pid) in ("T", None) for pid in pids)
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                           "AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock'", [session_name])
+                           "AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock' "
+                           "AND wait_event_type IS DISTINCT FROM 'Client'", [session_name])
             (busy,) = cursor.fetchone()
         if stopped and not busy:
             return
