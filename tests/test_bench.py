@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from workflows.audit import journal
 from workflows.models import AuditEvent, AuditHead, DeadLetter, Workflow
-from workflows.ops.bench import common, remote
+from workflows.ops.bench import common, remote, report
 from workflows.ops.bench.memory import MIB, RssSampler
 from workflows.ops.processes import database_url
 
@@ -82,6 +82,14 @@ def sampled(workers: dict[int, list[float]]) -> RssSampler:
     sampler.samples = [{pid: int(readings[n] * MIB) for pid, readings in series.items()} for n in range(length)]
     sampler.parents = {1: (1, 0), 2: (1, 1), **{pid: (1, 2) for pid in workers}}
     return sampler
+
+
+def test_the_pool_rate_is_told_before_and_after_and_a_result_of_an_older_bench_still_reads():
+    pool = {"threads": 128, "calls_per_s": 200.0}
+    assert report._pool_rate({"thread_pool": pool}) == "200.0/s"
+    ceilings = {"thread_pool": pool, "thread_pool_after": {"threads": 128, "calls_per_s": 300.0},
+                "thread_pool_mean_calls_per_s": 250.0}
+    assert report._pool_rate(ceilings) == "200.0/s before, 300.0/s after, mean 250.0/s"
 
 
 def test_cpu_stolen_by_the_hypervisor_is_told_from_proc_stat(tmp_path, monkeypatch):
