@@ -197,7 +197,12 @@ class StepQuerySet(models.QuerySet):
 
     def ready_after(self, steps, now=None) -> int:
         """Make the step that follows each of these (just COMPLETE) in its
-        lane ready to run: one statement for them all."""
+        lane ready to run: one statement for them all. The next steps are
+        found through their plan's positions and updated by key; the status
+        is compared as `status || ''`, which no index matches: as a plain
+        condition, with no planner statistics (a burst, autovacuum behind),
+        PostgreSQL read every PENDING step through the status index on each
+        call, so each group of steps completed cost more the larger the backlog."""
         if not steps:
             return 0
         now = now or timezone.now()
@@ -209,7 +214,7 @@ class StepQuerySet(models.QuerySet):
         for step in steps:
             params += [workflow_field.get_db_prep_value(step.workflow_id, connection), step.lane, step.position]
         sql = (
-            f"UPDATE {table} SET next_attempt_at = %s WHERE status = %s AND next_attempt_at IS NULL AND id IN ("
+            f"UPDATE {table} SET next_attempt_at = %s WHERE status || '' = %s AND next_attempt_at IS NULL AND id IN ("
             f"SELECT (SELECT n.id FROM {table} n WHERE n.workflow_id = v.column1 AND n.lane = v.column2"
             f" AND n.position > v.column3 ORDER BY n.position LIMIT 1) FROM (VALUES {values}) AS v)"
         )

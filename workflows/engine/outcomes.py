@@ -161,7 +161,10 @@ def complete_held(steps: list[Step], log: list) -> None:
         Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
         .order_by().values_list("workflow_id", flat=True).distinct()
     )
-    finished = list(Workflow.objects.filter(pk__in=touched - unfinished, status=WorkflowStatus.RUNNING))
+    # By key, the status compared here (as `move_many` does): a status in the
+    # query would read every RUNNING plan's index entry when statistics lag.
+    finished = [workflow for workflow in Workflow.objects.filter(pk__in=touched - unfinished)
+                if workflow.status == WorkflowStatus.RUNNING]
     move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
 
 

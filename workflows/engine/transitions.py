@@ -115,10 +115,15 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
         by_pk = {obj.pk: obj for obj in objs}
         # Lock in key order (no deadlock between batches), then keep the rows
         # that still match what the caller read: the same test as move's update.
-        rows = model.objects.select_for_update().filter(pk__in=by_pk, status=current).order_by("pk")
-        found = rows.values_list("pk", *expect)
-        moving = [by_pk[pk] for pk, *values in found
-                  if all(getattr(by_pk[pk], name) == value for name, value in zip(expect, values))]
+        # The rows are found by key alone and their status compared here: with
+        # the status in the query and no planner statistics (a burst, autovacuum
+        # behind), PostgreSQL read the whole status index range (every plan
+        # APPROVED, every step PENDING) to intersect it with these few keys.
+        rows = model.objects.select_for_update().filter(pk__in=by_pk).order_by("pk")
+        found = rows.values_list("pk", "status", *expect)
+        moving = [by_pk[pk] for pk, status, *values in found
+                  if status == current
+                  and all(getattr(by_pk[pk], name) == value for name, value in zip(expect, values))]
         if not moving:
             return []
     for obj in moving:
