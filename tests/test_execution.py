@@ -466,8 +466,7 @@ def test_starting_and_finishing_plans_find_their_rows_by_key_whatever_the_backlo
     make the next steps ready, finish them) must find their rows by key: with
     the status in the condition, PostgreSQL intersected the keys with the
     status index's whole range (every APPROVED plan, every PENDING step), so
-    each group of steps cost more the larger the backlog (bench (b): 0.57 ×
-    the raw ceiling at 20,000 steps, 0.35 × at 100,000)."""
+    each group of steps cost more the larger the backlog."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(5)]
     for n in range(300):
         approvals.approve(plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop})
