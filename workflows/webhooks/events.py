@@ -64,12 +64,8 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
     if not endpoints and not callbacks:
         return 0
     # Only the workflows someone listens to are read in full.
-    # By key, the team compared here: a team in the query would read every
-    # plan of the team's index entries when statistics lag.
-    listened = list(callbacks)
-    if endpoints:
-        teams = Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "team_id")
-        listened += [pk for pk, team_id in teams if team_id in endpoints]
+    listened = list(callbacks) + list(Workflow.objects.filter(pk__in=workflow_ids, team_id__in=list(endpoints))
+                                      .values_list("pk", flat=True)) if endpoints else list(callbacks)
     now = timezone.now()
     rows = []
     for workflow in (Workflow.objects.filter(pk__in=listened).select_related("submitted_by")
