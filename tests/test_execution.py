@@ -4,7 +4,7 @@ import re
 import sqlite3
 import threading
 import time
-from contextlib import closing, nullcontext
+from contextlib import closing
 from datetime import timedelta
 
 import psycopg
@@ -448,11 +448,30 @@ def test_an_answer_waits_for_its_group_from_when_it_came_back_not_from_when_the_
     assert len(effects.flights) == 2 and sum(future.done() for future in effects.flights) == 1
 
 
-def _plan_of(sql: str, fixed: bool) -> str:
-    """The plan of a captured statement, under `execution.fixed_plans` when
-    it ran under them (the claim's reads)."""
-    with transaction.atomic(), (execution.fixed_plans() if fixed else nullcontext()), connection.cursor() as cursor:
+# The engine's tables that grow with every plan run: none may be read whole
+# by a statement that needs a few of its rows.
+GROWING = ("workflows_step", "workflows_workflow", "workflows_attempt", "workflows_approval",
+           "workflows_audithead", "workflows_auditevent")
+
+
+def _settings_after(sql: str, settings: dict) -> dict:
+    """The planner settings in force after a captured statement: the
+    engine's `SET LOCAL` and `RESET` (`execution.fixed_plans`) and
+    `set_config(..., true)` (`planning.by_key`)."""
+    settings = dict(settings)
+    settings.update(re.findall(r"^SET LOCAL (\w+) = (\w+)", sql))
+    settings.update(re.findall(r"set_config\('(\w+)', '(\w+)', true\)", sql))
+    for name in re.findall(r"^RESET (\w+)", sql):
+        settings.pop(name, None)
+    return settings
+
+
+def _plan_of(sql: str, settings: dict) -> str:
+    """The plan of a captured statement, under the settings it ran with."""
+    with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            for name, value in settings.items():
+                cursor.execute(f"SET LOCAL {name} = {value}")
             cursor.execute(f"EXPLAIN {sql}")
             return " | ".join(row[0] for row in cursor.fetchall())
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
@@ -463,10 +482,17 @@ def test_starting_and_finishing_plans_find_their_rows_by_key_whatever_the_backlo
     """A burst leaves thousands of plans APPROVED and of steps PENDING, with
     no planner statistics (a fresh burst, autovacuum behind or off). The
     statements a drain makes for a few plans or steps at a time (start them,
-    make the next steps ready, finish them) must find their rows by key: with
-    the status in the condition, PostgreSQL intersected the keys with the
-    status index's whole range (every APPROVED plan, every PENDING step), so
-    each group of steps cost more the larger the backlog."""
+    recheck their stored steps and approvals, make the next steps ready,
+    finish them) must find their rows by key, whatever the tables hold:
+
+    - with the status in the condition, PostgreSQL intersected the keys with
+      the status index's whole range (every APPROVED plan, every PENDING
+      step), so each group of steps cost more the larger the backlog;
+    - without statistics it takes 64 keys of a `workflow_id IN (...)` list
+      for a quarter of the table and reads all of it (`planning.by_key`):
+      at 100,000 steps, 25-30 ms a statement, and a burst ran slower the
+      larger it was. With the 1,500 steps here it chose the same whole reads.
+    And none is compiled by JIT (a disabled scan's cost would trigger it)."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(5)]
     for n in range(300):
         approvals.approve(plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop})
@@ -474,20 +500,25 @@ def test_starting_and_finishing_plans_find_their_rows_by_key_whatever_the_backlo
 
     with CaptureQueriesContext(connection) as queries:
         execution.drain(budget_seconds=60)
-    by_key, fixed = [], False
+    statements, settings = [], {}
     for sql in (query["sql"] for query in queries.captured_queries):
-        fixed = sql.startswith("SET LOCAL enable_bitmapscan") or (fixed and not sql.startswith("RESET"))
+        settings = _settings_after(sql, settings)
+        if re.match(r"\s*(SELECT|UPDATE|DELETE|WITH)\b", sql) and any(f'"{table}"' in sql for table in GROWING):
+            statements.append((sql, settings))
+
+    assert Step.objects.exclude(status="COMPLETE").count() == 0
+    # The next steps made ready, the plans' stored steps reread, and the plans started and finished.
+    assert any("SET next_attempt_at" in sql for sql, _ in statements)
+    assert any('"workflows_step"."workflow_id" IN (' in sql for sql, _ in statements)
+    assert any('"workflows_workflow"."id" IN (' in sql for sql, _ in statements)
+    whole = "|".join(GROWING)
+    for sql, settings in statements:
+        plan = _plan_of(sql, settings)
+        assert not re.search(rf"Seq Scan on ({whole})\b|\bSCAN ({whole})\b|JIT", plan), f"{sql[:300]}\n{plan}"
         # SQLite's planner, without statistics, still reads the claim's window
         # rows (the due conditions applied again to them, `NOT EXISTS` an
         # earlier unfinished step) through a status index: not yet mended.
-        claim_window = connection.vendor == "sqlite" and "NOT EXISTS" in sql
-        if re.search(r'"workflows_(workflow|step)"\."id" IN \(|SET next_attempt_at', sql) and not claim_window:
-            by_key.append((sql, fixed))
-
-    assert Step.objects.exclude(status="COMPLETE").count() == 0
-    # The next steps made ready, and the plans started and finished (their rows read and locked by key).
-    assert any("next_attempt_at" in sql for sql, _ in by_key)
-    assert any('"workflows_workflow"."id" IN (' in sql for sql, _ in by_key)
-    for sql, fixed in by_key:
-        plan = _plan_of(sql, fixed)
-        assert "step_lease" not in plan and "workflow_status_created" not in plan, f"{sql[:300]}\n{plan}"
+        if connection.vendor == "sqlite" and "NOT EXISTS" in sql:
+            continue
+        if re.search(r'"workflows_(workflow|step)"\."(id|workflow_id)" IN \(|SET next_attempt_at', sql):
+            assert "step_lease" not in plan and "workflow_status_created" not in plan, f"{sql[:300]}\n{plan}"

@@ -198,11 +198,13 @@ class StepQuerySet(models.QuerySet):
     def ready_after(self, steps, now=None) -> int:
         """Make the step that follows each of these (just COMPLETE) in its
         lane ready to run: one statement for them all. The next steps are
-        found through their plan's positions and updated by key; the status
-        is compared as `status || ''`, which no index matches: as a plain
-        condition, with no planner statistics (a burst, autovacuum behind),
-        PostgreSQL read every PENDING step through the status index on each
-        call, so each group of steps completed cost more the larger the backlog."""
+        found through their plan's positions, then updated by primary key
+        from that materialized list, which no planner reads otherwise; the
+        status is compared as `status || ''`, which no index matches. With
+        the ids as a subquery and no planner statistics (a burst, autovacuum
+        behind), PostgreSQL read every PENDING step through the status index,
+        or, with the status unindexed, the whole table, on each call: each
+        group of steps completed cost more the more steps were stored."""
         if not steps:
             return 0
         now = now or timezone.now()
@@ -210,15 +212,17 @@ class StepQuerySet(models.QuerySet):
         table = quote(self.model._meta.db_table)
         workflow_field = self.model._meta.get_field("workflow")
         values = ", ".join(["(%s, %s, %s)"] * len(steps))
-        params = [now]
+        params = []
         for step in steps:
             params += [workflow_field.get_db_prep_value(step.workflow_id, connection), step.lane, step.position]
         sql = (
-            f"UPDATE {table} SET next_attempt_at = %s WHERE status || '' = %s AND next_attempt_at IS NULL AND id IN ("
-            f"SELECT (SELECT n.id FROM {table} n WHERE n.workflow_id = v.column1 AND n.lane = v.column2"
-            f" AND n.position > v.column3 ORDER BY n.position LIMIT 1) FROM (VALUES {values}) AS v)"
+            f"WITH following AS MATERIALIZED (SELECT (SELECT n.id FROM {table} n WHERE n.workflow_id = v.column1"
+            f" AND n.lane = v.column2 AND n.position > v.column3 ORDER BY n.position LIMIT 1) AS id"
+            f" FROM (VALUES {values}) AS v)"
+            f" UPDATE {table} SET next_attempt_at = %s FROM following WHERE {table}.id = following.id"
+            f" AND {table}.status || '' = %s AND {table}.next_attempt_at IS NULL"
         )
-        params.insert(1, StepStatus.PENDING)
+        params += [now, StepStatus.PENDING]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount

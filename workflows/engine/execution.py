@@ -30,7 +30,7 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
-    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, policy, previews, proofs, recovery,
+    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, planning, policy, previews, proofs, recovery,
     references, wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
@@ -156,7 +156,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
     unsettled = Attempt.objects.filter(step=OuterRef("pk"), status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
     latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("number")[:1]
     began = time.time_ns()
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         held = limits.held_back()
         with fixed_plans():
             candidates = due_steps(workflow_id, window=limit * 4, exclude_actions=held).annotate(
@@ -392,7 +392,7 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None, 
     """The checkpoint before the effect: committed before perform() is
     called, with the plan hash the policy recheck bound the step to. None,
     writing nothing, when the workflow was cancelled since the recheck."""
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         assert_lease(step, fence, StepStatus.RUNNING)
         if policy.cancelled_workflows([step.workflow_id]):
             return None

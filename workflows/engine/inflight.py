@@ -37,7 +37,7 @@ from workflows.actions import Action, ActionError, Outcome, PerformContext
 from workflows.actions.context import performing
 from workflows.audit import journal
 from workflows.audit.redaction import redact_text
-from workflows.engine import failpoints, outcomes, policy, previews, proofs, recovery, references
+from workflows.engine import failpoints, outcomes, planning, policy, previews, proofs, recovery, references
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, still_held_each
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
@@ -212,7 +212,7 @@ class Effects:
         steps, self.waiting = self.waiting, []
         if not steps:
             return
-        with transaction.atomic():
+        with transaction.atomic(), planning.by_key():
             move_many(steps, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.released", expect=("fence",),
                       data=lambda step: {"reason": "the cluster is draining", "fence": step.fence},
                       next_attempt_at=timezone.now(), lease_owner="", lease_expires_at=None)
@@ -276,7 +276,7 @@ class Effects:
         if not steps:
             return
         verified, self.verified = self.verified, []
-        with telemetry.steps_span("durable.request", steps), transaction.atomic():
+        with telemetry.steps_span("durable.request", steps), transaction.atomic(), planning.by_key():
             held = still_held_each([(step, StepStatus.VERIFYING) for step in verified]
                                    + [(step, StepStatus.RUNNING) for step in steps])
             requesting = {step.pk for step in steps}

@@ -20,6 +20,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from workflows.engine import planning
 from workflows.models import Step
 from workflows.states import StepStatus
 
@@ -111,7 +112,7 @@ def _extend(held: Q, lease: float) -> None:
     order it meets them and could deadlock with it. So the beat skips rows
     locked right now: their claim is being recorded, and the next beat
     extends what is still held."""
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         rows = Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
         if connection.features.has_select_for_update_skip_locked:
             rows = Step.objects.filter(pk__in=list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True)))

@@ -18,7 +18,7 @@ from workflows import actions
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
-from workflows.engine import compensating, failpoints, limits, parking, policy, retry
+from workflows.engine import compensating, failpoints, limits, parking, planning, policy, retry
 from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
 from workflows.engine.transitions import move, move_many
 from workflows.models import Attempt, Step, Workflow
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, attempt_status: str) -> None:
     """The checkpoint after the effect: the attempt's outcome, the step VERIFYING."""
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         assert_lease(step, fence, StepStatus.RUNNING)
         move(attempt, attempt_status, actor=WORKER, finished_at=timezone.now(),
              data={"external_ref": outcome.external_ref})
@@ -52,7 +52,7 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
     SUCCEEDED and its step VERIFYING, while the claim still holds."""
     if not steps:
         return []
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         held = still_held(steps, StepStatus.RUNNING)
         log: list[journal.Entry] = []
         move_many([step.attempt for step in held], AttemptStatus.SUCCEEDED, actor=WORKER, locked=True, log=log,
@@ -119,7 +119,7 @@ def verify(step: Step, action, fence: int, scope: str = "") -> None:
 def settle(step: Step, ok: bool, fence: int) -> None:
     """A verified step is COMPLETE (and its workflow with its last step); a
     step whose outcome failed verification is IN_DOUBT."""
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         assert_lease(step, fence, StepStatus.VERIFYING)
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if ok:
@@ -141,7 +141,7 @@ def complete(steps: list[Step]) -> None:
     commit, and each workflow whose steps are now all COMPLETE with them."""
     if not steps:
         return
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         log: list[journal.Entry] = []
         complete_held(still_held(steps, StepStatus.VERIFYING), log)
         journal.append_many(log)
@@ -183,7 +183,7 @@ def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
 def block(step: Step, fence: int, problems: list[str], **fields) -> None:
     """The policy recheck failed: BLOCKED with POLICY_FAILED, for a fresh
     approval. `fields` are written with the block (a preview taken again)."""
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         moved = move(
             step,
@@ -205,7 +205,7 @@ def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence
     and the action allow one and the deadline leaves room; IN_DOUBT when the
     outcome is unknown and repeating is not safe; otherwise a dead letter."""
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(), planning.by_key():
         if err.failure_class == FailureClass.RATE_LIMITED:
             # First, so that this transaction takes the throttle's row lock
             # before any other, as claims do (no deadlock between them).
