@@ -59,13 +59,15 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
     endpoints = defaultdict(list)
     for pk, team_id in WebhookEndpoint.objects.filter(enabled=True).values_list("pk", "team_id"):
         endpoints[team_id].append(pk)
-    callbacks = dict(Workflow.objects.filter(pk__in=workflow_ids).exclude(callback_url="")
-                     .values_list("pk", "callback_url"))
-    if not endpoints and not callbacks:
-        return 0
+    # Read by key alone, team and callback compared here: with the team in
+    # the query and no planner statistics, the team's index could be read
+    # whole (every plan of the team) for a few plans.
+    keyed = list(Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "team_id", "callback_url"))
+    callbacks = {pk: url for pk, _, url in keyed if url}
     # Only the workflows someone listens to are read in full.
-    listened = list(callbacks) + list(Workflow.objects.filter(pk__in=workflow_ids, team_id__in=list(endpoints))
-                                      .values_list("pk", flat=True)) if endpoints else list(callbacks)
+    listened = [pk for pk, team_id, url in keyed if url or team_id in endpoints]
+    if not listened:
+        return 0
     now = timezone.now()
     rows = []
     for workflow in (Workflow.objects.filter(pk__in=listened).select_related("submitted_by")
