@@ -28,9 +28,10 @@ def by_key():
     """Inside a transaction on PostgreSQL: the statements of the block are
     planned without sequential scans where an index serves. Set with
     `set_config(..., true)` (the transaction's own setting), and put back as
-    it was when the block ends, so a caller's transaction around it is
+    it was when the block ends inside a caller's transaction, which is then
     planned as before; a block that raises leaves it to the rollback of its
-    transaction or savepoint, which undoes the setting."""
+    transaction or savepoint, which undoes the setting. Open it as the last
+    thing of its transaction: `with transaction.atomic(), by_key():`."""
     if connection.vendor != "postgresql" or not connection.in_atomic_block:
         yield
         return
@@ -40,6 +41,8 @@ def by_key():
             " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)")
         seqscan, jit, _, _ = cursor.fetchone()
     yield
-    if (seqscan, jit) != ("off", "off"):
+    # In a transaction of its own (the engine's `with transaction.atomic(),
+    # by_key():`), its commit ends the setting: no statement more.
+    if (seqscan, jit) != ("off", "off") and connection.savepoint_ids:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('enable_seqscan', %s, true), set_config('jit', %s, true)", [seqscan, jit])
