@@ -198,8 +198,9 @@ class StepQuerySet(models.QuerySet):
     def ready_after(self, steps, now=None) -> int:
         """Make the step that follows each of these (just COMPLETE) in its
         lane ready to run: one statement for them all. The next steps are
-        found through their plan's positions, then updated by primary key
-        from that materialized list, which no planner reads otherwise; the
+        found through their plan's positions, into a materialized list (one
+        id per step, which the planner estimates as such), then updated by
+        primary key from it; the
         status is compared as `status || ''`, which no index matches. With
         the ids as a subquery and no planner statistics (a burst, autovacuum
         behind), PostgreSQL read every PENDING step through the status index,
