@@ -17,7 +17,7 @@ PACKAGE = ROOT / "workflows"
 # What each part of the tree may not import. A module's part is the first
 # component after `workflows.` (`engine`, `operations`, ...), or the module
 # itself for the top-level ones.
-FLOOR = {"models", "states", "roles", "errors"}
+FLOOR = {"models", "states", "roles", "errors", "persons"}
 FORBIDDEN = {
     "engine": {"operations", "web", "ops", "management", "tasks"},
     "operations": {"web", "ops", "management", "tasks"},

@@ -1011,6 +1011,35 @@ class ProviderIdentity(models.Model):
         return f"{self.subject} at {self.issuer}"
 
 
+class AccountLink(models.Model):
+    """Accounts of one person, grouped for four-eyes only (docs: what an
+    approval guarantees): a link never gives sign-in, roles or teams. An
+    account with no row is a person of its own."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                related_name="account_link")
+    person = models.UUIDField(db_index=True)
+    via = models.CharField(max_length=32)  # "manual", "sso-email"
+    linked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.user} is person {self.person}"
+
+
+class AgentOwner(models.Model):
+    """The person who answers for an agent's account: its plans count as
+    theirs for four-eyes, and their removal at the provider stops its
+    tokens."""
+
+    agent = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                 related_name="agent_owner")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents_owned")
+    since = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.agent} owned by {self.owner}"
+
+
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     # The agent's team: the plans it submits with this token are that team's.
@@ -1021,6 +1050,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Stopped (not revoked) while its agent's owner is signed out at the
+    # provider; an operator re-enables it.
+    suspended_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -34,7 +34,7 @@ def authenticate(token: str):
         return None
     row = (
         ApiToken.objects.select_related("user")
-        .filter(token_hash=_hash(token), revoked_at__isnull=True, user__is_active=True)
+        .filter(token_hash=_hash(token), revoked_at__isnull=True, suspended_at__isnull=True, user__is_active=True)
         .first()
     )
     if row is None:
