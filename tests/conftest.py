@@ -15,6 +15,7 @@ from django.test import Client
 
 from tests import redis_server
 from tests.desk import TicketDesk
+from tests.support import seeing
 from tests.processes import Worker
 from workflows import roles
 from workflows.audit import keys
@@ -66,6 +67,12 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture
+def client():
+    """The console's client: its decisions carry what the page showed (`seeing`)."""
+    return seeing.Client()
+
+
+@pytest.fixture
 def people(db):
     """The personas of the product, each in the groups of its role."""
     users = {}
@@ -88,7 +95,8 @@ class ApiClient:
         return self.client.get(f"/api/v1{path}", params)
 
     def post(self, path, body=None):
-        return self.client.post(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
+        body = seeing.json_body(path, body if body is not None else {})
+        return self.client.post(f"/api/v1{path}", body, content_type="application/json")
 
     def patch(self, path, body=None):
         return self.client.patch(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
@@ -111,7 +119,8 @@ class HttpApi:
         return self.session.get(f"{self.base}{path}", params=params, timeout=10)
 
     def post(self, path, body=None):
-        return self.session.post(f"{self.base}{path}", json=body if body is not None else {}, timeout=10)
+        body = seeing.json_body(path, body if body is not None else {})
+        return self.session.post(f"{self.base}{path}", json=body, timeout=10)
 
 
 @pytest.fixture

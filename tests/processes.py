@@ -10,8 +10,21 @@ from workflows.ops.processes import Cluster, database_url
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+# The workers this test process has running: a client that decides on what
+# it just read waits, as a reviewer would, for the previews they are taking.
+RUNNING: set[Worker] = set()
+
+
 class Worker(Cluster):
     """A cluster on the database the test run created."""
 
     def __init__(self, workdir: Path, *, env: dict[str, str] | None = None, name: str = "worker"):
         super().__init__(name, workdir, {"DATABASE_URL": database_url(), **(env or {})})
+
+    def start(self, *args, **kwargs) -> Worker:
+        RUNNING.add(self)
+        return super().start(*args, **kwargs)
+
+    def stop(self, *args, **kwargs) -> None:
+        RUNNING.discard(self)
+        super().stop(*args, **kwargs)

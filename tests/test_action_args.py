@@ -19,7 +19,8 @@ from workflows.actions import ArgsModel, FromRef, SecretRef
 from workflows.actions.webhooks import RESERVED_HEADERS
 from workflows.audit import secrets
 from workflows.models import AuditEvent, Step, Workflow, canonical_json, sha256_hex
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 
 class Money(ArgsModel):
@@ -257,7 +258,7 @@ def test_http_post_sends_its_headers_with_secrets_resolved_by_the_worker(people,
             "headers": {"X-Event": "deploy", "X-Hook-Token": {"$secret": "HOOK_TOKEN"}}}
     workflow = plans.submit(people["agent"], one_step("http.post", args)).workflow
     start_worker(SECRET_HOOK_TOKEN=token, SECRETS_POLICY=json.dumps(policy))
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     wait_for_status(workflow.pk, "COMPLETE")
     step = workflow.steps.get()
     [request] = Receiver.received

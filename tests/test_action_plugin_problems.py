@@ -5,7 +5,7 @@ shown to operators, never on the public /healthz."""
 import json
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests import plugin_packages
 from tests.conftest import PASSWORD, manage

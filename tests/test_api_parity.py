@@ -14,8 +14,9 @@ from django.utils import timezone
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until
 from workflows.engine import execution, policy, recovery
 from workflows.models import AuditEvent, DeadLetter, Step
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.web import urls as console_urls
+from tests.support import deciding as decide
 
 MAIL = {"name": "notify", "steps": [
     {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
@@ -33,7 +34,7 @@ def mail_to_files(settings, tmp_path):
 def in_doubt(people, key):
     """An email whose worker died after the REQUESTED checkpoint."""
     workflow = plans.submit(people["agent"], {**MAIL, "submission_key": key}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     step = execution.claim(workflow.pk)
     execution._request_attempt(step, step.fence)
     recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
@@ -146,7 +147,7 @@ def test_resolving_a_step_that_is_not_in_doubt_is_a_conflict(people, api, mail_t
 
 def dead_letter(user, reviewer, key) -> DeadLetter:
     workflow = plans.submit(user, {**BAD, "submission_key": key}).workflow
-    approvals.approve(workflow, by=reviewer)
+    decide.approve(workflow, by=reviewer)
     run_until(workflow.pk, "FAILED")
     return DeadLetter.objects.get(workflow=workflow)
 

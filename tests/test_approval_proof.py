@@ -27,9 +27,9 @@ from workflows.actions import ActionError, PerformContext
 from workflows.actions.context import performing
 from workflows.actions.transport import call
 from workflows.audit import signing
-from workflows.models import Attempt, DeadLetter, Step
-from workflows.operations import approvals, compensation, deadletters, plans
-from workflows.operations import gates as gate_decisions
+from workflows.models import Attempt, DeadLetter
+from workflows.operations import compensation, deadletters, plans
+from tests.support import deciding as decide
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DESK = "http://127.0.0.1:8100"
@@ -179,7 +179,7 @@ def test_the_verifier_imports_without_django():
 
 def _submit(people, plan):
     workflow = plans.submit(people["agent"], plan).workflow
-    return approvals.approve(workflow, by=people["reviewer"])
+    return decide.approve(workflow, by=people["reviewer"])
 
 
 def _at(moment) -> str:
@@ -264,7 +264,7 @@ def test_gate_approvals_are_among_the_approvers_of_the_gated_step(people, proof_
          "gate": {"approvals": 1, "note": "look first"}}]}
     workflow = _submit(people, plan)
     run_until(workflow.pk, "WAITING_GATE")
-    gate_decisions.approve(workflow, "close", by=people["reviewer2"])
+    decide.gate_approve(workflow, "close", by=people["reviewer2"])
     run_until(workflow.pk, "COMPLETE")
     opened, closed = (Attempt.objects.get(step__workflow=workflow, step__key=key) for key in ("open", "close"))
     reviewer, reviewer2 = str(people["reviewer"].pk), str(people["reviewer2"].pk)
@@ -278,7 +278,7 @@ def test_a_compensation_names_its_requester_and_its_authorizer(people, proof_des
         {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]))
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")
-    compensation.authorize(comp, by=people["reviewer2"])
+    decide.authorize(comp, by=people["reviewer2"])
     run_until(workflow.pk, "COMPENSATED")
     undo = Attempt.objects.get(step__workflow=workflow, step__lane__gt=0)
     assert [a["sub"] for a in undo.proof_approvers] == [str(people["operator"].pk), str(people["reviewer2"].pk)]

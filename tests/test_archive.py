@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
@@ -26,9 +26,10 @@ from workflows.audit import archive, journal
 from workflows.models import (
     Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Step, Team, Workflow,
 )
-from workflows.operations import approvals, cancellation, compensation, plans
+from workflows.operations import cancellation, compensation, plans
 from workflows.ops.processes import database_url
 from workflows.states import WorkflowStatus
+from tests.support import deciding as decide
 
 OLD = timedelta(days=200)
 
@@ -38,7 +39,7 @@ def submitted(people, key):
 
 
 def completed(people, key):
-    workflow = approvals.approve(submitted(people, key), by=people["reviewer"])
+    workflow = decide.approve(submitted(people, key), by=people["reviewer"])
     run_until(workflow.pk, WorkflowStatus.COMPLETE)
     return workflow
 
@@ -302,7 +303,7 @@ def test_archive_runs_beside_a_working_worker_and_never_takes_unfinished_work(pe
     old = [cancelled(people, f"old-{n}") for n in range(6)]
     age(*old)
     start_worker()
-    running = [approvals.approve(submitted(people, f"live-{n}"), by=people["reviewer"]) for n in range(4)]
+    running = [decide.approve(submitted(people, f"live-{n}"), by=people["reviewer"]) for n in range(4)]
     output = run("archive", "--older-than", "90d", "--to", tmp_path / "busy", "--batch", 2)
     assert "Archived 6 workflows" in output
     for workflow in running:

@@ -13,13 +13,14 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import ticket_plan
 from workflows.audit import journal, keys
 from workflows.models import AuditEvent, AuditVerification
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.web.views_audit import FIELDS
+from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -51,8 +52,8 @@ def trail(people):
     the second reviewer rejects the second."""
     first = plans.submit(people["agent"], ticket_plan("audit-1")).workflow
     second = plans.submit(people["agent"], ticket_plan("audit-2")).workflow
-    approvals.approve(first, by=people["reviewer"])
-    approvals.reject(second, by=people["reviewer2"])
+    decide.approve(first, by=people["reviewer"])
+    decide.reject(second, by=people["reviewer2"])
     return {"first": first, "second": second}
 
 

@@ -9,14 +9,16 @@ from datetime import datetime
 
 import pytest
 from django.db import transaction
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from tests.test_audit_console import streamed, tamper
 from workflows.audit import identity, journal, keys
 from workflows.models import AuditEvent
-from workflows.operations import approvals, plans, tokens
+from workflows.operations import plans, tokens
 from workflows.web.identity import SSO_SESSION_KEY, client_address
+from tests.support import deciding as decide
 
 ISSUER = "https://id.example.com"
 
@@ -100,7 +102,7 @@ def _trail_with_identities(people):
     token = identity.begin(identity.Requester(username="reviewer", subject="00u1", issuer=ISSUER,
                                               client_address="192.0.2.9"))
     try:
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
     finally:
         identity.end(token)
     return workflow

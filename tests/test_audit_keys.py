@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.operations import AddField
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.processes import PROJECT_DIR

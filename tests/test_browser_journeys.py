@@ -23,9 +23,10 @@ from tests.test_compensation import failed_workflow
 from workflows.engine import policy
 from workflows import roles
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.web import sso
 from workflows.web.views_audit import FIELDS
+from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -221,7 +222,7 @@ def test_an_operator_replays_a_dead_letter_through_its_preview(browsing, people,
         {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
     ]}
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     dead_letter = DeadLetter.objects.get(workflow_id=workflow.pk)
     step = Step.objects.get(pk=dead_letter.step_id)
@@ -319,8 +320,8 @@ def test_an_operator_requests_a_compensation_and_a_second_reviewer_authorizes_it
 def test_an_auditor_filters_exports_and_verifies_the_trail(browsing, people):
     first = plans.submit(people["agent"], ticket_plan("journey-audit-1")).workflow
     second = plans.submit(people["agent"], ticket_plan("journey-audit-2")).workflow
-    approvals.approve(first, by=people["reviewer"], comment="fine")
-    approvals.reject(second, by=people["reviewer2"], comment="wrong floor")
+    decide.approve(first, by=people["reviewer"], comment="fine")
+    decide.reject(second, by=people["reviewer2"], comment="wrong floor")
     matching = list(AuditEvent.objects.filter(actor="reviewer").order_by("id").values_list("id", flat=True))
     assert matching and AuditEvent.objects.exclude(actor="reviewer").exists()
 
@@ -401,7 +402,7 @@ def test_a_reviewer_approves_a_gate_after_seeing_the_results_before_it(browsing,
     from tests.test_gates import gated_plan
 
     workflow = plans.submit(people["agent"], gated_plan("journey-gate")).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "WAITING_GATE")
     page = browsing.log_in("reviewer2")
     expect(page.get_by_role("heading", name="Runs waiting at a gate")).to_be_visible()

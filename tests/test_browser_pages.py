@@ -17,7 +17,8 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
-from workflows.operations import approvals, compensation, plans
+from workflows.operations import compensation, plans
+from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -107,7 +108,7 @@ def world(people, desk):
          "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "first.result.id"}}}},
         {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
     failed = plans.submit(people["agent"], body).workflow
-    approvals.approve(failed, by=people["reviewer2"])
+    decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)

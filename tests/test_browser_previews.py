@@ -13,6 +13,7 @@ from tests.conftest import PASSWORD, wait_for_status
 from workflows import tasks
 from workflows.models import Approval, Step, Workflow
 from workflows.operations import approvals, plans
+from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -93,7 +94,7 @@ def test_a_ticket_closed_after_approval_shows_both_previews_until_the_new_one_is
     workflow = plans.submit(people["agent"], close_plan(ticket["id"], "preview-binding")).workflow
     tasks.compute_previews(str(workflow.pk))
     shown = {"close": Step.objects.get(workflow=workflow).preview_digest}
-    approvals.approve(workflow, by=people["reviewer2"], preview_digests=shown)
+    decide.approve(workflow, by=people["reviewer2"], preview_digests=shown)
     requests.post(f"{desk.url}/tickets/{ticket['id']}/close", timeout=10)  # after approval, before any worker
     start_worker()
     wait_for_status(workflow.pk, "FAILED")

@@ -8,19 +8,20 @@ even when a worker is killed mid-replay."""
 import time
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, run_job, run_until, wait_for_status
 from tests.test_crash_matrix import CRASH_ENV, _alive
 from workflows.engine import failpoints, policy
 from workflows.models import AuditEvent, DeadLetter, Job, Step, Workflow
-from workflows.operations import approvals, bulk, plans
+from workflows.operations import bulk, plans
+from tests.support import deciding as decide
 
 
 def create(people, key, title=None):
     workflow = plans.submit(people["agent"], {"name": "open a ticket", "submission_key": key, "steps": [
         {"key": "open", "action": "ticket.create", "args": {"title": title or key}}]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
@@ -29,7 +30,7 @@ def hook(people, desk, key):
     workflow = plans.submit(people["agent"], {"name": "hook", "submission_key": key, "steps": [
         {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": key}}}]}
     ).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 

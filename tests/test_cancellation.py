@@ -13,8 +13,9 @@ from workflows import states
 from workflows.engine import execution, locks
 from workflows.engine.transitions import move
 from workflows.models import Attempt, AuditEvent, Step, Workflow
-from workflows.operations import approvals, cancellation, plans
+from workflows.operations import cancellation, plans
 from workflows.states import AttemptStatus, WorkflowStatus
+from tests.support import deciding as decide
 
 
 def planned(people, key="cancel-1"):
@@ -22,7 +23,7 @@ def planned(people, key="cancel-1"):
 
 
 def approved(people, key="cancel-1"):
-    return approvals.approve(planned(people, key), by=people["reviewer"])
+    return decide.approve(planned(people, key), by=people["reviewer"])
 
 
 def status_of(workflow):

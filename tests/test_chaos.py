@@ -11,9 +11,10 @@ from django.db import connection
 from django.db.models import Count
 
 from workflows.models import Attempt, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.ops import chaos, processes
 from workflows.states import AttemptStatus, StepStatus
+from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -72,7 +73,7 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
     workflows = []
     for number in range(20):
         workflow = plans.submit(agent, chaos.ticket_plan(f"two-hosts-{number}")).workflow
-        workflows.append(approvals.approve(workflow, by=reviewers[0]))
+        workflows.append(decide.approve(workflow, by=reviewers[0]))
     steps = Step.objects.filter(workflow__in=workflows)
     first_pids, held = _freeze_holding_a_step(steps, first)
 
@@ -115,7 +116,7 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
     agent, reviewers = chaos.personas()
     plan = {"name": "one ticket", "submission_key": "in-flight",
             "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Lift stuck", "body": "B2"}}]}
-    workflow = approvals.approve(plans.submit(agent, plan).workflow, by=reviewers[0])
+    workflow = decide.approve(plans.submit(agent, plan).workflow, by=reviewers[0])
     step = workflow.steps.get()
     deadline = time.monotonic() + 20
     while any(fault["mode"] == "latency" for fault in desk.faults()):

@@ -6,7 +6,7 @@ holder's activity, and it never blocks another reviewer's decision."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, ticket_plan

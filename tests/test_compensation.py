@@ -7,7 +7,8 @@ from tests.test_crash_matrix import CRASH_ENV, crash_at
 from workflows.engine import policy
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import AuditEvent, Compensation, DeadLetter, Step
-from workflows.operations import approvals, compensation, deadletters, plans
+from workflows.operations import compensation, deadletters, plans
+from tests.support import deciding as decide
 
 
 def three_steps(key="inc-1"):
@@ -21,7 +22,7 @@ def three_steps(key="inc-1"):
 
 def failed_workflow(people, body=None):
     workflow = plans.submit(people["agent"], body or three_steps()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     return workflow
 
@@ -41,7 +42,7 @@ def test_step_three_dead_letters_and_an_authorized_compensation_closes_one_and_t
         people, live_server, start_worker, desk, tmp_path, crash):
     operator, reviewer2 = HttpApi(live_server.url, people["operator"]), HttpApi(live_server.url, people["reviewer2"])
     workflow = plans.submit(people["agent"], three_steps()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     first_worker = start_worker(name="first", **CRASH_ENV)
     wait_for_status(workflow.pk, "FAILED")
     assert Step.objects.get(workflow=workflow, key="third").status == "DEAD_LETTERED"
@@ -79,7 +80,7 @@ def test_the_requester_cannot_authorize_and_only_operators_request(people, desk,
     assert api["reviewer"].post(f"/workflows/{workflow.pk}/compensations", {"reason": "x"}).status_code == 403
     comp = compensation.request(workflow, by=people["admin"], reason="undo it")  # admin is operator and reviewer
     with pytest.raises(NotAllowed):
-        compensation.authorize(comp, by=people["admin"])
+        decide.authorize(comp, by=people["admin"])
     assert api["admin"].post(f"/compensations/{comp.pk}/authorize", {}).status_code == 403
     assert api["operator"].post(f"/compensations/{comp.pk}/authorize", {}).status_code == 403
     comp.refresh_from_db()
@@ -136,7 +137,7 @@ def test_a_subset_and_a_plan_step_own_compensation(people, desk):
     workflow = failed_workflow(people, body)
     comp = compensation.request(workflow, by=people["operator"], reason="only the first", step_keys=["first"])
     assert [(p["compensates"], p["action"]) for p in comp.plan] == [("first", "ticket.comment")]
-    compensation.authorize(comp, by=people["reviewer2"])
+    decide.authorize(comp, by=people["reviewer2"])
     run_until(workflow.pk, "COMPENSATED")
     first, second = desk.tickets()
     assert [c["body"] for c in first["comments"]] == ["undone"]
@@ -147,7 +148,7 @@ def test_a_failing_undo_ends_compensation_failed_and_a_replay_finishes_it(people
     workflow = failed_workflow(people)
     comp = compensation.request(workflow, by=people["operator"], reason="undo")
     desk.fault(mode="error", status=403, count=1)  # the first close is refused
-    compensation.authorize(comp, by=people["reviewer2"])
+    decide.authorize(comp, by=people["reviewer2"])
     run_until(workflow.pk, "COMPENSATION_FAILED")
     comp.refresh_from_db()
     assert comp.status == "FAILED"
@@ -162,7 +163,7 @@ def test_a_failing_undo_ends_compensation_failed_and_a_replay_finishes_it(people
 def test_the_audit_trail_links_each_undo_to_the_effect_it_addresses(people, desk):
     workflow = failed_workflow(people)
     comp = compensation.request(workflow, by=people["operator"], reason="customer withdrew")
-    compensation.authorize(comp, by=people["reviewer2"], reason="confirmed")
+    decide.authorize(comp, by=people["reviewer2"], reason="confirmed")
     run_until(workflow.pk, "COMPENSATED")
     for original in Step.objects.filter(workflow=workflow, lane=0, status="COMPENSATED"):
         link = AuditEvent.objects.get(verb="step.compensating", object_id=str(original.pk))
@@ -179,8 +180,8 @@ def test_a_disabled_undo_action_blocks_the_compensation(people, desk):
     workflow = failed_workflow(people)
     comp = compensation.request(workflow, by=people["operator"], reason="undo")
     policy.update("ticket.close", by="admin", enabled=False)
-    compensation.authorize(comp, by=people["reviewer2"])
+    decide.authorize(comp, by=people["reviewer2"])
     run_until(workflow.pk, "COMPENSATION_FAILED")
     assert closes_per_ticket(desk) == {}
     with pytest.raises(WrongState):
-        compensation.authorize(comp, by=people["reviewer2"])
+        decide.authorize(comp, by=people["reviewer2"])

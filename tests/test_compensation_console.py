@@ -3,13 +3,14 @@ steps, a reviewer other than the requester authorizes or declines it, and
 everyone allowed can watch it run. Every refusal changes nothing."""
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import run_until
 from tests.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from workflows.models import Compensation, Step
 from workflows.operations import compensation
 from workflows.web import views_compensation
+from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -273,7 +274,7 @@ def test_a_second_reviewer_authorizes_and_the_page_follows_the_run(requested, as
 
 def test_a_failed_undo_points_to_its_dead_letter(requested, as_user, desk, people):
     desk.fault(mode="error", status=403, count=1)  # the first close is refused
-    compensation.authorize(requested, by=people["reviewer2"])
+    decide.authorize(requested, by=people["reviewer2"])
     run_until(requested.workflow_id, "COMPENSATION_FAILED")
     html = _html(as_user("operator").get(_page(requested)))
     assert 'data-testid="compensation-status">FAILED' in html
@@ -381,7 +382,7 @@ def test_reviewers_see_compensations_awaiting_a_decision_newest_first(people, de
     second = _html(client.get(f"{LIST}?status=REQUESTED&cursor={cursor}", **HTMX))
     assert "<html" not in second and _page(older) in second and _page(newer) not in second
 
-    compensation.decline(older, by=people["reviewer2"], reason="no")
+    decide.decline(older, by=people["reviewer2"], reason="no")
     monkeypatch.setattr(views_compensation, "PAGE_SIZE", 50)
     awaiting = _html(client.get(LIST))
     assert _page(newer) in awaiting and _page(older) not in awaiting

@@ -14,9 +14,10 @@ from django.db.models import Count
 
 from workflows.engine import failpoints
 from workflows.models import Attempt, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -33,7 +34,7 @@ def approved_creates(people, count: int, prefix: str, action: str = "ticket.crea
     for n in range(count):
         body = {"name": f"{prefix} {n}", "submission_key": f"{prefix}-{n}",
                 "steps": [{"key": "open", "action": action, "args": args or {"title": f"{prefix} {n}", "body": "x"}}]}
-        workflows.append(approvals.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
+        workflows.append(decide.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
     return workflows
 
 

@@ -2,7 +2,7 @@
 every decision works both as an htmx swap and as a plain form post."""
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from workflows.models import Approval, AuditEvent, Workflow

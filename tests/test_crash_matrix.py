@@ -10,7 +10,8 @@ from tests.conftest import ticket_plan, wait_for_status
 from workflows.audit import journal
 from workflows.engine import failpoints, policy
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
-from workflows.operations import approvals, plans, resolution
+from workflows.operations import plans, resolution
+from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -28,7 +29,7 @@ def desk(proof_desk):
 
 def submit_and_approve(people, body):
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
@@ -123,7 +124,7 @@ def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
     policy.update("ticket.create", by="test", max_attempts=1)
     desk.fault(mode="error", status=503, count=1)
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     from tests.conftest import run_until
 
     run_until(workflow.pk, "FAILED")

@@ -5,15 +5,16 @@ changes nothing."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes, policy
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
-from workflows.operations import approvals, deadletters, plans
+from workflows.operations import deadletters, plans
 from workflows.web import views_deadletters
+from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -44,7 +45,7 @@ def park(people):
             "steps": [{"key": "open", "action": action, "args": args or {"title": "Printer on fire"}}],
         }
         workflow = plans.submit(people["agent"], body).workflow
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
         step = execution.claim(workflow.pk)
         attempt = execution._request_attempt(step, step.fence)
         outcomes.record_failure(step, attempt, actions.get(step.action), ActionError(failure_class, error),

@@ -7,7 +7,8 @@ from django.core.management import CommandError, call_command
 
 from tests.conftest import HttpApi, run_until
 from workflows.models import AuditEvent, DeadLetter, Step
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 BAD = {"name": "comment on a missing ticket", "submission_key": "bad",
        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}
@@ -15,7 +16,7 @@ BAD = {"name": "comment on a missing ticket", "submission_key": "bad",
 
 def dead_letter(people, key="bad"):
     workflow = plans.submit(people["agent"], {**BAD, "submission_key": key}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     return DeadLetter.objects.get(workflow=workflow)
 

@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
 from workflows.models import Attempt, Step
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.states import StepStatus
+from tests.support import deciding as decide
 
 
 def plan(key, *steps):
@@ -21,7 +22,7 @@ def plan(key, *steps):
 
 def approved(people, body):
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 

@@ -8,6 +8,7 @@ from django_q.tasks import async_task
 
 from tests.conftest import ticket_plan, wait_for_status
 from workflows.models import Attempt
+from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -50,11 +51,11 @@ def test_submit_approve_and_run_to_complete_over_http(http_api, start_worker, de
 
 
 def test_duplicated_deliveries_to_real_workers_cause_one_effect(people, start_worker, desk):
-    from workflows.operations import approvals, plans
+    from workflows.operations import plans
 
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     queued = OrmQ.objects.count()
-    approvals.approve(workflow, by=people["reviewer"])  # enqueues one wake-up
+    decide.approve(workflow, by=people["reviewer"])  # enqueues one wake-up
     for _ in range(3):  # the broker redelivers, a client retries, a sweep fires
         async_task("workflows.tasks.run_workflow", str(workflow.pk))
     assert OrmQ.objects.count() == queued + 4
@@ -75,10 +76,10 @@ def test_a_worker_on_the_redis_broker_runs_the_plan_too(people, start_worker, de
     in the database."""
     import uuid
 
-    from workflows.operations import approvals, plans
+    from workflows.operations import plans
 
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     wake_ups = list(OrmQ.objects.values_list("pk", flat=True))
     assert wake_ups
     start_worker(Q_BROKER="redis", REDIS_URL=redis_url, Q_CLUSTER_NAME=f"test-{uuid.uuid4().hex[:8]}")

@@ -20,17 +20,18 @@ from workflows import actions, tasks
 from workflows.actions import Outcome
 from workflows.engine import execution, inflight, leases, outcomes, recovery
 from workflows.models import Attempt, AuditEvent, Step, Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
+from tests.support import deciding as decide
 
 
 @pytest.fixture
 def approved(people, desk):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
@@ -111,7 +112,7 @@ def checking_plans(people, action: str, count: int) -> list:
     for n in range(count):
         body = {"name": f"check {n}", "submission_key": f"check-{n}",
                 "steps": [{"key": "s", "action": action, "args": {}}]}
-        started.append(approvals.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
+        started.append(decide.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
     return started
 
 
@@ -182,7 +183,7 @@ def test_the_same_task_delivered_twice_does_nothing_more(approved, desk):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_deliveries_claim_each_step_once(people, desk):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     errors = []
 
     def deliver():
@@ -294,8 +295,8 @@ def test_a_shared_batch_blocks_only_the_plans_whose_approver_lost_the_grant(peop
     noop = [{"key": "s", "action": "noop", "args": {}}]
     kept = plans.submit(people["agent"], {"name": "kept", "submission_key": "kept", "steps": noop}).workflow
     lost = plans.submit(people["agent"], {"name": "lost", "submission_key": "lost", "steps": noop}).workflow
-    approvals.approve(kept, by=people["reviewer"])
-    approvals.approve(lost, by=second)
+    decide.approve(kept, by=people["reviewer"])
+    decide.approve(lost, by=second)
     if change == "deactivated":
         second.is_active = False
         second.save(update_fields=["is_active"])
@@ -318,10 +319,10 @@ def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
     a time, so that a short burst of them is spread over the workers."""
     for n in range(12):
         remote = plans.submit(people["agent"], ticket_plan(key=f"remote-{n}")).workflow
-        approvals.approve(remote, by=people["reviewer"])
+        decide.approve(remote, by=people["reviewer"])
         local = plans.submit(people["agent"], {"name": "n", "submission_key": f"local-{n}",
                                                "steps": [{"key": "s", "action": "noop", "args": {}}]}).workflow
-        approvals.approve(local, by=people["reviewer"])
+        decide.approve(local, by=people["reviewer"])
 
     batch = execution.claim_batch()
 
@@ -343,7 +344,7 @@ def test_a_drain_reads_no_more_steps_than_it_has_room_for_in_flight(people, desk
     workflows = []
     for n in range(12):
         workflow = plans.submit(people["agent"], ticket_plan(key=f"room-{n}")).workflow
-        workflows.append(approvals.approve(workflow, by=people["reviewer"]))
+        workflows.append(decide.approve(workflow, by=people["reviewer"]))
     claim, from_db, claims = execution.claim_batch, Step.from_db.__func__, []
 
     def counting_claim(*args, **kwargs):
@@ -374,7 +375,7 @@ def test_the_claim_window_is_read_off_the_ready_index_in_order(people):
     the status index and sort every step they hold: a claim's cost would grow
     with the plans awaiting review and those running."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(3)]
-    approvals.approve(plans.submit(people["agent"], {"name": "n", "submission_key": "n", "steps": noop}).workflow,
+    decide.approve(plans.submit(people["agent"], {"name": "n", "submission_key": "n", "steps": noop}).workflow,
                       by=people["reviewer"])
     plans.submit(people["agent"], {"name": "inbox", "submission_key": "inbox", "steps": noop})
 
@@ -397,7 +398,7 @@ def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(peopl
     rows locked right now and extends the rest."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks: SQLite locks the whole database")
-    first, second = [approvals.approve(plans.submit(people["agent"], ticket_plan(key)).workflow,
+    first, second = [decide.approve(plans.submit(people["agent"], ticket_plan(key)).workflow,
                                        by=people["reviewer"]) for key in ("beat-1", "beat-2")]
     claimed = execution.claim_batch(workflow_id=[first.pk, second.pk], alone=2)
     assert len(claimed) == 2
@@ -497,7 +498,7 @@ def test_starting_and_finishing_plans_find_their_rows_by_key_whatever_the_backlo
     And none is compiled by JIT (a disabled scan's cost would trigger it)."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(5)]
     for n in range(300):
-        approvals.approve(plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop})
+        decide.approve(plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop})
                           .workflow, by=people["reviewer"])
     # Someone listens to the team's plans: the events of the plans finished
     # are written with them (their team compared by key, not by its index).

@@ -11,7 +11,8 @@ from django.utils import timezone
 from tests.conftest import run_until
 from workflows.engine import policy, retry
 from workflows.models import Attempt, DeadLetter, Step
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +29,7 @@ def one_ticket(key="one", title="Boiler pressure low", **extra):
 
 def start(people, body):
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
@@ -246,14 +247,14 @@ def test_an_action_disabled_while_a_retry_waits_ends_blocked_with_no_effect(peop
 def test_an_approval_older_than_its_lifetime_blocks_and_a_fresh_one_unblocks(people, desk):
     policy.update("ticket.create", by="admin", risk="HIGH", approval_ttl_seconds=60)
     workflow = plans.submit(people["agent"], one_ticket()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     workflow.approvals.update(created_at=timezone.now() - timedelta(minutes=5))
     run_until(workflow.pk, "FAILED")
     step = workflow.steps.get()
     assert (step.status, step.failure_class) == ("BLOCKED", "POLICY_FAILED")
     assert desk.ledger() == []
 
-    approvals.approve(workflow, by=people["reviewer2"], comment="still wanted")
+    decide.approve(workflow, by=people["reviewer2"], comment="still wanted")
     run_until(workflow.pk, "COMPLETE")
     assert len(desk.tickets()) == 1
 
@@ -264,7 +265,7 @@ def test_a_removed_approver_blocks_until_another_reviewer_approves(people, desk)
     run_until(workflow.pk, "FAILED")
     assert workflow.steps.get().status == "BLOCKED"
     assert desk.ledger() == []
-    approvals.approve(workflow, by=people["reviewer2"])
+    decide.approve(workflow, by=people["reviewer2"])
     run_until(workflow.pk, "COMPLETE")
     assert len(desk.tickets()) == 1
 

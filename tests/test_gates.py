@@ -9,7 +9,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, wait_for_status

@@ -23,7 +23,7 @@ import requests
 from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.test import Client
+from tests.support.seeing import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 from tests.conftest import run_until, ticket_plan
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
-from workflows.operations import approvals, bulk, compensation, links, plans, policies, tokens
+from workflows.operations import bulk, compensation, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
+from tests.support import deciding as decide
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -206,7 +207,7 @@ def one_ticket(people):
     body = {"name": "one ticket", "submission_key": "retry-after",
             "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]}
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
@@ -389,12 +390,12 @@ def world(people, desk, monkeypatch):
     planned = plans.submit(people["agent"], ticket_plan(key="planned")).workflow
     done = plans.submit(people["agent"], {"name": "done", "submission_key": "done", "steps": [
         {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]}).workflow
-    approvals.approve(done, by=people["reviewer"])
+    decide.approve(done, by=people["reviewer"])
     run_until(done.pk, "COMPLETE")
     comp = compensation.request(done, by=people["operator"], reason="undo it")
     failed = plans.submit(people["agent"], {"name": "failed", "submission_key": "failed", "steps": [
         {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "b"}}]}).workflow
-    approvals.approve(failed, by=people["reviewer"])
+    decide.approve(failed, by=people["reviewer"])
     run_until(failed.pk, "FAILED")
     dead = DeadLetter.objects.get(workflow=failed)
     policies.change("noop", by=people["operator"], reason="tighten", changes={"enabled": False})

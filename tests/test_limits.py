@@ -15,8 +15,9 @@ from tests.conftest import run_until
 from workflows.engine import execution, limits, policy
 from workflows.engine.transitions import move
 from workflows.models import ActionThrottle, Attempt, AuditEvent, DeadLetter, Step
-from workflows.operations import approvals, deadletters, plans
+from workflows.operations import deadletters, plans
 from workflows.states import StepStatus
+from tests.support import deciding as decide
 
 ARGS = {"ticket.create": {"title": "t", "body": "b"}, "noop": {},
         "ticket.comment": {"ticket_id": 999999, "body": "hi"}}
@@ -29,7 +30,7 @@ def approved(people, action, n, prefix=None):
         body = {"name": f"{action} {i}", "submission_key": f"{prefix or action}-{i}",
                 "steps": [{"key": "only", "action": action, "args": ARGS[action]}]}
         workflow = plans.submit(people["agent"], body).workflow
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
         workflows.append(workflow)
     return workflows
 

@@ -21,9 +21,10 @@ from mcp.client.stdio import stdio_client
 
 from tests.conftest import run_until, ticket_plan
 from workflows.models import DeadLetter, Workflow
-from workflows.operations import approvals, plans, tokens
+from workflows.operations import plans, tokens
 from workflows.ops.processes import free_port
 from workflows.web import waiting
+from tests.support import deciding as decide
 
 SERVER = [sys.executable, "-m", "durableconsole.mcp"]
 
@@ -148,7 +149,7 @@ def dead_letter(user, reviewer, key) -> DeadLetter:
     """A comment on a ticket the desk does not have: it fails for good."""
     steps = [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]
     workflow = plans.submit(user, {"name": "comment", "submission_key": key, "steps": steps}).workflow
-    approvals.approve(workflow, by=reviewer)
+    decide.approve(workflow, by=reviewer)
     run_until(workflow.pk, "FAILED")
     return DeadLetter.objects.get(workflow=workflow)
 

@@ -9,7 +9,8 @@ from django.core import mail
 from tests.conftest import ticket_plan
 from workflows import tasks
 from workflows.models import AuditEvent
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 
 def test_reviewers_other_than_the_submitter_get_an_email_with_a_link(people, settings):
@@ -28,7 +29,7 @@ def test_no_notice_once_the_plan_is_decided(people):
     people["reviewer2"].email = "r2@example.com"
     people["reviewer2"].save()
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.reject(workflow, by=people["reviewer"], comment="no")
+    decide.reject(workflow, by=people["reviewer"], comment="no")
     assert tasks.notify_reviewers(str(workflow.pk)) == 0
     assert mail.outbox == []
 

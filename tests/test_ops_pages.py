@@ -5,7 +5,8 @@ import re
 import pytest
 
 from tests.conftest import PASSWORD, run_until
-from workflows.operations import approvals, compensation, plans
+from workflows.operations import compensation, plans
+from tests.support import deciding as decide
 
 BAD = {"name": "note on a missing ticket", "submission_key": "bad", "steps": [
     {"key": "ok", "action": "ticket.create", "args": {"title": "fine", "body": "b"}},
@@ -20,7 +21,7 @@ def login(client, who):
 @pytest.fixture
 def troubled(people, desk):
     workflow = plans.submit(people["agent"], BAD).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     comp = compensation.request(workflow, by=people["operator"], reason="undo the ticket")
     return workflow, comp

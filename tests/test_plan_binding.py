@@ -20,10 +20,11 @@ from workflows import tasks
 from workflows.audit import keys
 from workflows.engine import binding, execution, policy
 from workflows.errors import WrongState
-from workflows.operations import approvals, compensation, deadletters, plans
+from workflows.operations import compensation, deadletters, plans
 from workflows.models import (
     Approval, Attempt, AuditEvent, Compensation, DeadLetter, Step, Workflow, canonical_json, sha256_hex,
 )
+from tests.support import deciding as decide
 
 TAMPERED = {"title": "Printer on fire", "body": "Also grant user mallory admin rights"}
 
@@ -63,7 +64,7 @@ def blocked_problems(workflow) -> str:
 
 def approved(people, body):
     workflow = plans.submit(people["agent"], body).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     workflow.refresh_from_db()
     return workflow
 
@@ -194,7 +195,7 @@ def test_an_undo_records_the_hash_of_the_compensation_it_runs(people, desk):
     workflow = approved(people, ticket_plan())
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")
-    compensation.authorize(comp, by=people["reviewer"])
+    decide.authorize(comp, by=people["reviewer"])
     run_until(workflow.pk, "COMPENSATED")
 
     undo = list(Step.objects.filter(workflow=workflow, lane=comp.lane).order_by("position"))
@@ -213,7 +214,7 @@ def authorized_undo(people):
     workflow = approved(people, one_ticket())
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")
-    compensation.authorize(comp, by=people["reviewer"])
+    decide.authorize(comp, by=people["reviewer"])
     comp.refresh_from_db()
     return workflow, comp
 

@@ -4,7 +4,7 @@ a second operator, who authorizes or declines it; auditors only look."""
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.test import Client
+from tests.support.seeing import Client
 
 from workflows import roles
 from workflows.engine import policy

@@ -21,6 +21,7 @@ from workflows.engine import binding, failpoints, policy
 from workflows.errors import PreviewChanged, PreviewPending
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, plans
+from tests.support import deciding as decide
 
 HOOK_TOKEN = "hk_live_4f9a8b7c6d5e4f3a2b1c0d9e"
 
@@ -272,7 +273,7 @@ def test_an_action_that_requires_its_preview_refuses_approval_until_it_exists(ap
     assert not Approval.objects.exists()
     assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
     with pytest.raises(PreviewPending):
-        approvals.approve(workflow, by=api["reviewer2"].user)
+        decide.approve(workflow, by=api["reviewer2"].user)
 
     tasks.compute_previews(str(workflow.pk))
     digest = Step.objects.get(workflow=workflow).preview_digest

@@ -17,6 +17,7 @@ from workflows.engine import execution, leases, recovery
 from workflows.errors import DomainError
 from workflows.models import Attempt, DeadLetter, Step, Workflow
 from workflows.operations import approvals, deadletters, plans
+from tests.support import deciding as decide
 
 PERFORMED: dict[str, int] = {}
 FAULTS: list[str] = []
@@ -74,7 +75,7 @@ class Operations(RuleBasedStateMachine):
     @rule(steps=st.integers(min_value=1, max_value=3))
     def submit_approved(self, steps):
         self.submit(steps)
-        approvals.approve(Workflow.objects.get(pk=self.workflows[-1]), by=self.reviewer)
+        decide.approve(Workflow.objects.get(pk=self.workflows[-1]), by=self.reviewer)
 
     @precondition(lambda self: self.workflows)
     @rule(data=st.data(), decision=st.sampled_from(["approve", "reject"]))

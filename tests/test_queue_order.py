@@ -20,7 +20,8 @@ from workflows.engine import execution, wakeups, worker
 from workflows.engine.wakeups import QueueBroker
 from workflows.models import Attempt
 from workflows.states import WorkflowStatus
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 NOOP = [{"key": "s", "action": "noop", "args": {}}]
 
@@ -52,7 +53,7 @@ def test_after_an_outage_wake_ups_of_approved_work_come_out_before_the_notices_q
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}  # as many kept as approved: none dropped
     workflows = [submit(people, f"outage-{n}") for n in range(4)]
     for workflow in workflows:
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
     later = submit(people, "outage-later")  # a notice queued after the wake-ups
 
     names = taken_names(broker, 9)
@@ -69,7 +70,7 @@ def test_under_a_backlog_a_task_that_waited_gets_its_turn_after_each_drain(peopl
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}  # no wake-up dropped here
     workflows = [submit(people, f"backlog-{n}") for n in range(3)]
     for workflow in workflows[:2]:
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
     waited = timezone.now() - wakeups.FAIR_WAIT * 2
     OrmQ.objects.filter(lock__gt=timezone.now() - wakeups.HEAD_START / 2).update(lock=waited)
 
@@ -83,7 +84,7 @@ def test_a_notice_that_has_not_waited_stays_behind_the_drains(people, broker, se
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 4}
     first, second = submit(people, "fresh-1"), submit(people, "fresh-2")
     for workflow in (first, second):
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
     assert taken_names(broker, 4) == [f"run {first.pk}", f"run {second.pk}", f"notify {first.pk}",
                                       f"notify {second.pk}"]
 
@@ -94,7 +95,7 @@ def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_
     its steps already claimed), the notices are untouched, and the drain
     the first one starts runs the steps of every approved plan."""
     workers = settings.Q_CLUSTER["workers"]
-    workflows = [approvals.approve(submit(people, f"burst-{n}"), by=people["reviewer"]) for n in range(12)]
+    workflows = [decide.approve(submit(people, f"burst-{n}"), by=people["reviewer"]) for n in range(12)]
     assert broker.drains_queued() == 12
 
     assert taken_names(broker, 1) == [f"run {workflows[0].pk}"]
@@ -110,9 +111,9 @@ def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_
 
 
 def test_a_drain_queued_after_the_one_taken_is_kept_when_fewer_than_the_workers_wait(people, broker):
-    first = approvals.approve(submit(people, "alone-1"), by=people["reviewer"])
+    first = decide.approve(submit(people, "alone-1"), by=people["reviewer"])
     assert taken_names(broker, 1) == [f"run {first.pk}"]
-    second = approvals.approve(submit(people, "alone-2"), by=people["reviewer"])
+    second = decide.approve(submit(people, "alone-2"), by=people["reviewer"])
     assert broker._collapse(timezone.now()) == 0  # nothing beyond one per worker
     assert taken_names(broker, 1) == [f"run {second.pk}"]
 
@@ -132,7 +133,7 @@ def test_the_sweep_asks_for_a_drain_when_the_queue_is_full_of_other_tasks(people
     for n in range(3 * settings.Q_CLUSTER["workers"]):
         submit(people, f"inbox-{n}")  # notices only: no drain among them
     workflow = submit(people, "due")
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     OrmQ.objects.filter(pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] in wakeups.DRAINS]).delete()
     assert broker.queue_size() > settings.Q_CLUSTER["workers"] and broker.drains_queued() == 0
 
@@ -168,7 +169,7 @@ def test_a_cluster_started_after_an_outage_starts_the_effects_before_the_notices
     went out while the 60 notices queued ahead of it still waited."""
     for n in range(60):
         submit(people, f"waiting-{n}")
-    workflow = approvals.approve(submit(people, "approved"), by=people["reviewer"])
+    workflow = decide.approve(submit(people, "approved"), by=people["reviewer"])
     notices = OrmQ.objects.count() - 1
     start_worker("after-outage", Q_WORKERS="1")
     deadline = time.monotonic() + 60

@@ -9,7 +9,8 @@ from tests.conftest import PASSWORD, run_until
 from workflows.engine import execution, recovery
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
-from workflows.operations import approvals, plans, resolution
+from workflows.operations import plans, resolution
+from tests.support import deciding as decide
 
 MAIL = {"name": "notify", "submission_key": "mail", "steps": [
     {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
@@ -22,7 +23,7 @@ def in_doubt(people, settings, tmp_path):
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     settings.EMAIL_FILE_PATH = str(tmp_path)
     workflow = plans.submit(people["agent"], MAIL).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     step = execution.claim(workflow.pk)
     execution._request_attempt(step, step.fence)
     recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))

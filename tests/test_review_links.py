@@ -12,15 +12,16 @@ from urllib.parse import unquote
 
 import pytest
 from django.core import mail, signing
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from tests.conftest import PASSWORD, ticket_plan
 from workflows import tasks
 from workflows.models import Approval, UsedReviewLink, Workflow
-from workflows.operations import links, plans, revisions
+from workflows.operations import links, plans
 from workflows.web.auth import SIGNED_IN_AT
+from tests.support import deciding as decide
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ def test_a_link_for_another_reviewer_is_refused(people, planned):
 
 def test_a_link_for_an_earlier_revision_is_refused(people, planned):
     token = links.make(planned, people["reviewer"], "approve")
-    revisions.revise(planned, by=people["reviewer2"], steps=[{"key": "open", "args": {"title": "Printer fixed"}}])
+    decide.revise(planned, by=people["reviewer2"], steps=[{"key": "open", "args": {"title": "Printer fixed"}}])
     refused(signed_in("reviewer"), token, "The plan changed since this link was sent", "revision 2")
     assert status(planned) == "PLANNED"
 

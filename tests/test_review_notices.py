@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from tests.conftest import ticket_plan, wait_for_status
 from workflows.models import AuditEvent, ReviewNotice, Workflow
-from workflows.operations import approvals, notifications, plans
+from workflows.operations import notifications, plans
+from tests.support import deciding as decide
 
 REVIEW = {"deadline_seconds": 3600, "remind_before_seconds": [1800, 600], "escalate_to": "leads"}
 
@@ -91,7 +92,7 @@ def test_reminders_reach_reviewers_and_the_escalation_the_group_each_once(people
 
 def test_nothing_is_sent_for_a_plan_decided_before_its_notices(people, leads):
     workflow = plans.submit(people["agent"], reviewed_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     mail.outbox.clear()
     come_due(workflow)
     assert notifications.send_due() == 3

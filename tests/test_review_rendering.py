@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from workflows import actions, tasks
 from workflows.audit import secrets
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 SCRIPT = "<script>alert(1)</script>"
 LONG = "Paper jam on every tray. " * 40
@@ -81,7 +82,7 @@ def test_references_show_as_the_result_of_a_step_and_secrets_by_name(people, rev
 
 def test_after_execution_references_show_the_value_they_took(people, reviewer, desk):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer2"])
+    decide.approve(workflow, by=people["reviewer2"])
     run_until(workflow.pk, "COMPLETE")
     ticket_id = desk.tickets()[0]["id"]
 
@@ -113,7 +114,7 @@ def test_raw_arguments_are_json_never_python_repr(people, client, desk):
     plan["context"] = {"why": "printer", "flags": [True, None]}
     plan["steps"].append({"key": "echo", "action": "noop", "args": {"ok": True, "none": None, "n": 1.5}})
     workflow = plans.submit(people["agent"], plan).workflow
-    approvals.approve(workflow, by=people["reviewer2"])
+    decide.approve(workflow, by=people["reviewer2"])
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="undo the test")
     assert client.login(username="admin", password=PASSWORD)

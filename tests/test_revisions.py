@@ -7,7 +7,7 @@ who changed what, and the agent gets `workflow.revised`."""
 import json
 
 import pytest
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan, wait_for_status
 from tests.test_webhooks import secret_for
@@ -95,8 +95,11 @@ def test_a_plan_edited_back_to_an_earlier_hash_still_needs_fresh_approvals(api):
     back = revise(api, "admin", workflow_id, [{"key": "open", "args": original}], comment="as it was").json()
     assert back["revision"] == 3 and back["plan_hash"] == first_hash
 
-    # reviewer2 edited revision 2, not 3: they may approve; the reviewer's revision-1 approval does not count.
-    assert api["reviewer2"].post(f"/workflows/{workflow_id}/approve", {}).json()["status"] == "PLANNED"
+    # reviewer2 edited revision 2, not 3: still one of the plan's authors, they may not approve any revision.
+    refused = api["reviewer2"].post(f"/workflows/{workflow_id}/approve", {})
+    assert refused.status_code == 403 and "co-author" in refused.json()["error"]["message"]
+    # The reviewer's revision-1 approval does not count: theirs afresh is the first of two.
+    assert api["reviewer"].post(f"/workflows/{workflow_id}/approve", {}).json()["status"] == "PLANNED"
 
 
 @pytest.mark.parametrize("steps, field", [

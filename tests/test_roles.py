@@ -3,14 +3,15 @@ partials and the API alike."""
 
 import pytest
 from django.db import transaction
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import DeadLetter
-from workflows.operations import approvals, bulk, compensation, plans, tokens
+from workflows.operations import bulk, compensation, plans, tokens
+from tests.support import deciding as decide
 
 PERSONAS = ["anonymous", "agent", "reviewer", "operator", "auditor", "admin"]
 STAFF = {"reviewer", "operator", "auditor", "admin"}
@@ -26,7 +27,7 @@ def world(people):
         {"key": "first", "action": "noop", "args": {}},
         {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
     failed = plans.submit(people["agent"], body).workflow
-    approvals.approve(failed, by=people["reviewer2"])
+    decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))  # the noop completes
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
@@ -249,7 +250,7 @@ def blue_world(people):
         {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
     failed = plans.submit(people["agent"], body).workflow
     assert planned.team == failed.team == blue
-    approvals.approve(failed, by=members["blue-reviewer2"])
+    decide.approve(failed, by=members["blue-reviewer2"])
     execution.execute(execution.claim(failed.pk))
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)

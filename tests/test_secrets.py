@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
+from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
@@ -19,7 +19,8 @@ from workflows import actions
 from workflows.audit import redaction, secrets
 from workflows.engine import execution, policy, recovery
 from workflows.models import Attempt, DeadLetter, Step, Trace, Workflow
-from workflows.operations import approvals, compensation, plans
+from workflows.operations import compensation, plans
+from tests.support import deciding as decide
 
 # Ordinary prose an agent or a person writes about credentials without holding
 # one: every sentence must be stored and sent exactly as written.
@@ -166,7 +167,7 @@ def test_ordinary_prose_is_stored_and_sent_exactly_as_submitted(api, people, des
         assert answer.status_code == 201, answer.json()
         workflow = Workflow.objects.get(pk=answer.json()["id"])
         assert [step.args for step in workflow.steps.order_by("position")] == [s["args"] for s in body["steps"]]
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
         run_until(workflow.pk, "COMPLETE")
     received = {ticket["title"]: ticket["body"] for ticket in desk.tickets()}
     sent = {f"prose {part}.{n}": sentence
@@ -313,7 +314,7 @@ def test_a_from_reference_to_a_redacted_value_blocks_the_step(people, desk, sett
         {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}}},
         {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$from": "echo.result.echo"}}},
     ]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     echo, open_ = workflow.steps.order_by("position")
     assert echo.result == {"echo": "[REDACTED secret:DESK_TOKEN]"}
@@ -328,7 +329,7 @@ def test_a_compensation_taking_a_redacted_value_is_refused(people, desk, setting
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
         {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}},
          "compensation": {"action": "noop", "args": {"undo": {"$from": "echo.result.echo"}}}}]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     with pytest.raises(compensation.CompensationInvalid, match="redacted"):
         compensation.request(workflow, by=people["operator"], reason="undo it")
@@ -340,7 +341,7 @@ def test_a_missing_secret_fails_the_step_naming_the_secret(people, desk, setting
     monkeypatch.delenv("SECRET_DESK_TOKEN", raising=False)
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
         SECRET_TICKET]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     attempt = Attempt.objects.get(step__workflow=workflow)
     assert attempt.failure_class == "PERMISSION_DENIED"
@@ -356,7 +357,7 @@ def test_the_worker_reads_a_secret_from_secrets_dir(people, desk, settings, tmp_
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
         SECRET_TICKET]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     assert [t["body"] for t in desk.tickets()] == [DESK_TOKEN]
 
@@ -366,7 +367,7 @@ def test_a_policy_narrowed_after_approval_blocks_the_step(people, desk, settings
     monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
     workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
         SECRET_TICKET]}).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     settings.SECRETS_POLICY = {}
     run_until(workflow.pk, "FAILED")
     step = workflow.steps.get()
@@ -450,12 +451,12 @@ def scene(people, desk, settings, tmp_path):
     failed = []
     for key in ("failed-a", "failed-b"):
         workflow = plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": failing}).workflow
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
         run_until(workflow.pk, "FAILED")
         failed.append(workflow)
     comp = compensation.request(failed[1], by=people["operator"], reason="incident cancelled")
     mail = plans.submit(people["agent"], MAIL).workflow
-    approvals.approve(mail, by=people["reviewer"])
+    decide.approve(mail, by=people["reviewer"])
     step = execution.claim(mail.pk)
     execution._request_attempt(step, step.fence)
     recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))

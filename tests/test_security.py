@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from tests.processes import PROJECT_DIR

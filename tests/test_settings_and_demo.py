@@ -14,6 +14,7 @@ from django.db import connection
 
 from tests.desk import free_port
 from tests.processes import PROJECT_DIR
+from tests.support import deciding as decide
 
 
 def test_the_database_is_set_up_for_durable_checkpoints(db, settings):
@@ -35,12 +36,12 @@ def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, setti
     from tests.conftest import ticket_plan
     from workflows.engine import execution, recovery
     from workflows.models import Attempt, AuditEvent
-    from workflows.operations import approvals, plans
+    from workflows.operations import plans
 
     settings.STEP_LEASE_SECONDS = 1.0
     settings.ACTION_TIMEOUT_SECONDS = 5.0
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     desk.fault(mode="latency", ms=2500)
     step = execution.claim(workflow.pk)
     worker = threading.Thread(target=execution.execute, args=(step,))

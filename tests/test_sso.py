@@ -15,7 +15,7 @@ import pytest
 import requests
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from tests.support.seeing import Client
 
 from durableconsole import env
 from tests.conftest import PASSWORD, ticket_plan

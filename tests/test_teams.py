@@ -9,18 +9,19 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
 from workflows import actions, roles
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
-from workflows.operations import approvals, links, policies, tokens
+from workflows.operations import links, policies, tokens
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks import events as webhook_events
 from workflows.webhooks.models import WebhookDelivery
+from tests.support import deciding as decide
 
 
 def person(name, *groups, team=None, **extra):
@@ -65,7 +66,7 @@ def payments(people):
 
 def dead_letter_in(workflow, approver):
     """Approve, complete the noop, fail the ticket step for good: a dead letter."""
-    approvals.approve(workflow, by=approver)
+    decide.approve(workflow, by=approver)
     execution.execute(execution.claim(workflow.pk))
     step = execution.claim(workflow.pk)
     attempt = execution._request_attempt(step, step.fence)
@@ -138,7 +139,7 @@ def test_people_see_and_decide_only_within_their_teams(people, payments):
     assert other_api.get("/workflows").json()["items"] == []
     # The operation itself refuses too, whoever calls it.
     with pytest.raises(Exception) as refused:
-        approvals.approve(paid, by=people["reviewer"])
+        decide.approve(paid, by=people["reviewer"])
     assert getattr(refused.value, "status", None) == 404
     assert Workflow.objects.get(pk=paid.pk).status == WorkflowStatus.PLANNED
 
@@ -284,11 +285,11 @@ def test_only_the_policys_reviewer_group_approves(people, payments, refund_revie
 
 def test_the_recheck_drops_approvals_of_reviewers_who_left_the_group(people, payments, refund_reviewers):
     kept = payments["agent"].submit(noop_plan("kept"))
-    approvals.approve(kept, by=payments["reviewer2"])
+    decide.approve(kept, by=payments["reviewer2"])
     assert run_until(kept.pk, {WorkflowStatus.COMPLETE, WorkflowStatus.FAILED}) == WorkflowStatus.COMPLETE
 
     left = payments["agent"].submit(noop_plan("left"))
-    approvals.approve(left, by=payments["reviewer2"])
+    decide.approve(left, by=payments["reviewer2"])
     payments["reviewer2"].groups.remove(refund_reviewers)
     assert run_until(left.pk, {WorkflowStatus.COMPLETE, WorkflowStatus.FAILED}) == WorkflowStatus.FAILED
     step = left.steps.get()
@@ -300,7 +301,7 @@ def test_a_gate_is_approved_only_by_the_reviewer_group(people, payments, refund_
     plan = payments["agent"].submit({"name": "gated", "submission_key": "g", "steps": [
         {"key": "first", "action": "noop", "args": {}},
         {"key": "second", "action": "noop", "args": {}, "gate": {"approvals": 1}}]})
-    approvals.approve(plan, by=payments["reviewer2"])
+    decide.approve(plan, by=payments["reviewer2"])
     assert run_until(plan.pk, WorkflowStatus.WAITING_GATE) == WorkflowStatus.WAITING_GATE
     refused = ApiClient(payments["reviewer"]).post(f"/workflows/{plan.pk}/steps/second/approve")
     assert refused.status_code == 403 and "refund-reviewers" in refused.json()["error"]["message"]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import requests
-from django.test import Client
+from tests.support.seeing import Client
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
@@ -22,7 +22,8 @@ from tests.conftest import ApiClient, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
 from workflows.audit import redaction, secrets
 from workflows.models import Step
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 OWN_SPANS = {"durable.claim", "durable.policy_recheck", "durable.request", "durable.perform", "durable.record",
              "durable.verify"}
@@ -96,7 +97,7 @@ def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settin
     a child of its step's perform span, in the approval's trace."""
     workflow = plans.submit(people["agent"], ticket_plan("threads")).workflow
     with telemetry.tracer().start_as_current_span("approval") as approval:
-        approvals.approve(workflow, by=people["reviewer"])
+        decide.approve(workflow, by=people["reviewer"])
         carried = telemetry.carrier()
     assert carried["trace"]["traceparent"].split("-")[1] == format(approval.get_span_context().trace_id, "032x")
     with telemetry.continuing(workflow.pk, carried["trace"]):
@@ -122,7 +123,7 @@ def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, des
     from workflows.engine import execution, recovery
 
     workflow = plans.submit(people["agent"], ticket_plan("reconcile")).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     step = execution.claim(workflow.pk)
     execution._request_attempt(step, step.fence)
     desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
@@ -152,7 +153,7 @@ def test_spans_carry_no_query_string_header_value_sql_parameter_or_argument(span
     requests.get(f"{desk.url}/tickets", params={"idempotency_key": marker}, headers={"X-Probe": marker}, timeout=5)
     requests.get(f"{desk.url}/tickets/desk-7Qp2-Zx9w-Lm4k-Rt8v", timeout=5)
     workflow = plans.submit(people["agent"], ticket_plan(marker, name=f"n {marker}")).workflow
-    approvals.approve(workflow, by=people["reviewer"], comment=marker)
+    decide.approve(workflow, by=people["reviewer"], comment=marker)
     run_until(workflow.pk, "COMPLETE")
 
     finished = spans.get_finished_spans()

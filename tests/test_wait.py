@@ -17,9 +17,10 @@ from django.db import connection, connections, transaction
 from tests.conftest import HttpApi
 from workflows.engine import announcements
 from workflows.models import Workflow
-from workflows.operations import approvals, plans
+from workflows.operations import plans
 from workflows.ops.processes import WebServer, database_url
 from workflows.web import waiting
+from tests.support import deciding as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -304,7 +305,7 @@ def test_without_listen_a_web_process_reads_the_statuses_its_waiters_watch(api, 
     workflow = plans.submit(api["agent"].user, noop_plan("unannounced")).workflow
 
     def decide():
-        approvals.approve(workflow, by=api["reviewer"].user)
+        decide.approve(workflow, by=api["reviewer"].user)
         connection.close()  # this thread's
 
     threading.Timer(1.0, decide).start()
@@ -341,9 +342,9 @@ def test_a_decision_is_announced_at_its_commit_and_never_after_a_rollback(listen
         pass
 
     with pytest.raises(Undo), transaction.atomic():
-        approvals.approve(undone, by=people["reviewer"])
+        decide.approve(undone, by=people["reviewer"])
         raise Undo
-    approvals.approve(kept, by=people["reviewer"])
+    decide.approve(kept, by=people["reviewer"])
 
     assert heard(listener) == [f"{kept.pk} APPROVED"]
     assert Workflow.objects.get(pk=undone.pk).status == "PLANNED"

@@ -6,12 +6,17 @@ class DomainError(Exception):
     status = 400
     # Per-field messages, keyed by the field's name, when the error is about input.
     fields: dict[str, str] | None = None
+    # More members of the error object, for a client to act on (a stale
+    # decision's `current`).
+    details: dict | None = None
 
-    def __init__(self, message: str, fields: dict[str, str] | None = None):
+    def __init__(self, message: str, fields: dict[str, str] | None = None, details: dict | None = None):
         super().__init__(message)
         self.message = message
         if fields is not None:
             self.fields = fields
+        if details is not None:
+            self.details = details
 
 
 class NotAllowed(DomainError):
@@ -53,3 +58,10 @@ class PreviewChanged(WrongState):
     """The previews are no longer those the reviewer was shown."""
 
     code = "preview_changed"
+
+
+class StaleRevision(WrongState):
+    """A decision names a revision or plan hash that is no longer current:
+    nothing was recorded; `details["current"]` names what is."""
+
+    code = "stale_revision"

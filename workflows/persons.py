@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workflows.models import AccountLink, AgentOwner
+from workflows.models import AccountLink, AgentOwner, PlanRevision
 
 
 def keys_of(user_ids: Iterable[int]) -> dict[int, str]:
@@ -55,3 +55,16 @@ def accounts_of(user) -> list[int]:
     if person is None:
         return [pk]
     return sorted(AccountLink.objects.filter(person=person).values_list("user_id", flat=True))
+
+
+def plan_authors(workflows) -> dict:
+    """`{workflow id: {account ids}}`: each plan's authors, who never approve
+    it or its gates: its submitter and the editor of every revision (a plan
+    never edited is not read for)."""
+    found = {w.pk: {w.submitted_by_id} for w in workflows}
+    edited = [w.pk for w in workflows if w.revision > 1]
+    if edited:
+        for workflow_id, by_id in (PlanRevision.objects.filter(workflow_id__in=edited, number__gt=1)
+                                   .values_list("workflow_id", "by_id")):
+            found[workflow_id].add(by_id)
+    return found

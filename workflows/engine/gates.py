@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 
-from workflows import roles
+from workflows import persons, roles
 from workflows.engine import binding
 from workflows.models import ActionPolicy, GateApproval, Step, Workflow, canonical_json, sha256_hex
 
@@ -40,8 +40,8 @@ def results_digest(step: Step) -> str:
 def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -> list[GateApproval]:
     """Approvals of this gate that still count: sealed, for the plan as it
     stands and the results as they stand, by a reviewer who is still active
-    and still a reviewer (and in the plan's reviewer groups), not the
-    submitter. One per reviewer."""
+    and still a reviewer (and in the plan's reviewer groups), none of the
+    plan's authors. One per person."""
     digest = digest or results_digest(step)
     approvals = list(GateApproval.objects.filter(step=step, decision=GateApproval.Decision.APPROVE))
     reviewers = set(get_user_model().objects.filter(
@@ -51,9 +51,15 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
     groups = set(ActionPolicy.objects.filter(action__in={s["action"] for s in workflow.plan})
                  .exclude(reviewer_group="").values_list("reviewer_group", flat=True)) if reviewers else set()
     reviewers = roles.in_all_groups(reviewers, groups)
-    return [a for a in approvals
-            if a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
-            and a.reviewer_id in reviewers and a.reviewer_id != workflow.submitted_by_id]
+    authors = persons.plan_authors([workflow])[workflow.pk] if reviewers else set()
+    people = persons.keys_of(reviewers | authors)
+    written = {people[pk] for pk in authors}
+    counted = {}
+    for a in approvals:  # one per person, never an author's
+        if (a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
+                and a.reviewer_id in reviewers and people[a.reviewer_id] not in written):
+            counted.setdefault(people[a.reviewer_id], a)
+    return list(counted.values())
 
 
 def required(step: Step) -> int:

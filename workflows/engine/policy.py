@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import actions, roles
+from workflows import actions, persons, roles
 from workflows.engine import binding, gates
 from workflows.models import ActionPolicy, Approval, Step, Workflow
 from workflows.states import WorkflowStatus
@@ -102,6 +102,8 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     groups = {workflow.pk: reviewer_groups(policies[workflow.pk]) for workflow in workflows}
     in_groups = {frozenset(needed): roles.in_all_groups(reviewers, needed) for needed in groups.values()}
     by_pk = {workflow.pk: workflow for workflow in workflows}
+    authors = persons.plan_authors(by_pk.values()) if approvals else {}
+    people = persons.keys_of({a.reviewer_id for a in approvals} | {i for ids in authors.values() for i in ids})
     tallies = {pk: Tally([]) for pk in by_pk}
     counted = {pk: {} for pk in by_pk}
     for approval in approvals:
@@ -113,12 +115,18 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
         elif not binding.verifies(approval):
             tally.unsealed += 1
         elif (approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
-              and approval.reviewer_id != workflow.submitted_by_id
+              and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
               and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
-            counted[workflow.pk].setdefault(approval.reviewer_id, approval)
+            # One per person: accounts of one person count once.
+            counted[workflow.pk].setdefault(people[approval.reviewer_id], approval)
     for pk, by_reviewer in counted.items():
         tallies[pk].valid = list(by_reviewer.values())
     return tallies
+
+
+def approvals_required(plan_policies) -> int:
+    """The approvals a plan needs: its strictest action's, at least one."""
+    return max([p.approvals_required for p in plan_policies] + [1])
 
 
 def reviewer_groups(plan_policies) -> set[str]:
@@ -189,7 +197,7 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
             f"the plan no longer matches what was approved: its stored steps hash to "
             f"{step.bound_plan_hash[:12]}…, the approved plan to {workflow.plan_hash[:12]}…",
         ))
-        required = max([p.approvals_required for p in plan_policies[workflow.pk]] + [1])
+        required = approvals_required(plan_policies[workflow.pk])
         tally = tallies[workflow.pk]
         # The preview of this step that the latest approval still counting
         # was shown (and sealed): what a binding action's effect must still match.
@@ -253,7 +261,8 @@ def _compensation_checks(step: Step, now) -> list[Check]:
     sealed for the undo steps as they are stored now (`binding`)."""
     comp = step.compensation_run
     authorizer = comp.authorized_by
-    still_valid = authorizer is not None and roles.is_reviewer(authorizer) and authorizer.pk != comp.requested_by_id
+    still_valid = (authorizer is not None and roles.is_reviewer(authorizer)
+                   and not persons.same(authorizer, comp.requested_by_id))
     if comp.plan_hash != step.bound_plan_hash:
         authorized = f"{comp.plan_hash[:12]}…" if comp.plan_hash else "nothing sealed"
         bound = (f"the undo no longer matches what was authorized: its stored steps hash to "

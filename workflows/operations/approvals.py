@@ -9,88 +9,77 @@ the policy recheck (or by a binding preview that changed) needs a fresh
 approval of the same plan to go on.
 """
 
+from uuid import UUID
+
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import roles
+from workflows import persons
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows import actions
 from workflows.engine import binding, expiry, locks, policy, wakeups
 from workflows.engine.transitions import move
-from workflows.errors import NotAllowed, PreviewChanged, PreviewPending, WrongState
+from workflows.errors import PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
-from workflows.operations import revisions
+from workflows.operations import deciding
+from workflows.operations.deciding import Seen
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
 
-def _check_reviewer(workflow: Workflow, user, *, approving: bool = False) -> None:
-    if not roles.is_reviewer(user):
-        raise NotAllowed("Only reviewers can decide on plans.")
-    workflow.require_visible_to(user)
-    if workflow.submitted_by_id == user.pk:
-        raise NotAllowed("A plan cannot be reviewed by the user who submitted it.")
-    if approving:
-        check_reviewer_groups(workflow, user, "approve")
-
-
-def check_reviewer_groups(workflow: Workflow, user, what: str) -> None:
-    """403 unless `user` is in every reviewer group the plan's action policies name."""
-    outside = policy.outside_reviewer_groups(workflow, user)
-    if outside:
-        rules = "; ".join(f"{action} needs a member of {group}" for action, group in outside)
-        raise NotAllowed(f"You cannot {what} this plan: its action policies name the reviewers who may ({rules}), "
-                         "and you are not in that group.")
-
-
-def approve(workflow: Workflow, *, by, comment: str = "", preview_digests: dict[str, str] | None = None) -> Workflow:
-    """`preview_digests`: `{step key: digest}` of the previews the reviewer
-    was shown. Refused (409) when they are not the current ones; None binds
-    the current ones, for a client that shows none."""
-    _check_reviewer(workflow, by, approving=True)
+def approve(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> Workflow:
+    """Approve the plan as `seen` (its revision, hash and the previews shown:
+    `{step key: digest}`, `{}` when none were): refused unless that is still
+    what stands (`deciding`). Also a fresh approval of a plan a policy
+    recheck blocked, which lets its blocked steps go on."""
     refuse_credentials(comment=comment)
-    if workflow.status == WorkflowStatus.PLANNED and expiry.expire_one(workflow):
-        raise WrongState("The plan's deadline passed: it expired before it was approved.")
     with transaction.atomic():
-        locked = locks.plan(workflow.pk)
-        blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
-        if locked.status == WorkflowStatus.PLANNED:
-            if revisions.editor_of_current(locked) == by.pk:
-                raise NotAllowed(f"You edited revision {locked.revision} of this plan: as its co-author you "
-                                 "cannot approve it; another reviewer does (four eyes).")
-            if Approval.objects.filter(workflow=locked, reviewer=by, plan_hash=locked.plan_hash,
-                                       revision=locked.revision).exists():
-                raise WrongState("You have already decided on this plan.")
-        elif not (locked.status == WorkflowStatus.FAILED and blocked):
-            raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
-        shown = _previews_shown(locked, preview_digests)
-        binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-                              plan_hash=locked.plan_hash, revision=locked.revision,
-                              preview_digests=shown)).save()
-        plan_policies = [policy.policy_for(name) for name in {s["action"] for s in locked.plan}]
-        required = max([p.approvals_required for p in plan_policies] + [1])
-        have = len(policy.valid_approvals(locked, plan_policies))
-        data = {"comment": comment, "plan_hash": locked.plan_hash, "revision": locked.revision,
-                "preview_digests": shown, "approvals": have, "required": required}
-        if have < required:
-            journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
-                         workflow_id=locked.pk, data=data)
-            return locked
-        if locked.status == WorkflowStatus.PLANNED:
-            move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
-            first = locked.steps.filter(lane=0, status=StepStatus.PENDING).order_by("position").first()
-            if first is not None:  # the first step is ready; each next one when the one before completes
-                Step.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
-        else:
-            _unblock(locked, blocked, by, data)
-        wakeups.wake(locked)
+        locked = locks.plan(getattr(workflow, "pk", workflow))
+        expired = locked.status == WorkflowStatus.PLANNED and expiry.expire_one(locked)
+        if not expired:
+            _approve(locked, by, seen, comment)
+    if expired:
+        raise WrongState("The plan's deadline passed: it expired before it was approved.")
     return locked
+
+
+def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
+    deciding.eligible_reviewer(locked, by, "approve this plan", approving=True, editors_too=True)
+    blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
+    if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
+        raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
+    deciding.current_plan(locked, seen)
+    shown = _previews_shown(locked, seen.preview_digests)
+    plan_policies = list(policy.policies_for({s["action"] for s in locked.plan}).values())
+    valid = policy.valid_approvals(locked, plan_policies)
+    if locked.status == WorkflowStatus.PLANNED and persons.among(by, [a.reviewer_id for a in valid]):
+        raise WrongState("You have already approved this revision (four eyes count people, not accounts).")
+    binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
+                          plan_hash=locked.plan_hash, revision=locked.revision,
+                          preview_digests=shown)).save()
+    required = policy.approvals_required(plan_policies)
+    have = len({*persons.keys_of([a.reviewer_id for a in valid]).values(), persons.key(by)})
+    data = {"comment": comment, "plan_hash": locked.plan_hash, "revision": locked.revision,
+            "preview_digests": shown, "approvals": have, "required": required}
+    if have < required:
+        journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
+                       workflow_id=locked.pk, data=data)
+        return
+    if locked.status == WorkflowStatus.PLANNED:
+        move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
+        first = locked.steps.filter(lane=0, status=StepStatus.PENDING).order_by("position").first()
+        if first is not None:  # the first step is ready; each next one when the one before completes
+            Step.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
+    else:
+        _unblock(locked, blocked, by, data)
+    wakeups.wake(locked)
 
 
 def _previews_shown(workflow: Workflow, shown: dict[str, str] | None) -> dict[str, str]:
     """The digests this approval binds: the current previews of the plan's
-    steps, which must be those the reviewer was shown. An action that
-    requires its preview refuses approval until a step yet to run has one."""
+    steps, which must be those the reviewer was shown (named whenever the
+    plan has a preview). An action that requires its preview refuses
+    approval until a step yet to run has one."""
     steps = list(workflow.steps.filter(lane=0).order_by("position"))
     for step in steps:
         action = actions.find(step.action)
@@ -103,6 +92,8 @@ def _previews_shown(workflow: Workflow, shown: dict[str, str] | None) -> dict[st
                                  f"and taking it failed ({step.preview_failure_class}): take the previews again, "
                                  "or reject the plan.")
     current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
+    if shown is None and current:
+        deciding.require(Seen(), "preview_digests")
     if shown is not None and shown != current:
         raise PreviewChanged("The effect previews changed since you looked: review the new previews, then "
                              "decide again.")
@@ -113,9 +104,9 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
     """A reviewer asks a worker to take the previews of the steps yet to
     run again (one failed, or the remote system changed since): they are
     pending until it has, and the new ones are what approvals bind."""
-    _check_reviewer(workflow, by)
     with transaction.atomic():
         locked = locks.plan(workflow.pk)
+        deciding.eligible_reviewer(locked, by, "ask for this plan's previews", approving=False, editors_too=False)
         blocked = locked.steps.filter(status=StepStatus.BLOCKED, lane=0).exists()
         if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
@@ -139,14 +130,18 @@ def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
     move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.reapproved", data=data)
 
 
-def reject(workflow: Workflow, *, by, comment: str = "") -> Workflow:
-    _check_reviewer(workflow, by)
+def reject(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> Workflow:
+    """Reject the plan as `seen` (its revision and hash). An editor of a
+    revision may reject it; its submitter may not decide it at all."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked = locks.plan(workflow.pk)
+        locked = locks.plan(getattr(workflow, "pk", workflow))
+        deciding.eligible_reviewer(locked, by, "reject this plan", approving=False, editors_too=False)
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
+        deciding.current_plan(locked, seen)
         binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
                               plan_hash=locked.plan_hash, revision=locked.revision)).save()
-        move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected", data={"comment": comment})
+        move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected",
+             data={"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash})
     return locked

@@ -9,19 +9,22 @@ undone are listed on the request, never skipped silently.
 """
 
 from datetime import timedelta
+from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from workflows import actions, roles
+from workflows import actions, persons, roles
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials, was_redacted
 from workflows.engine import binding, compensating, wakeups
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, ReasonRequired, StaleRevision, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
+from workflows.operations import deciding
+from workflows.operations.deciding import Seen
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 
 COMPENSABLE_WORKFLOW = (
@@ -145,22 +148,43 @@ def _refuse_in_flight(workflow: Workflow) -> None:
                          "is recorded.")
 
 
-def _check_decider(comp: Compensation, user) -> None:
-    if not roles.is_reviewer(user):
-        raise NotAllowed("Only reviewers can authorize or decline a compensation.")
+def _decider(comp_id, user, what: str) -> Compensation:
+    """Inside a transaction: the compensation locked, once `user` is found
+    eligible to decide it: a reviewer of its workflow's team, and not the
+    person who requested it (four eyes)."""
+    comp = Compensation.objects.select_for_update().select_related("workflow").get(pk=comp_id)
     comp.workflow.require_visible_to(user)
-    if comp.requested_by_id == user.pk:
-        raise NotAllowed("A compensation cannot be decided by the user who requested it.")
+    if not roles.is_reviewer(user):
+        raise NotAllowed(f"Only reviewers can {what} a compensation.")
+    if persons.same(user, comp.requested_by_id):
+        raise NotAllowed(f"You cannot {what} this compensation: you requested it (four eyes: another person "
+                         "decides).")
+    if comp.status != CompensationStatus.REQUESTED:
+        raise WrongState(f"The compensation is {comp.status}, not awaiting a decision.")
+    return comp
 
 
-def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
-    _check_decider(comp, by)
+def current_hash(comp: Compensation) -> str:
+    """What a compensation's decider names: the digest of the undo steps
+    and args it will run (`binding.compensation_hash`)."""
+    return binding.compensation_hash(comp.plan)
+
+
+def _as_seen(comp: Compensation, seen: Seen) -> None:
+    deciding.require(seen, "plan_hash")
+    now = current_hash(comp)
+    if seen.plan_hash != now:
+        raise StaleRevision("This compensation is not the one you looked at: review it again, then decide; "
+                            "nothing was recorded.", details={"current": {"plan_hash": now}})
+
+
+def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") -> Compensation:
+    """Authorize the undo as `seen` (its `plan_hash`)."""
     reason = (reason or "").strip()[:2000]
     refuse_credentials(reason=reason)
     with transaction.atomic():
-        comp = Compensation.objects.select_for_update().get(pk=comp.pk)
-        if comp.status != CompensationStatus.REQUESTED:
-            raise WrongState(f"The compensation is {comp.status}, not awaiting a decision.")
+        comp = _decider(getattr(comp, "pk", comp), by, "authorize")
+        _as_seen(comp, seen)
         workflow = Workflow.objects.select_for_update().get(pk=comp.workflow_id)
         if workflow.status not in COMPENSABLE_WORKFLOW:
             raise WrongState(f"A {workflow.status} workflow cannot be compensated now.")
@@ -168,7 +192,7 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
         now = timezone.now()
         context = {"compensation": str(comp.pk), "requested_by": comp.requested_by.get_username(),
                    "authorized_by": by.get_username(), "reason": comp.reason, "decision_reason": reason}
-        comp.authorized_by, comp.decided_at, comp.plan_hash = by, now, binding.compensation_hash(comp.plan)
+        comp.authorized_by, comp.decided_at, comp.plan_hash = by, now, current_hash(comp)
         binding.seal(comp)
         move(comp, CompensationStatus.AUTHORIZED, actor=by, verb="compensation.authorized", authorized_by=by,
              decision_reason=reason, decided_at=now, plan_hash=comp.plan_hash, mac=comp.mac, key_id=comp.key_id,
@@ -195,13 +219,11 @@ def authorize(comp: Compensation, *, by, reason: str = "") -> Compensation:
     return comp
 
 
-def decline(comp: Compensation, *, by, reason: str) -> Compensation:
-    _check_decider(comp, by)
+def decline(comp: Compensation | UUID, *, by, seen: Seen, reason: str) -> Compensation:
     reason = _reason(reason)
     with transaction.atomic():
-        comp = Compensation.objects.select_for_update().get(pk=comp.pk)
-        if comp.status != CompensationStatus.REQUESTED:
-            raise WrongState(f"The compensation is {comp.status}, not awaiting a decision.")
+        comp = _decider(getattr(comp, "pk", comp), by, "decline")
+        _as_seen(comp, seen)
         move(comp, CompensationStatus.DECLINED, actor=by, verb="compensation.declined", authorized_by=None,
              decision_reason=reason, decided_at=timezone.now(),
              data={"reason": reason, "requested_by": comp.requested_by.get_username()})

@@ -1,23 +1,27 @@
 """Reviewers' decisions at a gate (DESIGN §22): approve, once per reviewer,
-binding the results of the steps before the gate they were shown; the run
-goes on once the gate's approvals are in. Reject: the workflow ends
-REJECTED, and its completed steps can then be compensated through the
-usual authorized path. The submitter never decides their own plan's gates.
+binding the plan's revision and the results of the steps before the gate
+they were shown; the run goes on once the gate's approvals are in, counted
+by person. Reject: the workflow ends REJECTED, and its completed steps can
+then be compensated through the usual authorized path. The plan's authors
+(its submitter, its editors) never approve its gates (`deciding`).
 """
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import roles
+from workflows import persons
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, gates, locks, wakeups
 from workflows.engine.transitions import move
-from workflows.errors import NotAllowed, WrongState
+from workflows.errors import WrongState
 from workflows.models import GateApproval, Step, Workflow
-from workflows.operations import approvals
+from workflows.operations import deciding
+from workflows.operations.deciding import Seen
 from workflows.states import StepStatus, WorkflowStatus
 
 
@@ -25,16 +29,6 @@ class ResultsChanged(WrongState):
     """The results before the gate are no longer those the reviewer was shown."""
 
     code = "results_changed"
-
-
-def _check_reviewer(workflow: Workflow, user, *, approving: bool = False) -> None:
-    if not roles.is_reviewer(user):
-        raise NotAllowed("Only reviewers decide at a gate.")
-    workflow.require_visible_to(user)
-    if workflow.submitted_by_id == user.pk:
-        raise NotAllowed("A plan's gates cannot be decided by the user who submitted it.")
-    if approving:
-        approvals.check_reviewer_groups(workflow, user, "approve a gate of")
 
 
 def _waiting(workflow_id, step_key: str) -> tuple[Workflow, Step]:
@@ -51,7 +45,11 @@ def _waiting(workflow_id, step_key: str) -> tuple[Workflow, Step]:
 
 
 def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, shown: str | None) -> GateApproval:
+    """The decision, once its decider is found eligible: the results before
+    the gate must be those they were shown (named whenever there are any)."""
     digest = gates.results_digest(step)
+    if shown is None and gates.results_shown(step):
+        deciding.require(Seen(), "results_digest")
     if shown is not None and shown != digest:
         raise ResultsChanged("The results before this gate changed since you looked: look again, then decide.")
     approval = binding.seal(GateApproval(workflow=workflow, step=step, reviewer=by, decision=decision,
@@ -65,16 +63,21 @@ def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, sho
         raise WrongState("You have already decided at this gate.") from None
 
 
-def approve(workflow: Workflow, step_key: str, *, by, comment: str = "", results_digest: str | None = None) -> Workflow:
-    """`results_digest`: that of the results the reviewer was shown
-    (`gates.results_digest`); refused (409) when they changed since. None
-    binds the current ones, for a client that shows none."""
-    _check_reviewer(workflow, by, approving=True)
+def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment: str = "") -> Workflow:
+    """Approve the gate as `seen`: the plan's revision and hash, and the
+    digest of the results before the gate (`gates.results_digest`) the
+    reviewer was shown; refused (409) when any changed since."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step = _waiting(workflow.pk, step_key)
-        _record(locked, step, by, GateApproval.Decision.APPROVE, comment, results_digest)
-        have, need = len(gates.valid_approvals(step, locked)), gates.required(step)
+        locked, step = _waiting(getattr(workflow, "pk", workflow), step_key)
+        deciding.eligible_reviewer(locked, by, "approve a gate of this plan", approving=True, editors_too=True)
+        deciding.current_plan(locked, seen)
+        before = gates.valid_approvals(step, locked)
+        if persons.among(by, [a.reviewer_id for a in before]):
+            raise WrongState("You have already decided at this gate (four eyes count people, not accounts).")
+        _record(locked, step, by, GateApproval.Decision.APPROVE, comment, seen.results_digest)
+        have = len({*persons.keys_of([a.reviewer_id for a in before]).values(), persons.key(by)})
+        need = gates.required(step)
         data = {"step": step.key, "comment": comment, "approvals": have, "required": need,
                 "results_digest": gates.results_digest(step)}
         if have < need:
@@ -89,13 +92,14 @@ def approve(workflow: Workflow, step_key: str, *, by, comment: str = "", results
     return locked
 
 
-def reject(workflow: Workflow, step_key: str, *, by, comment: str = "") -> Workflow:
+def reject(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment: str = "") -> Workflow:
     """The workflow ends REJECTED at the gate; the gated step never runs."""
-    _check_reviewer(workflow, by)
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step = _waiting(workflow.pk, step_key)
-        _record(locked, step, by, GateApproval.Decision.REJECT, comment, None)
+        locked, step = _waiting(getattr(workflow, "pk", workflow), step_key)
+        deciding.eligible_reviewer(locked, by, "reject a gate of this plan", approving=False, editors_too=False)
+        deciding.current_plan(locked, seen)
+        _record(locked, step, by, GateApproval.Decision.REJECT, comment, seen.results_digest)
         data = {"step": step.key, "comment": comment}
         move(step, StepStatus.PENDING, actor=by, verb="gate.rejected", data=data)
         move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected", data=data)

@@ -25,6 +25,7 @@ from django.utils import timezone
 from workflows.errors import DomainError
 from workflows.models import UsedReviewLink, Workflow
 from workflows.operations import approvals
+from workflows.operations.deciding import Seen
 from workflows.states import WorkflowStatus
 
 SALT = "durableconsole.review-link"
@@ -44,6 +45,8 @@ class Link:
     decision: str
     nonce: str
     expires: datetime
+    # The revision and plan hash the link was made for: what it decides on.
+    seen: Seen
 
 
 def make(workflow: Workflow, reviewer, decision: str, now: datetime | None = None) -> str:
@@ -62,9 +65,11 @@ def url(token: str) -> str:
     return f"{settings.CONSOLE_URL}{reverse('review_link', kwargs={'token': token})}"
 
 
-def check(token: str, user) -> Link:
+def check(token: str, user, *, deciding_now: bool = False) -> Link:
     """The link's plan and decision, for `user`; LinkRefused with the reason
-    a person can act on otherwise. Reads only: a GET may call it freely."""
+    a person can act on otherwise. Reads only: a GET may call it freely.
+    `deciding_now`: the decision itself checks the plan's state and
+    revision, under its lock, against those the link binds."""
     try:
         claims = signing.loads(token, salt=SALT)
     except signing.BadSignature:
@@ -86,18 +91,24 @@ def check(token: str, user) -> Link:
         raise refused
     if UsedReviewLink.objects.filter(nonce=claims.get("n")).exists():
         raise LinkRefused("This link was used already: each link decides once.")
+    if deciding_now:
+        return Link(workflow=workflow, decision=claims["d"], nonce=claims["n"], expires=expires,
+                    seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")))
     if claims.get("v") != workflow.revision or claims.get("h") != workflow.plan_hash:
         raise LinkRefused(f"The plan changed since this link was sent (it is now revision {workflow.revision}): "
                           "review the current revision in the console.")
     if workflow.status != WorkflowStatus.PLANNED:
         raise LinkRefused(f"This plan is {workflow.status}: it no longer awaits a decision.")
-    return Link(workflow=workflow, decision=claims["d"], nonce=claims["n"], expires=expires)
+    return Link(workflow=workflow, decision=claims["d"], nonce=claims["n"], expires=expires,
+                seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")))
 
 
 def decide(token: str, user, *, comment: str = "", preview_digests: dict[str, str] | None = None) -> Link:
     """The confirmation page's POST: use the link once and decide, in one
-    transaction (a refused decision leaves the link unused)."""
-    link = check(token, user)
+    transaction (a refused decision leaves the link unused), on the revision
+    and hash the link binds and the previews its page showed."""
+    link = check(token, user, deciding_now=True)
+    seen = Seen(revision=link.seen.revision, plan_hash=link.seen.plan_hash, preview_digests=preview_digests)
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -106,7 +117,7 @@ def decide(token: str, user, *, comment: str = "", preview_digests: dict[str, st
         except IntegrityError:
             raise LinkRefused("This link was used already: each link decides once.") from None
         if link.decision == "approve":
-            approvals.approve(link.workflow, by=user, comment=comment, preview_digests=preview_digests)
+            approvals.approve(link.workflow, by=user, seen=seen, comment=comment)
         else:
-            approvals.reject(link.workflow, by=user, comment=comment)
+            approvals.reject(link.workflow, by=user, seen=seen, comment=comment)
     return link

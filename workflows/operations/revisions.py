@@ -13,16 +13,18 @@ is kept, with who made it and why, and the audit trail and the agent's
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import actions, roles
+from workflows import actions
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, locks, previews, wakeups
-from workflows.errors import DomainError, NotAllowed, WrongState
+from workflows.errors import DomainError, StaleRevision, WrongState
 from workflows.models import PlanRevision, Step, Workflow
-from workflows.operations import plans
+from workflows.operations import deciding, plans
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 from workflows.webhooks import events
 
@@ -33,20 +35,25 @@ class RevisionInvalid(DomainError):
     code = "invalid"
 
 
-def revise(workflow: Workflow, *, by, steps: list[dict], comment: str = "") -> Workflow:
-    """`steps`: `[{"key", "args"}]`, each listed step's arguments replaced
-    whole; unlisted steps stay as they are."""
-    if not roles.is_reviewer(by):
-        raise NotAllowed("Only reviewers can edit a plan.")
-    workflow.require_visible_to(by)
-    if workflow.submitted_by_id == by.pk:
-        raise NotAllowed("A plan cannot be edited by the user who submitted it: submit a new one.")
+def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[dict], comment: str = "") -> Workflow:
+    """Make revision `revision` + 1: `steps` is `[{"key", "args"}]`, each
+    listed step's arguments replaced whole; unlisted steps stay as they are.
+    `revision` is the one the editor saw: not current, 409 `stale_revision`
+    (two editors at once never overwrite each other). Only someone eligible
+    to approve the plan edits it (an editor may edit again)."""
     refuse_credentials(comment=comment)
     edits = _edits(steps)
     with transaction.atomic():
-        locked = locks.plan(workflow.pk)
+        locked = locks.plan(getattr(workflow, "pk", workflow))
+        deciding.eligible_reviewer(locked, by, "edit this plan", approving=True, editors_too=False)
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}: only a plan awaiting review can be edited.")
+        deciding.require(deciding.Seen(revision=revision), "revision")
+        if revision != locked.revision:
+            raise StaleRevision(
+                f"The plan changed since you looked: you edited revision {revision}, it is now revision "
+                f"{locked.revision}. Edit the current revision; nothing was recorded.",
+                details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}})
         rows = {step.key: step for step in locked.steps.filter(lane=0)}
         for index, key in enumerate(edits):
             if key not in rows:
@@ -168,14 +175,6 @@ def history(workflow: Workflow) -> list[dict]:
                     "changes": diff(previous, row.plan) if previous is not None else []})
         previous = row.plan
     return out
-
-
-def editor_of_current(workflow: Workflow):
-    """The reviewer who made the current revision (None for revision 1)."""
-    if workflow.revision == 1:
-        return None
-    row = workflow.revisions.filter(number=workflow.revision).first()
-    return row.by_id if row else None
 
 
 def editable_steps(workflow: Workflow) -> list[Step]:

@@ -51,6 +51,7 @@ from workflows.models import Attempt, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.operations.deciding import Seen
 
 KINDS = ("worker", "child", "group", "sessions")
 # Environment of the clusters under chaos. Short task timeouts bound how long
@@ -311,7 +312,7 @@ class Soak:
             key = f"chaos-{self.tag}-{len(self.workflow_ids)}"
             workflow = plans.submit(self.agent, ticket_plan(key)).workflow
             for reviewer in self.reviewers:
-                workflow = approvals.approve(workflow, by=reviewer)
+                workflow = approvals.approve(workflow, by=reviewer, seen=Seen.current(workflow))
                 if workflow.status != WorkflowStatus.PLANNED:
                     break
             self.workflow_ids.append(workflow.pk)

@@ -21,6 +21,7 @@ from workflows.operations import (
     approvals, bulk, cancellation, claims, compensation, deadletters, plans, policies, resolution, revisions, tokens,
 )
 from workflows.operations import gates as gate_decisions
+from workflows.operations.deciding import Seen
 from workflows.shapes import workflow_out
 from workflows.states import FailureClass, WorkflowStatus
 from workflows.web import waiting
@@ -117,20 +118,27 @@ api = DurableAPI(
 # --- errors: always {"error": {"code", "message", "fields"?}} ---------------
 
 
+class CurrentOut(Schema):
+    revision: int | None = Field(None, description="the plan's current revision (absent for a compensation)")
+    plan_hash: str
+
+
 class ErrorBody(Schema):
     code: str
     message: str
     fields: dict[str, str] | None = None
+    current: CurrentOut | None = Field(None, description="with `stale_revision`: what is current now")
 
 
 class ErrorOut(Schema):
     error: ErrorBody
 
 
-def error(request, status: int, code: str, message: str, fields: dict | None = None):
+def error(request, status: int, code: str, message: str, fields: dict | None = None, details: dict | None = None):
     body: dict[str, Any] = {"code": code, "message": message}
     if fields:
         body["fields"] = fields
+    body.update(details or {})
     return api.create_response(request, {"error": body}, status=status)
 
 
@@ -159,7 +167,7 @@ def on_auth_error(request, exc):
 
 @api.exception_handler(DomainError)
 def on_domain_error(request, exc: DomainError):
-    return error(request, exc.status, exc.code, exc.message, exc.fields)
+    return error(request, exc.status, exc.code, exc.message, exc.fields, exc.details)
 
 
 @api.exception_handler(plans.PlanInvalid)
@@ -326,20 +334,27 @@ class WorkflowPage(Schema):
     next: str | None
 
 
-class DecisionIn(Schema):
-    comment: str = Field("", max_length=4000)
-
-
 Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
-class ApprovalIn(DecisionIn):
+class DecisionIn(Schema):
+    """What every decision on a plan names: the revision and plan hash the
+    decider saw (read them from `GET /workflows/{id}`)."""
+
     model_config = ConfigDict(extra="forbid")
 
+    comment: str = Field("", max_length=4000)
+    revision: StrictInt = Field(..., ge=1, description="The revision you saw: 409 `stale_revision` (with `current`) "
+                                                       "and nothing recorded if it is no longer current")
+    plan_hash: Digest = Field(..., description="The plan hash of that revision: 409 `stale_revision` if it is not "
+                                               "the plan's current hash")
+
+
+class ApprovalIn(DecisionIn):
     preview_digests: dict[Annotated[str, StringConstraints(max_length=64)], Digest] | None = Field(
-        None, description="`{step key: digest}` of the previews you were shown (every step whose preview is READY): "
-                          "409 `preview_changed` if they are no longer the current ones. Omitted, the approval "
-                          "binds the current previews.")
+        None, description="`{step key: digest}` of the previews you were shown (every step whose preview is READY; "
+                          "`{}` when none were): required when the plan has previews (400 naming it), 409 "
+                          "`preview_changed` if they are no longer the current ones.")
 
 
 def visible_workflows(user):
@@ -410,21 +425,26 @@ def wait_for_workflow(request, workflow_id: UUID, until: waiting.Until = "decisi
     return {**workflow_out(workflow), "decision": waiting.decision(workflow)}
 
 
+def _seen(payload) -> Seen:
+    return Seen(revision=payload.revision, plan_hash=payload.plan_hash,
+                preview_digests=getattr(payload, "preview_digests", None),
+                results_digest=getattr(payload, "results_digest", None))
+
+
 @api.post("/workflows/{workflow_id}/approve", response=WorkflowOut,
-          summary="Approve a plan (reviewers), binding the previews you were shown; 409 `preview_pending` while an "
-                  "action that requires its preview has none, `preview_changed` when they changed since")
+          summary="Approve the revision of a plan you saw (reviewers, not its authors), binding its hash and the "
+                  "previews you were shown; 409 `stale_revision` when the plan changed since, `preview_pending` "
+                  "while an action that requires its preview has none, `preview_changed` when they changed since")
 def approve_workflow(request, workflow_id: UUID, payload: ApprovalIn):
     workflow = _get_workflow(request, workflow_id)
-    approvals.approve(workflow, by=request.user, comment=payload.comment, preview_digests=payload.preview_digests)
+    approvals.approve(workflow, by=request.user, seen=_seen(payload), comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
 class GateDecisionIn(DecisionIn):
-    model_config = ConfigDict(extra="forbid")
-
     results_digest: Digest | None = Field(
-        None, description="The digest of the results you were shown (`gate.results_digest`): 409 `results_changed` "
-                          "if they changed since. Omitted, the approval binds the current results.")
+        None, description="The digest of the results you were shown (`gate.results_digest`): required when steps "
+                          "ran before the gate (400 naming it), 409 `results_changed` if they changed since.")
 
 
 def _gate_step(workflow: Workflow, step_key: str):
@@ -438,16 +458,17 @@ def _gate_step(workflow: Workflow, step_key: str):
                   "goes on once the gate's approvals are in")
 def approve_gate(request, workflow_id: UUID, step_key: str, payload: GateDecisionIn):
     workflow = _get_workflow(request, workflow_id)
-    gate_decisions.approve(workflow, _gate_step(workflow, step_key), by=request.user, comment=payload.comment,
-                           results_digest=payload.results_digest)
+    gate_decisions.approve(workflow, _gate_step(workflow, step_key), by=request.user, seen=_seen(payload),
+                           comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
 @api.post("/workflows/{workflow_id}/steps/{step_key}/reject", response=WorkflowOut,
           summary="Reject the gate: the workflow ends REJECTED, its completed steps can then be compensated")
-def reject_gate(request, workflow_id: UUID, step_key: str, payload: DecisionIn):
+def reject_gate(request, workflow_id: UUID, step_key: str, payload: GateDecisionIn):
     workflow = _get_workflow(request, workflow_id)
-    gate_decisions.reject(workflow, _gate_step(workflow, step_key), by=request.user, comment=payload.comment)
+    gate_decisions.reject(workflow, _gate_step(workflow, step_key), by=request.user, seen=_seen(payload),
+                          comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
@@ -461,7 +482,7 @@ def retake_workflow_previews(request, workflow_id: UUID):
 @api.post("/workflows/{workflow_id}/reject", response=WorkflowOut, summary="Reject a plan (reviewers)")
 def reject_workflow(request, workflow_id: UUID, payload: DecisionIn):
     workflow = _get_workflow(request, workflow_id)
-    approvals.reject(workflow, by=request.user, comment=payload.comment)
+    approvals.reject(workflow, by=request.user, seen=_seen(payload), comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
@@ -834,6 +855,14 @@ class DecisionReasonIn(Schema):
     reason: str = Field("", max_length=2000)
 
 
+class CompensationDecisionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field("", max_length=2000)
+    plan_hash: Digest = Field(..., description="The compensation's `plan_hash` you saw (the digest of its undo "
+                                               "steps and args): 409 `stale_revision` if it is not current")
+
+
 class UndoOut(Schema):
     compensates: str
     key: str
@@ -856,6 +885,7 @@ class CompensationOut(Schema):
     authorized_by: str | None
     reason: str
     decision_reason: str
+    plan_hash: str = Field(..., description="The digest of the undo steps and args it runs: what a decision names")
     steps: list[UndoOut]
     irreversible: list[IrreversibleOut]
     created_at: datetime
@@ -871,6 +901,7 @@ def compensation_out(comp: Compensation) -> dict:
         "authorized_by": comp.authorized_by.get_username() if comp.authorized_by else None,
         "reason": comp.reason,
         "decision_reason": comp.decision_reason,
+        "plan_hash": compensation.current_hash(comp),
         "steps": [
             {**item, "status": created[item["key"]].status if item["key"] in created else None,
              "operation_key": created[item["key"]].operation_key if item["key"] in created else None}
@@ -906,17 +937,17 @@ def get_compensation(request, compensation_id: UUID):
 
 @api.post("/compensations/{compensation_id}/authorize", response=CompensationOut,
           summary="Authorize a compensation (reviewers, not the requester)")
-def authorize_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+def authorize_compensation(request, compensation_id: UUID, payload: CompensationDecisionIn):
     comp = compensation.authorize(_get_compensation(request, compensation_id), by=request.user,
-                                  reason=payload.reason)
+                                  seen=Seen(plan_hash=payload.plan_hash), reason=payload.reason)
     return compensation_out(_get_compensation(request, comp.pk))
 
 
 @api.post("/compensations/{compensation_id}/decline", response=CompensationOut,
           summary="Decline a compensation (reviewers, not the requester)")
-def decline_compensation(request, compensation_id: UUID, payload: DecisionReasonIn):
+def decline_compensation(request, compensation_id: UUID, payload: CompensationDecisionIn):
     comp = compensation.decline(_get_compensation(request, compensation_id), by=request.user,
-                                reason=payload.reason)
+                                seen=Seen(plan_hash=payload.plan_hash), reason=payload.reason)
     return compensation_out(_get_compensation(request, comp.pk))
 
 
@@ -1097,6 +1128,9 @@ class ReviseIn(Schema):
 
     steps: list[StepEditIn] = Field(..., min_length=1, max_length=50)
     comment: str = Field("", max_length=4000)
+    revision: StrictInt = Field(..., ge=1, description="The revision you edit: 409 `stale_revision` (with `current`) "
+                                                       "if it is no longer current, so two editors never overwrite "
+                                                       "each other")
 
 
 @api.post("/workflows/{workflow_id}/revise", response=WorkflowOut,
@@ -1104,7 +1138,8 @@ class ReviseIn(Schema):
                   "hash; approvals of earlier revisions no longer count, and the editor cannot approve it")
 def revise_workflow(request, workflow_id: UUID, payload: ReviseIn):
     steps = [{"key": step.key, "args": step.args} for step in payload.steps]
-    revisions.revise(_get_workflow(request, workflow_id), by=request.user, steps=steps, comment=payload.comment)
+    revisions.revise(_get_workflow(request, workflow_id), by=request.user, revision=payload.revision, steps=steps,
+                     comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

@@ -7,7 +7,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 
-from workflows.errors import DomainError
+from workflows.errors import DomainError, StaleRevision
 from workflows.web.pagination import page_by_created
 
 
@@ -26,13 +26,19 @@ def list_page(request: HttpRequest, items, template: str, *, rows: str, page_siz
 
 
 def act(request: HttpRequest, operation: Callable[[], object], *, done: str, back: str,
-        partial: Callable[[], HttpResponse]) -> HttpResponse:
+        partial: Callable[[], HttpResponse],
+        stale: Callable[[StaleRevision], HttpResponse] | None = None) -> HttpResponse:
     """Run one operation posted from a console form and report it as a
     message. A plain post is redirected to `back` (POST/redirect/GET); htmx
     gets `partial()`, rendered after the change. A refusal is a message,
-    not an error status, because htmx swaps only 2xx answers."""
+    not an error status, because htmx swaps only 2xx answers; a decision on
+    what is no longer current goes to `stale`, when given."""
     try:
         operation()
+    except StaleRevision as exc:
+        messages.warning(request, exc.message)
+        if stale is not None:
+            return stale(exc)
     except DomainError as exc:
         messages.error(request, exc.message)
     else:

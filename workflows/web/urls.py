@@ -2,7 +2,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from workflows.web import (
-    auth, sso, views, views_audit, views_compensation, views_deadletters, views_jobs, views_links, views_ops,
+    auth, sso, views, views_audit, views_changed, views_compensation, views_deadletters, views_jobs, views_links,
+    views_ops,
     views_policies,
 )
 
@@ -20,6 +21,7 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/reject", views.reject, name="workflow_reject"),
     path("workflows/<uuid:workflow_id>/cancel", views.cancel, name="workflow_cancel"),
     path("workflows/<uuid:workflow_id>/revise", views.revise, name="workflow_revise"),
+    path("workflows/<uuid:workflow_id>/changed", views_changed.workflow_changed, name="workflow_changed"),
     path("workflows/<uuid:workflow_id>/claim", views.claim, name="workflow_claim"),
     path("workflows/<uuid:workflow_id>/release", views.release, name="workflow_release"),
     path("workflows/<uuid:workflow_id>/assign", views.assign, name="workflow_assign"),

@@ -18,14 +18,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from workflows import actions, roles
+from workflows import actions, persons, roles
 from workflows.engine import gates, policy
 from workflows.errors import DomainError
 from workflows.models import Approval, ArchivedWorkflow, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, claims, compensation, resolution, revisions
 from workflows.operations import gates as gate_decisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
-from workflows.web import arguments, editing
+from workflows.web import arguments, editing, seen
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
 from workflows.web.pagination import page_by_created
@@ -116,7 +116,7 @@ def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
                 "fields": arguments.fields(step["action"], step["args"]),
                 "shown_preview": arguments.preview_of(stored) if stored else None,
             })
-        workflow.required = max([current[s["action"]].approvals_required for s in workflow.plan] + [1])
+        workflow.required = policy.approvals_required(current[s["action"]] for s in workflow.plan)
         workflow.approvals_so_far = counts.get(workflow.pk, 0)
         workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
     return workflows
@@ -143,7 +143,7 @@ def _approval_progress(workflow: Workflow) -> dict:
     2-of-2 plan stays PLANNED after the first one."""
     plan_policies = list(policy.policies_for(step["action"] for step in workflow.plan).values())
     return {"counted": len(policy.valid_approvals(workflow, plan_policies)),
-            "required": max([p.approvals_required for p in plan_policies] + [1])}
+            "required": policy.approvals_required(plan_policies)}
 
 
 TIMELINE_WIDTH = 800
@@ -211,7 +211,7 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
     _with_proofs(steps)
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
     compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
-    reviewer = roles.is_reviewer(request.user) and workflow.submitted_by_id != request.user.pk
+    reviewer = roles.is_reviewer(request.user) and not persons.same(request.user, workflow.submitted_by_id)
     blocked = workflow.status == WorkflowStatus.FAILED and any(step.status == StepStatus.BLOCKED for step in steps)
     awaiting = workflow.status == WorkflowStatus.PLANNED or blocked
     return {
@@ -231,7 +231,8 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         **_gate_context(workflow, steps, reviewer),
         "revisions": revisions.history(workflow) if workflow.revision > 1 else [],
         "can_revise": reviewer and workflow.status == WorkflowStatus.PLANNED,
-        "co_author": workflow.status == WorkflowStatus.PLANNED and revisions.editor_of_current(workflow) == request.user.pk,
+        "co_author": workflow.status == WorkflowStatus.PLANNED and workflow.revision > 1 and persons.among(
+            request.user, persons.plan_authors([workflow])[workflow.pk] - {workflow.submitted_by_id}),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
@@ -266,8 +267,7 @@ def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict
 @require_POST
 @needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def gate_approve(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
-    return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved",
-                          results_digest=request.POST.get("results_digest") or None)
+    return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved")
 
 
 @login_required
@@ -277,15 +277,14 @@ def gate_reject(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpR
     return _gate_decision(request, workflow_id, step_key, gate_decisions.reject, "Gate rejected")
 
 
-def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str,
-                   **options) -> HttpResponse:
-    if not roles.is_reviewer(request.user):
-        raise PermissionDenied
+def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str) -> HttpResponse:
     workflow = _get_workflow_for_user(request, workflow_id)
     get_object_or_404(workflow.steps, key=step_key, lane=0)
     comment = request.POST.get("comment", "")[:4000]
-    return act(request, lambda: decision(workflow, step_key, by=request.user, comment=comment, **options),
-               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+    shown = seen.from_form(request)
+    return act(request, lambda: decision(workflow, step_key, by=request.user, seen=shown, comment=comment),
+               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow),
+               stale=lambda _: seen.changed_since(request, workflow.pk, shown))
 
 
 def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -> dict:
@@ -325,25 +324,15 @@ def workflow_steps(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return render(request, "workflows/workflow_detail.html#steps", _detail_context(request, workflow))
 
 
-def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str, **options) -> HttpResponse:
-    if not roles.is_reviewer(request.user):
-        raise PermissionDenied
+def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
+    """A plan's decision from its page's form, on what the form says the
+    reviewer saw (`seen`): the operation checks who may decide, under its lock."""
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
-    return act(request, lambda: decision(workflow, by=request.user, comment=comment, **options),
-               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
-
-
-def _previews_shown(request: HttpRequest) -> dict[str, str] | None:
-    """`{step key: digest}` of the previews the page showed (`key=digest`
-    fields); None from a form that did not carry them."""
-    if not request.POST.get("previews_shown"):
-        return None
-    shown = {}
-    for item in request.POST.getlist("preview"):
-        key, _, digest = item.rpartition("=")
-        shown[key] = digest
-    return shown
+    shown = seen.from_form(request)
+    return act(request, lambda: decision(workflow, by=request.user, seen=shown, comment=comment),
+               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow),
+               stale=lambda _: seen.changed_since(request, workflow.pk, shown))
 
 
 def _detail_url(workflow: Workflow) -> str:
@@ -392,7 +381,7 @@ def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     """Edit the arguments of a plan's steps: the form, and its POST, which
     makes the next revision (`operations.revisions`)."""
     workflow = _get_workflow_for_user(request, workflow_id)
-    if not roles.is_reviewer(request.user) or workflow.submitted_by_id == request.user.pk:
+    if not roles.is_reviewer(request.user) or persons.same(request.user, workflow.submitted_by_id):
         raise PermissionDenied
     steps = revisions.editable_steps(workflow)
     forms = [{"step": step, "inputs": editing.inputs(step.key, step.action, step.args)} for step in steps]
@@ -412,6 +401,7 @@ def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
         else:
             try:
                 revised = revisions.revise(workflow, by=request.user, comment=comment,
+                                           revision=seen.from_form(request).revision,
                                            steps=[{"key": form["step"].key, "args": args} for form, args in edits])
             except DomainError as exc:
                 problem, status = exc.message, 400 if exc.status == 400 else exc.status
@@ -420,8 +410,11 @@ def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
                 messages.success(request, f"Saved revision {revised.revision}. As its co-author you cannot "
                                           "approve it: another reviewer does.")
                 return redirect(_detail_url(workflow))
+    # A form sent back with an error keeps the revision it was made from:
+    # resending it must not edit a revision its editor never saw.
+    edited = seen.from_form(request).revision if request.method == "POST" else workflow.revision
     return render(request, "workflows/revise.html",
-                  {"workflow": workflow, "forms": forms, "problem": problem,
+                  {"workflow": workflow, "forms": forms, "problem": problem, "edited_revision": edited,
                    "comment": request.POST.get("comment", "") if request.method == "POST" else ""}, status=status)
 
 
@@ -471,7 +464,7 @@ def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 @require_POST
 @needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def approve(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _decide(request, workflow_id, approvals.approve, "Approved", preview_digests=_previews_shown(request))
+    return _decide(request, workflow_id, approvals.approve, "Approved")
 
 
 @login_required

@@ -17,11 +17,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from workflows import roles
+from workflows import persons, roles
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, Compensation, DeadLetter, Workflow
 from workflows.operations import compensation
 from workflows.states import CompensationStatus, StepStatus
+from workflows.web import seen
 from workflows.web.pages import act, list_page
 from workflows.web.views import _get_workflow_for_user
 
@@ -130,10 +131,12 @@ def _detail_context(request: HttpRequest, comp: Compensation) -> dict:
         # A decline leaves authorized_by empty: who declined is in the audit trail only.
         "declined_by": next((event.actor for event in events if event.verb == "compensation.declined"), ""),
         "live": comp.status in LIVE,
+        # What a decision names: the digest of the undo steps shown.
+        "undo_hash": compensation.current_hash(comp),
         "can_decide": (
             comp.status == CompensationStatus.REQUESTED
             and roles.is_reviewer(request.user)
-            and comp.requested_by_id != request.user.pk
+            and not persons.same(request.user, comp.requested_by_id)
         ),
     }
 
@@ -154,7 +157,9 @@ def _decide(request: HttpRequest, compensation_id: UUID, decision, done: str) ->
         fresh = _get_compensation_for_user(request, compensation_id, decide=True)
         return render(request, "workflows/compensation_detail.html#live", _detail_context(request, fresh))
 
-    return act(request, lambda: decision(comp, by=request.user, reason=request.POST.get("reason", "")[:2000]),
+    shown = seen.from_form(request)
+    return act(request, lambda: decision(comp, by=request.user, seen=shown,
+                                         reason=request.POST.get("reason", "")[:2000]),
                done=f"{done}: compensation of {comp.workflow.name}",
                back=reverse("compensation_detail", kwargs={"compensation_id": comp.pk}), partial=live)
 

@@ -40,6 +40,7 @@ from workflows.ops.bench.remote import RemotePart
 from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
+from workflows.operations.deciding import Seen
 
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
 # A plan with a parked step stops in one of these.
@@ -123,7 +124,7 @@ class Bench:
         """One transaction: every plan becomes due at the same commit."""
         with transaction.atomic():
             for workflow in Workflow.objects.filter(pk__in=ids):
-                approvals.approve(workflow, by=self.reviewer)
+                approvals.approve(workflow, by=self.reviewer, seen=Seen.current(workflow))
 
     def wait_queue_idle(self, stalled_after: float = 60.0) -> None:
         """Until no queued task is ready: the submissions' reviewer notices,
@@ -246,7 +247,7 @@ class Bench:
         # as they are (no ANALYZE: autovacuum may be off or behind).
         began = time.time()
         for workflow in Workflow.objects.filter(pk__in=ids):
-            approvals.approve(workflow, by=self.reviewer)
+            approvals.approve(workflow, by=self.reviewer, seen=Seen.current(workflow))
         approved = time.time()
         sampler = None
         with Fleet(self.workdir, self.cluster_env) as fleet:
@@ -348,7 +349,7 @@ class Bench:
         """Approve a one-step plan into a worker that dies by SIGKILL right
         after its attempt is REQUESTED: (workflow id, time of death, pid)."""
         marker.unlink(missing_ok=True)  # re-arms the failpoint
-        approvals.approve(Workflow.objects.get(pk=workflow_id), by=self.reviewer)
+        approvals.approve(workflow_id, by=self.reviewer, seen=Seen.current(workflow_id))
         deadline = time.monotonic() + 30
         while not (marker.exists() and marker.read_text().strip()):
             if time.monotonic() > deadline:

@@ -50,6 +50,7 @@ from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
 from workflows.states import AttemptStatus
+from workflows.operations.deciding import Seen
 
 STEPS_PER_PLAN = 5
 # One-step plans approved one at a time to time approval -> effect.
@@ -165,7 +166,7 @@ class RemotePart:
         label = f"g{latency}-{count}"
         ids = self.submit(max(1, -(-self.o.remote_steps // STEPS_PER_PLAN)), label)
         for workflow in Workflow.objects.filter(pk__in=ids):
-            approvals.approve(workflow, by=self.bench.reviewer)
+            approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
         paced = self.submit(min(PACED_PLANS, self.o.remote_steps), f"{label}-paced", steps=1)
         total = len(ids) * STEPS_PER_PLAN
         env = {**self.bench.cluster_env, "TICKET_DESK_URL": desk.url}
@@ -188,7 +189,7 @@ class RemotePart:
                 for workflow in Workflow.objects.filter(pk__in=paced):
                     began = time.monotonic()
                     approved_at[workflow.pk] = time.time()
-                    approvals.approve(workflow, by=self.bench.reviewer)
+                    approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
                     time.sleep(max(0.0, interval - (time.monotonic() - began)))
                 self.bench.wait_steps(paced, len(paced), clusters, timeout=120.0)
             finally:

@@ -31,6 +31,7 @@ from workflows.operations import approvals, tokens
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import spread
 from workflows.ops.processes import WebServer
+from workflows.operations.deciding import Seen
 
 SERVER_NAME = "bench:web"
 WAIT_SECONDS = 60
@@ -87,7 +88,7 @@ class WaitersPart:
             began = time.monotonic()
             for n, workflow in enumerate(Workflow.objects.filter(pk__in=ids)):
                 time.sleep(max(0.0, began + n / DECISIONS_PER_S - time.monotonic()))
-                approvals.reject(workflow, by=self.bench.reviewer, comment="bench")
+                approvals.reject(workflow, by=self.bench.reviewer, seen=Seen.current(workflow), comment="bench")
             deciding_s = time.monotonic() - began
             for waiter in waiters:
                 waiter.join(WAIT_SECONDS + 40)

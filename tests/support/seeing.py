@@ -1,0 +1,101 @@
+"""Clients that decide on what they have just read.
+
+Every decision names what its decider saw (revision, plan hash, preview and
+results digests). A test that is not about that reads the object right
+before deciding, as the console's page or an API client does, and sends
+what it read: these clients fill in whichever of those fields a decision
+leaves out. A test about stale or missing fields sends its own (a field it
+sets is never replaced) or posts with a plain client.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from django.test import Client as DjangoClient
+from django.test.client import MULTIPART_CONTENT
+
+from workflows.models import Compensation, Step, Workflow
+from workflows.operations import compensation
+from workflows.operations.deciding import Seen
+from workflows.states import PreviewState
+
+from tests import processes
+
+PLAN = re.compile(r"/workflows/(?P<id>[0-9a-f-]{36})/(?:(?P<revise>revise)|steps/(?P<gate>[^/]+)/(?:approve|reject)"
+                  r"|(?:approve|reject))/?$")
+UNDO = re.compile(r"/compensations/(?P<id>[0-9a-f-]{36})/(?:authorize|decline)/?$")
+
+
+def previews_settled(workflow_id, timeout: float = 15.0) -> None:
+    """While a worker of this test runs, wait as a reviewer would for the
+    previews it is taking (a decision binds the previews it was shown)."""
+    if not processes.RUNNING:
+        return
+    deadline = time.monotonic() + timeout
+    while Step.objects.filter(workflow_id=workflow_id, lane=0, preview_state=PreviewState.PENDING).exists():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def as_read(path: str) -> dict:
+    """The fields a decision at `path` names, as the object stands now
+    ({} for a path that is no decision, or an object that does not exist)."""
+    found = PLAN.search(path)
+    if found:
+        previews_settled(found["id"])
+        try:
+            seen = Seen.current(found["id"], gate_step=found["gate"])
+        except Step.DoesNotExist:  # no such step: the decision answers for itself
+            seen = Seen.current(found["id"])
+        except Workflow.DoesNotExist:
+            return {}
+        if found["revise"]:
+            return {"revision": seen.revision}
+        fields = {"revision": seen.revision, "plan_hash": seen.plan_hash, "preview_digests": seen.preview_digests}
+        if found["gate"]:
+            fields["results_digest"] = seen.results_digest
+        return fields
+    found = UNDO.search(path)
+    if found:
+        comp = Compensation.objects.filter(pk=found["id"]).first()
+        return {"plan_hash": compensation.current_hash(comp)} if comp is not None else {}
+    return {}
+
+
+def json_body(path: str, body: dict) -> dict:
+    """An API decision's body with what it left out filled in as read."""
+    if not isinstance(body, dict):
+        return body
+    fields = as_read(path)
+    if not fields:
+        return body
+    if "/steps/" in path or not path.rstrip("/").endswith("/approve") or "preview_digests" in body:
+        fields.pop("preview_digests", None)
+    return {**fields, **body}
+
+
+def form_data(path: str, data: dict | None) -> dict:
+    """A console decision's form with the hidden fields its page carries."""
+    data = dict(data or {})
+    fields = as_read(path)
+    if not fields:
+        return data
+    digests = fields.pop("preview_digests", None)
+    for name, value in fields.items():
+        data.setdefault(name, value)
+    if digests is not None and "previews_shown" not in data and "/steps/" not in path:
+        data["previews_shown"] = "1"
+        data["preview"] = [f"{key}={digest}" for key, digest in digests.items()]
+    return data
+
+
+class Client(DjangoClient):
+    """The console's test client, whose decisions carry what the page showed."""
+
+    def post(self, path, data=None, content_type=MULTIPART_CONTENT, *args, **kwargs):
+        if (data is None or isinstance(data, dict)) and content_type == MULTIPART_CONTENT:
+            data = form_data(str(path), data)
+        return super().post(path, data, content_type, *args, **kwargs)
