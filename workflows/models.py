@@ -1012,9 +1012,9 @@ class ProviderIdentity(models.Model):
 
 
 class AccountLink(models.Model):
-    """Accounts of one person, grouped for four-eyes only (docs: what an
-    approval guarantees): a link never gives sign-in, roles or teams. An
-    account with no row is a person of its own."""
+    """Accounts of one person, grouped for four-eyes only
+    (docs/approval-guarantees.md): a link never gives sign-in, roles or
+    teams. An account with no row is a person of its own."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
                                 related_name="account_link")

@@ -1,4 +1,4 @@
-"""Who is one person, for four-eyes (docs: what an approval guarantees).
+"""Who is one person, for four-eyes (docs/approval-guarantees.md).
 
 A person is an account, or the accounts linked as one (`AccountLink`: an
 SSO and a local account of the same human), and an agent's account counts
@@ -10,18 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workflows.models import AccountLink, AgentOwner, PlanRevision
+from django.contrib.auth import get_user_model
+
+from workflows.models import AccountLink, PlanRevision
 
 
 def keys_of(user_ids: Iterable[int]) -> dict[int, str]:
-    """`{user id: person key}`: two accounts of one person share a key."""
+    """`{user id: person key}`: two accounts of one person share a key. One
+    query, whatever the number of accounts."""
     user_ids = {int(pk) for pk in user_ids if pk is not None}
     if not user_ids:
         return {}
-    owners = dict(AgentOwner.objects.filter(agent_id__in=user_ids).values_list("agent_id", "owner_id"))
-    answering = {pk: owners.get(pk, pk) for pk in user_ids}
-    links = dict(AccountLink.objects.filter(user_id__in=set(answering.values())).values_list("user_id", "person"))
-    return {pk: (f"person:{links[who]}" if who in links else f"user:{who}") for pk, who in answering.items()}
+    rows = get_user_model().objects.filter(pk__in=user_ids).values_list(
+        "pk", "agent_owner__owner_id", "agent_owner__owner__account_link__person", "account_link__person")
+    found = {}
+    for pk, owner, owner_person, own_person in rows:
+        person = owner_person if owner is not None else own_person
+        found[pk] = f"person:{person}" if person is not None else f"user:{owner if owner is not None else pk}"
+    return {pk: found.get(pk, f"user:{pk}") for pk in user_ids}
 
 
 def key(user) -> str:

@@ -58,7 +58,8 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
     for a in approvals:  # one per person, never an author's
         if (a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
                 and a.reviewer_id in reviewers and people[a.reviewer_id] not in written):
-            counted.setdefault(people[a.reviewer_id], a)
+            a.person = people[a.reviewer_id]
+            counted.setdefault(a.person, a)
     return list(counted.values())
 
 

@@ -11,12 +11,16 @@ the workflow's status only once it holds its step, sees a cancel that
 committed first: no row lock on the workflow per attempt is needed.
 """
 
+from workflows.errors import NotVisible
 from workflows.models import Step, Workflow
 
 
 def plan(workflow_id) -> Workflow:
     """Inside a transaction: lock the workflow's forward steps, then the
-    workflow, and return the workflow as it now stands."""
+    workflow, and return the workflow as it now stands (404 if there is none)."""
     list(Step.objects.select_for_update().filter(workflow_id=workflow_id, lane=0).order_by("pk")
          .values_list("pk", flat=True))
-    return Workflow.objects.select_for_update().get(pk=workflow_id)
+    found = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+    if found is None:
+        raise NotVisible("No such workflow.")
+    return found

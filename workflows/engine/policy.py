@@ -80,6 +80,11 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     `hashes`: each workflow's plan hash recomputed from its stored steps, as
     `binding.stored_hashes` gives it (read here when not given)."""
     now = now or timezone.now()
+    approvals = list(Approval.objects.filter(workflow__in=[w.pk for w in workflows],
+                                             decision=Approval.Decision.APPROVE)
+                     .select_related("reviewer").order_by("-created_at"))
+    if not approvals:
+        return {workflow.pk: Tally([]) for workflow in workflows}
     if hashes is None:
         hashes = binding.stored_hashes((workflow.pk, 0) for workflow in workflows)
     oldest = {}
@@ -87,22 +92,19 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
         ttls = [p.approval_ttl_seconds for p in policies[workflow.pk]
                 if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
         oldest[workflow.pk] = now - timedelta(seconds=min(ttls)) if ttls else None
-    approvals = list(Approval.objects.filter(workflow__in=[w.pk for w in workflows],
-                                             decision=Approval.Decision.APPROVE)
-                     .select_related("reviewer").order_by("-created_at"))
     # The approvers' current accounts and roles, so that a deactivated
     # approver or one removed from the reviewers no longer counts. Asked
     # apart: joined into the query above, the planner may walk a busy
     # reviewer's every approval instead of these workflows' few.
     reviewers = set(get_user_model().objects.filter(
         pk__in={approval.reviewer_id for approval in approvals}, is_active=True, groups__name=roles.REVIEWERS,
-    ).values_list("pk", flat=True)) if approvals else set()
+    ).values_list("pk", flat=True))
     # A policy's reviewer group: only approvals of reviewers still in it
     # count, as if the others had been deactivated.
     groups = {workflow.pk: reviewer_groups(policies[workflow.pk]) for workflow in workflows}
     in_groups = {frozenset(needed): roles.in_all_groups(reviewers, needed) for needed in groups.values()}
     by_pk = {workflow.pk: workflow for workflow in workflows}
-    authors = persons.plan_authors(by_pk.values()) if approvals else {}
+    authors = persons.plan_authors(by_pk.values())
     people = persons.keys_of({a.reviewer_id for a in approvals} | {i for ids in authors.values() for i in ids})
     tallies = {pk: Tally([]) for pk in by_pk}
     counted = {pk: {} for pk in by_pk}
@@ -118,7 +120,8 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
               and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
               and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
             # One per person: accounts of one person count once.
-            counted[workflow.pk].setdefault(people[approval.reviewer_id], approval)
+            approval.person = people[approval.reviewer_id]
+            counted[workflow.pk].setdefault(approval.person, approval)
     for pk, by_reviewer in counted.items():
         tallies[pk].valid = list(by_reviewer.values())
     return tallies
@@ -134,10 +137,14 @@ def reviewer_groups(plan_policies) -> set[str]:
     return {p.reviewer_group for p in plan_policies if p.reviewer_group}
 
 
-def outside_reviewer_groups(workflow: Workflow, user) -> list[tuple[str, str]]:
+def outside_reviewer_groups(workflow: Workflow, user, plan_policies=None) -> list[tuple[str, str]]:
     """(action, group) for each of the plan's actions whose policy names a
-    reviewer group `user` is not (or no longer) a member of."""
-    current = policies_for({step["action"] for step in workflow.plan})
+    reviewer group `user` is not (or no longer) a member of. `plan_policies`:
+    the plan's current policies, when already read."""
+    if plan_policies is None:
+        current = policies_for({step["action"] for step in workflow.plan})
+    else:
+        current = {p.action: p for p in plan_policies}
     needed = reviewer_groups(current.values())
     if not needed:
         return []

@@ -14,7 +14,6 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import persons
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows import actions
@@ -44,21 +43,21 @@ def approve(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> 
 
 
 def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
-    deciding.eligible_reviewer(locked, by, "approve this plan", approving=True, editors_too=True)
-    blocked = list(locked.steps.filter(status=StepStatus.BLOCKED, lane=0))
+    plan_policies = list(policy.policies_for({s["action"] for s in locked.plan}).values())
+    me = deciding.eligible_reviewer(locked, by, "approve this plan", approving=True, editors_too=True,
+                                    plan_policies=plan_policies)
+    steps = list(locked.steps.filter(lane=0).order_by("position"))
+    blocked = [step for step in steps if step.status == StepStatus.BLOCKED]
     if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
         raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
     deciding.current_plan(locked, seen)
-    shown = _previews_shown(locked, seen.preview_digests)
-    plan_policies = list(policy.policies_for({s["action"] for s in locked.plan}).values())
-    valid = policy.valid_approvals(locked, plan_policies)
-    if locked.status == WorkflowStatus.PLANNED and persons.among(by, [a.reviewer_id for a in valid]):
+    shown = _previews_shown(steps, seen.preview_digests)
+    counted = {approval.person for approval in policy.valid_approvals(locked, plan_policies)}
+    if locked.status == WorkflowStatus.PLANNED and me in counted:
         raise WrongState("You have already approved this revision (four eyes count people, not accounts).")
     binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-                          plan_hash=locked.plan_hash, revision=locked.revision,
-                          preview_digests=shown)).save()
-    required = policy.approvals_required(plan_policies)
-    have = len({*persons.keys_of([a.reviewer_id for a in valid]).values(), persons.key(by)})
+                          plan_hash=locked.plan_hash, revision=locked.revision, preview_digests=shown)).save()
+    required, have = policy.approvals_required(plan_policies), len(counted | {me})
     data = {"comment": comment, "plan_hash": locked.plan_hash, "revision": locked.revision,
             "preview_digests": shown, "approvals": have, "required": required}
     if have < required:
@@ -67,7 +66,7 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
         return
     if locked.status == WorkflowStatus.PLANNED:
         move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
-        first = locked.steps.filter(lane=0, status=StepStatus.PENDING).order_by("position").first()
+        first = next((step for step in steps if step.status == StepStatus.PENDING), None)
         if first is not None:  # the first step is ready; each next one when the one before completes
             Step.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
     else:
@@ -75,12 +74,11 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
     wakeups.wake(locked)
 
 
-def _previews_shown(workflow: Workflow, shown: dict[str, str] | None) -> dict[str, str]:
+def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str, str]:
     """The digests this approval binds: the current previews of the plan's
     steps, which must be those the reviewer was shown (named whenever the
     plan has a preview). An action that requires its preview refuses
     approval until a step yet to run has one."""
-    steps = list(workflow.steps.filter(lane=0).order_by("position"))
     for step in steps:
         action = actions.find(step.action)
         if (action is not None and action.preview_required and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)

@@ -1,5 +1,5 @@
-"""What every decision checks, in one place (docs: what an approval
-guarantees): a decision names what its decider saw, and it is recorded only
+"""What every decision checks, in one place (docs/approval-guarantees.md):
+a decision names what its decider saw, and it is recorded only
 if that is still what stands, by someone eligible, who is not one of the
 people who wrote or asked for what is decided.
 
@@ -73,23 +73,28 @@ def current_plan(locked: Workflow, seen: Seen) -> None:
             details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}})
 
 
-def eligible_reviewer(workflow: Workflow, user, what: str, *, approving: bool, editors_too: bool) -> None:
+def eligible_reviewer(workflow: Workflow, user, what: str, *, approving: bool, editors_too: bool,
+                      plan_policies=None) -> str:
     """403 unless `user` is a reviewer, in every reviewer group the plan's
     action policies name (`approving`: to approve or to edit), and not its
     submitter, nor (`editors_too`) an editor of any revision: four eyes, by
-    person. 404 for a plan outside their teams."""
+    person. 404 for a plan outside their teams. The decider's person key."""
     workflow.require_visible_to(user)
     if not roles.is_reviewer(user):
         raise NotAllowed(f"Only reviewers can {what}.")
     if approving:
-        outside = policy.outside_reviewer_groups(workflow, user)
+        outside = policy.outside_reviewer_groups(workflow, user, plan_policies)
         if outside:
             rules = "; ".join(f"{action} needs a member of {group}" for action, group in outside)
             raise NotAllowed(f"You cannot {what}: its action policies name the reviewers who may ({rules}), "
                              "and you are not in that group.")
-    if persons.among(user, [workflow.submitted_by_id]):
+    authors = persons.plan_authors([workflow])[workflow.pk]
+    people = persons.keys_of(authors | {user.pk})
+    me = people[user.pk]
+    if me == people[workflow.submitted_by_id]:
         raise NotAllowed("A plan cannot be reviewed by the user who submitted it. Nor by the person who owns the "
                          "agent that did: another person decides (four eyes).")
-    if editors_too and persons.among(user, persons.plan_authors([workflow])[workflow.pk]):
+    if editors_too and me in {people[pk] for pk in authors}:
         raise NotAllowed(f"You cannot {what}: you edited a revision of this plan, and as its co-author you are "
                          "one of its authors (four eyes: another person decides).")
+    return me

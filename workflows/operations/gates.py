@@ -13,7 +13,6 @@ from uuid import UUID
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import persons
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, gates, locks, wakeups
@@ -70,13 +69,13 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
     refuse_credentials(comment=comment)
     with transaction.atomic():
         locked, step = _waiting(getattr(workflow, "pk", workflow), step_key)
-        deciding.eligible_reviewer(locked, by, "approve a gate of this plan", approving=True, editors_too=True)
+        me = deciding.eligible_reviewer(locked, by, "approve a gate of this plan", approving=True, editors_too=True)
         deciding.current_plan(locked, seen)
-        before = gates.valid_approvals(step, locked)
-        if persons.among(by, [a.reviewer_id for a in before]):
+        counted = {approval.person for approval in gates.valid_approvals(step, locked)}
+        if me in counted:
             raise WrongState("You have already decided at this gate (four eyes count people, not accounts).")
         _record(locked, step, by, GateApproval.Decision.APPROVE, comment, seen.results_digest)
-        have = len({*persons.keys_of([a.reviewer_id for a in before]).values(), persons.key(by)})
+        have = len(counted | {me})
         need = gates.required(step)
         data = {"step": step.key, "comment": comment, "approvals": have, "required": need,
                 "results_digest": gates.results_digest(step)}

@@ -436,8 +436,8 @@ def _seen(payload) -> Seen:
                   "previews you were shown; 409 `stale_revision` when the plan changed since, `preview_pending` "
                   "while an action that requires its preview has none, `preview_changed` when they changed since")
 def approve_workflow(request, workflow_id: UUID, payload: ApprovalIn):
-    workflow = _get_workflow(request, workflow_id)
-    approvals.approve(workflow, by=request.user, seen=_seen(payload), comment=payload.comment)
+    # Who may approve, and what, is checked once, under the plan's lock.
+    approvals.approve(workflow_id, by=request.user, seen=_seen(payload), comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
@@ -481,8 +481,7 @@ def retake_workflow_previews(request, workflow_id: UUID):
 
 @api.post("/workflows/{workflow_id}/reject", response=WorkflowOut, summary="Reject a plan (reviewers)")
 def reject_workflow(request, workflow_id: UUID, payload: DecisionIn):
-    workflow = _get_workflow(request, workflow_id)
-    approvals.reject(workflow, by=request.user, seen=_seen(payload), comment=payload.comment)
+    approvals.reject(workflow_id, by=request.user, seen=_seen(payload), comment=payload.comment)
     return workflow_out(_get_workflow(request, workflow_id))
 
 
