@@ -10,14 +10,16 @@ and the review page on an approve form that does not name the revision it
 sends."""
 
 import json
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from tests.chromium import SCREENSHOTS
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, run_until
 from workflows import actions, tasks
 from workflows.actions import ActionError
-from workflows.engine import execution, outcomes
+from workflows.engine import execution, outcomes, recovery
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import approvals, bulk, compensation, links, plans, policies, revisions
 
@@ -113,11 +115,14 @@ APPROVE_FORM = """() => {
 
 
 @pytest.fixture
-def world(people, desk):
+def world(people, desk, settings, tmp_path):
     """Data that strains a layout on every page: a revised plan awaiting
     review whose args hold unbroken values, a long email and nested JSON,
     with previews taken; a failed run with a dead letter and a compensation
-    awaiting its authorization; a bulk job; a pending policy change."""
+    awaiting its authorization; a run waiting at a gate; an email in doubt;
+    a bulk job; a pending policy change."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(tmp_path)
     body = {"name": "Refund the customer and tell them " + UNBROKEN[:60], "submission_key": "layout-planned",
             "steps": [
                 {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN, "body": EMAIL_BODY}},
@@ -129,7 +134,7 @@ def world(people, desk):
             ]}
     planned = plans.submit(people["agent"], body).workflow
     revisions.revise(planned, by=people["reviewer2"], comment="Shorter subject, " + UNBROKEN[:40],
-                     steps=[{"key": "tell", "args": {**body["steps"][1]["args"], "subject": "Your refund"}},
+                     steps=[{"key": "tell", "args": {**body["steps"][1]["args"], "subject": "Your refund <b>now</b>"}},
                             {"key": "notify", "args": {"url": "https://hooks.example.com/" + "b" * 200,
                                                        "json": {**NESTED, "flags": {"priority": False}}}}])
     tasks.compute_previews(str(planned.pk))
@@ -150,21 +155,46 @@ def world(people, desk):
     policies.change("ticket.create", by=people["operator"], reason="slow remote " + UNBROKEN,
                     changes={"max_in_flight": 4})
     dead = DeadLetter.objects.get(workflow=failed)
+
+    gated = plans.submit(people["agent"], {"name": "Look before closing", "submission_key": "layout-gated", "steps": [
+        {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN}},
+        {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}},
+         "gate": {"approvals": 1, "note": "Check " + UNBROKEN}}]}).workflow
+    approvals.approve(gated, by=people["reviewer2"])
+    run_until(gated.pk, "WAITING_GATE")
+
+    # An email whose worker died after the REQUESTED checkpoint: an operator resolves it.
+    doubtful = plans.submit(people["agent"], {"name": "Tell them", "submission_key": "layout-doubt", "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": EMAIL_BODY}},
+        {"key": "after", "action": "noop", "args": {}}]}).workflow
+    approvals.approve(doubtful, by=people["reviewer2"])
+    step = execution.claim(doubtful.pk)
+    execution._request_attempt(step, step.fence)
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    execution.run_workflow(doubtful.pk)
+    assert Workflow.objects.get(pk=doubtful.pk).status == "NEEDS_ATTENTION"
     link = links.url(links.make(Workflow.objects.get(pk=planned.pk), people["reviewer"], "approve"))
     return {"planned": Workflow.objects.get(pk=planned.pk), "failed": failed.pk, "comp": comp.pk, "job": job.pk,
-            "dead": dead.pk, "link": link.split("://", 1)[-1].partition("/")[2]}
+            "dead": dead.pk, "gated": gated.pk, "doubtful": doubtful.pk, "link": link.split("://", 1)[-1].partition("/")[2]}
 
 
 def persona_pages(w) -> dict[str, list[str]]:
     planned = w["planned"].pk
     return {
         "reviewer": ["/", "/workflows/", f"/workflows/{planned}/", f"/workflows/{planned}/revise",
-                     "/compensations/", f"/compensations/{w['comp']}/", "/dashboard/", f"/{w['link']}"],
+                     "/compensations/", f"/compensations/{w['comp']}/", "/dashboard/", f"/{w['link']}",
+                     f"/workflows/{w['gated']}/"],
         "operator": ["/attention/", "/dead-letters/", f"/dead-letters/{w['dead']}/", f"/workflows/{w['failed']}/",
-                     f"/workflows/{w['failed']}/compensate", f"/jobs/{w['job']}/", "/actions/",
+                     f"/workflows/{w['failed']}/compensate", f"/workflows/{w['doubtful']}/", f"/jobs/{w['job']}/",
+                     "/actions/",
                      "/actions/ticket.create/policy"],
         "auditor": ["/audit/", "/dead-letters/", "/compensations/", "/actions/ticket.create/policy"],
     }
+
+
+# Pages that answer a form: the page, and the button that asks.
+ANSWER_PAGES = {"auditor": ("/audit/", "Verify now (whole chain)"),
+                "operator": ("/dead-letters/?action=ticket.create", "Preview replay of all matching")}
 
 
 def log_in(browser, base_url, username, width):
@@ -198,12 +228,13 @@ def test_every_page_fits_a_phone_and_a_desktop_as_each_persona_sees_it(browser, 
                     assert page.title(), path  # a page, not an empty answer
                     if result := problems_of(page, path, width):
                         found[f"{path} as {persona} at {width} px"] = result
-                if persona == "auditor":  # the verification's answer is a page of its own
-                    page.goto("/audit/")
-                    page.get_by_role("button", name="Verify").first.click()
+                if persona in ANSWER_PAGES:
+                    path, button = ANSWER_PAGES[persona]
+                    page.goto(path)
+                    page.get_by_role("button", name=button).click()
                     page.wait_for_load_state("networkidle")
-                    if result := problems_of(page, "audit-verified", width):
-                        found[f"/audit/verify as auditor at {width} px"] = result
+                    if result := problems_of(page, f"{path.partition('?')[0]}answer", width):
+                        found[f"{button} on {path} as {persona} at {width} px"] = result
             finally:
                 context.close()
         context = browser.new_context(viewport={"width": width, "height": 900}, base_url=live_server.url)
@@ -230,7 +261,15 @@ def test_the_approve_form_names_the_revision_it_sends(browser, live_server, worl
         assert f"revision 2 (plan hash {workflow.plan_hash[:12]}" in form["text"].lower().replace("\n", " ")
         changed = page.get_by_test_id("changed-since")
         assert changed.is_visible()
-        assert "Your refund" in changed.inner_text()  # the subject the editor wrote, beside the form
+        # The subject the editor wrote, beside the form, as text: an agent's or editor's markup stays escaped.
+        assert '"Your refund <b>now</b>"' in changed.inner_text()
+        assert changed.locator("b").count() == 0
+
+        gated = Workflow.objects.get(pk=world["gated"])  # a gate's approval sends the revision too
+        page.goto(f"/workflows/{gated.pk}/")
+        form = page.evaluate(APPROVE_FORM)
+        assert form["revision"] == "1" and form["plan_hash"] == gated.plan_hash
+        assert f"revision 1 (plan hash {gated.plan_hash[:12]}" in form["text"].lower().replace("\n", " ")
     finally:
         context.close()
 
