@@ -244,3 +244,16 @@ def test_operations_refuse_a_decision_without_a_seen_plan(people):
         approvals.approve(workflow, by=people["reviewer"], seen=Seen())
     assert set(refused.value.fields) == {"revision", "plan_hash"}
     assert not Approval.objects.exists()
+
+
+def test_the_page_says_what_changed_since_the_reviewer_last_looked(people):
+    workflow = plans.submit(people["agent"], NOOP).workflow
+    page = signed_in("reviewer2")
+    assert 'data-testid="changed-since"' not in page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
+    decide.revise(workflow, by=people["reviewer"], steps=[{"key": "a", "args": {"n": 11}}])
+    decide.revise(workflow, by=people["admin"], steps=[{"key": "b", "args": {"n": 22}}])
+    body = page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
+    assert "Changed since you last looked (revision 1): now revision 3" in body
+    assert "11" in body and "22" in body  # both edits, not only the latest
+    again = page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
+    assert "you last looked" not in again and "Changed since revision 2: now revision 3" in again

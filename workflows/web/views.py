@@ -310,10 +310,30 @@ def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
         # Moved out by `manage.py archive`: say so (410), to those who saw it.
         record = get_object_or_404(ArchivedWorkflow.objects.visible_to(request.user), workflow_id=workflow_id)
         return render(request, "workflows/archived.html", {"record": record}, status=410)
+    context = _detail_context(request, workflow)
     if not request.htmx:  # the holder opening the plan renews their claim; the page's polling does not
         claims.touch(workflow, request.user)
+        context["changed_since"] = _changed_since_last_seen(request, workflow)
     template = "workflows/workflow_detail.html#live" if request.htmx else "workflows/workflow_detail.html"
-    return render(request, template, _detail_context(request, workflow))
+    return render(request, template, context)
+
+
+def _changed_since_last_seen(request: HttpRequest, workflow: Workflow) -> dict | None:
+    """What changed since this reviewer last opened the plan (the revision
+    their session last showed them), else since the revision before; and
+    remember that they have now seen this one."""
+    seen = request.session.get("seen_revisions", {})
+    last = seen.get(str(workflow.pk))
+    seen[str(workflow.pk)] = workflow.revision
+    request.session["seen_revisions"] = dict(list(seen.items())[-200:])  # a bounded memory
+    if workflow.revision == 1 or workflow.status != WorkflowStatus.PLANNED:
+        return None
+    since = last if isinstance(last, int) and 1 <= last < workflow.revision else workflow.revision - 1
+    rows = {row.number: row for row in workflow.revisions.filter(number__in=[since, workflow.revision])}
+    if since not in rows or workflow.revision not in rows:
+        return None
+    return {"number": workflow.revision, "since": since, "by": rows[workflow.revision].by.get_username(),
+            "last_seen": since == last, "changes": revisions.diff(rows[since].plan, rows[workflow.revision].plan)}
 
 
 @login_required
