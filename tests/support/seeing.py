@@ -93,9 +93,12 @@ def form_data(path: str, data: dict | None) -> dict:
 
 
 class Client(DjangoClient):
-    """The console's test client, whose decisions carry what the page showed."""
+    """The test client, whose console and API decisions carry what was read."""
 
     def post(self, path, data=None, content_type=MULTIPART_CONTENT, *args, **kwargs):
-        if (data is None or isinstance(data, dict)) and content_type == MULTIPART_CONTENT:
-            data = form_data(str(path), data)
+        path = str(path)
+        if path.startswith("/api/v1/") and content_type == "application/json" and isinstance(data, dict):
+            data = json_body(path.removeprefix("/api/v1"), data)
+        elif (data is None or isinstance(data, dict)) and content_type == MULTIPART_CONTENT:
+            data = form_data(path, data)
         return super().post(path, data, content_type, *args, **kwargs)

@@ -157,8 +157,8 @@ def _decider(comp_id, user, what: str) -> Compensation:
     if not roles.is_reviewer(user):
         raise NotAllowed(f"Only reviewers can {what} a compensation.")
     if persons.same(user, comp.requested_by_id):
-        raise NotAllowed(f"You cannot {what} this compensation: you requested it (four eyes: another person "
-                         "decides).")
+        raise NotAllowed("A compensation cannot be decided by the user who requested it, nor by another account "
+                         "of the same person: another person decides (four eyes).")
     if comp.status != CompensationStatus.REQUESTED:
         raise WrongState(f"The compensation is {comp.status}, not awaiting a decision.")
     return comp

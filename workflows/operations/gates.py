@@ -30,17 +30,19 @@ class ResultsChanged(WrongState):
     code = "results_changed"
 
 
-def _waiting(workflow_id, step_key: str) -> tuple[Workflow, Step]:
-    """Inside a transaction: the plan's rows locked (`locks`), and the gate's
-    step, which must be the one the workflow waits at."""
+def _waiting(workflow_id, step_key: str, by, what: str, *, approving: bool) -> tuple[Workflow, Step, str]:
+    """Inside a transaction: the plan's rows locked (`locks`), its decider
+    found eligible (their person key), and the gate's step, which must be
+    the one the workflow waits at."""
     locked = locks.plan(workflow_id)
+    me = deciding.eligible_reviewer(locked, by, what, approving=approving, editors_too=approving)
     step = locked.steps.filter(key=step_key, lane=0).first()
     if step is None or not step.gate:
         raise WrongState(f"This plan has no gate at step {step_key!r}.")
     if locked.status != WorkflowStatus.WAITING_GATE or step.status != StepStatus.WAITING_GATE:
         raise WrongState(f"The workflow is {locked.status} and step {step_key} is {step.status}: "
                          "it is not waiting at this gate.")
-    return locked, step
+    return locked, step, me
 
 
 def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, shown: str | None) -> GateApproval:
@@ -68,8 +70,8 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
     reviewer was shown; refused (409) when any changed since."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step = _waiting(getattr(workflow, "pk", workflow), step_key)
-        me = deciding.eligible_reviewer(locked, by, "approve a gate of this plan", approving=True, editors_too=True)
+        locked, step, me = _waiting(getattr(workflow, "pk", workflow), step_key, by, "approve a gate of this plan",
+                                    approving=True)
         deciding.current_plan(locked, seen)
         counted = {approval.person for approval in gates.valid_approvals(step, locked)}
         if me in counted:
@@ -95,8 +97,8 @@ def reject(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment:
     """The workflow ends REJECTED at the gate; the gated step never runs."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step = _waiting(getattr(workflow, "pk", workflow), step_key)
-        deciding.eligible_reviewer(locked, by, "reject a gate of this plan", approving=False, editors_too=False)
+        locked, step, _ = _waiting(getattr(workflow, "pk", workflow), step_key, by, "reject a gate of this plan",
+                                   approving=False)
         deciding.current_plan(locked, seen)
         _record(locked, step, by, GateApproval.Decision.REJECT, comment, seen.results_digest)
         data = {"step": step.key, "comment": comment}

@@ -278,6 +278,8 @@ def gate_reject(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpR
 
 
 def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     get_object_or_404(workflow.steps, key=step_key, lane=0)
     comment = request.POST.get("comment", "")[:4000]
@@ -346,7 +348,11 @@ def workflow_steps(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 
 def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> HttpResponse:
     """A plan's decision from its page's form, on what the form says the
-    reviewer saw (`seen`): the operation checks who may decide, under its lock."""
+    reviewer saw (`seen`). A non-reviewer's post is refused here, as a page
+    (roles are read once per request); the operation checks eligibility,
+    state, four eyes and revision under the plan's lock."""
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
     shown = seen.from_form(request)
