@@ -88,9 +88,16 @@ def test_a_plan_belongs_to_the_team_of_the_token_it_came_with(people, payments, 
     plain = api["agent"].post("/workflows", ticket_plan("plain"))
     assert paid.team.name == "payments"
     assert Workflow.objects.get(pk=plain.json()["id"]).team.name == Team.DEFAULT
-    # The agent still sees exactly its own plans, of both teams.
+    # Each of the agent's tokens reads only the plans of its own team (DESIGN §27).
     listed = {item["id"] for item in api["agent"].get("/workflows").json()["items"]}
-    assert listed == {str(paid.pk), plain.json()["id"]}
+    assert listed == {plain.json()["id"]}
+    paid_token = payments["agent"].client
+    assert {item["id"] for item in paid_token.get("/api/v1/workflows").json()["items"]} == {str(paid.pk)}
+    assert api["agent"].get(f"/workflows/{paid.pk}").status_code == 404
+    assert paid_token.get(f"/api/v1/workflows/{plain.json()['id']}").status_code == 404
+    # Nor does the same submission_key, sent with the other team's token, hand the plan over.
+    again = api["agent"].post("/workflows", ticket_plan("paid"))
+    assert again.status_code == 409 and str(paid.pk) not in again.content.decode()
 
 
 def test_issue_token_names_the_agents_team(people, payments):
