@@ -19,11 +19,11 @@ from django.contrib.sessions.models import Session
 from django.core.management import call_command
 from django.test import Client
 
-from tests.conftest import PASSWORD, ApiClient
+from tests.conftest import PASSWORD, ApiClient, ticket_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
 from tests.test_sso import ROLE_MAP, TEAM_MAP, sign_in, signed_in_user, start
 from workflows.models import ApiToken, AuditEvent
-from workflows.operations import persons
+from workflows.operations import persons, plans
 from workflows.web import sso
 from workflows.web.auth import SESSION_STARTED
 
@@ -310,3 +310,25 @@ def test_ended_sessions_are_gone_from_the_store(alices_agent, sso_on):
     before = Session.objects.count()
     logout(sso_on.logout_token(sub="alice"))
     assert Session.objects.count() == before - 1
+
+
+# --- what already held: tokens and sessions stop with the account or its role -----------------
+
+def test_deactivating_an_account_stops_its_tokens_and_sessions(people, api):
+    client = Client()
+    assert client.login(username="reviewer", password=PASSWORD)
+    assert api["agent"].get("/workflows").status_code == 200 and api["reviewer"].get("/workflows").status_code == 200
+    User.objects.filter(username__in=["agent", "reviewer"]).update(is_active=False)
+    assert api["agent"].get("/workflows").status_code == 401
+    assert api["reviewer"].get("/workflows").status_code == 401
+    assert client.get("/").status_code == 302
+
+
+def test_losing_a_role_stops_what_the_token_gave(people, api):
+    workflow = plans.submit(people["agent"], ticket_plan("role-loss")).workflow
+    assert api["reviewer"].get(f"/workflows/{workflow.pk}").status_code == 200
+    assert api["auditor"].get("/audit").status_code == 200
+    people["reviewer"].groups.clear()
+    people["auditor"].groups.clear()
+    assert api["reviewer"].get(f"/workflows/{workflow.pk}").status_code == 404
+    assert api["auditor"].get("/audit").status_code == 403

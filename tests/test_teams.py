@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 from django.test import Client
 
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
@@ -16,7 +17,8 @@ from workflows import actions, roles
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
-from workflows.operations import approvals, links, policies, tokens
+from workflows.audit import journal
+from workflows.operations import approvals, links, persons, policies, tokens
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks import events as webhook_events
@@ -192,6 +194,38 @@ def test_audit_pages_and_exports_hold_only_the_auditors_teams(people, payments, 
     api_rows = ApiClient(payments["auditor"]).get("/audit").json()["items"]
     assert {row["workflow_id"] for row in api_rows} - {None} == {str(paid.pk)}
     assert ApiClient(payments["auditor"]).post("/audit/verify", {"workflow": plain}).status_code == 404
+
+
+def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(people, payments, api):
+    """Sign-ins, jobs, grants and links too, not only plans' events (DESIGN §27)."""
+    paid = dead_letter_in(payments["agent"].submit(half_done("paid-half")), payments["reviewer"])
+    dead_letter_in(Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
+                   people["reviewer"])
+    jobs = {}
+    for name, operator in (("paid", payments["operator"]), ("plain", people["operator"])):
+        answer = ApiClient(operator).post("/dead-letters/replay", {
+            "filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"})
+        assert answer.status_code == 202, answer.content
+        jobs[name] = answer.json()["job"]
+    with transaction.atomic():
+        for user in (payments["reviewer"], people["reviewer"]):
+            journal.append(actor=user, verb="user.signed_in", obj_type="user", obj_id=user.pk, data={"via": "oidc"})
+    persons.link(people["reviewer"], people["reviewer2"], by=None)
+    mine = {(row["object_type"], row["object_id"])
+            for row in ApiClient(payments["auditor"]).get("/audit", limit=500).json()["items"]}
+    assert ("job", jobs["paid"]) in mine and ("job", jobs["plain"]) not in mine
+    assert ("user", str(payments["reviewer"].pk)) in mine and ("user", str(people["reviewer"].pk)) not in mine
+    assert not any(kind == "person" for kind, _ in mine)
+    assert str(paid.workflow_id) in b"".join(console("pay-auditor").get("/audit/export.jsonl").streaming_content
+                                            ).decode()
+    # The default team's auditor sees the other half; a global auditor sees it all.
+    theirs = {(row["object_type"], row["object_id"]) for row in api["auditor"].get("/audit", limit=500).json()["items"]}
+    assert ("job", jobs["plain"]) in theirs and ("job", jobs["paid"]) not in theirs
+    assert ("user", str(people["reviewer"].pk)) in theirs and ("user", str(payments["reviewer"].pk)) not in theirs
+    person("all-seeing", roles.AUDITORS, roles.GLOBAL)
+    everything = {(row["object_type"], row["object_id"]) for row in ApiClient(User.objects.get(
+        username="all-seeing")).get("/audit", limit=500).json()["items"]}
+    assert mine | theirs <= everything and any(kind == "person" for kind, _ in everything)
 
 
 def test_bulk_replay_touches_only_the_operators_teams(people, payments, api):
