@@ -51,14 +51,16 @@ def team_ids(user) -> set[int]:
         return set()
     cache = getattr(user, "_team_cache", None)
     if cache is None:
-        # One query: the user's teams, and `default` in case they have none.
+        # One query: the user's teams, `default` in case they have none, and
+        # whether the account is the provider's (then none means none).
         Team = apps.get_model("workflows", "Team")
         mine = Team.members.through.objects.filter(team=OuterRef("pk"), user=user.pk)
+        sso = apps.get_model("workflows", "ProviderIdentity").objects.filter(user=user.pk)
         rows = list(Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
-                .annotate(member=Exists(mine)).values_list("pk", "member"))
-        cache = {pk for pk, member in rows if member}
-        if not cache and not is_sso(user):
-            cache = {pk for pk, _ in rows} or {default_team_id()}
+                .annotate(member=Exists(mine), sso=Exists(sso)).values_list("pk", "member", "sso"))
+        cache = {pk for pk, member, _ in rows if member}
+        if not cache and not (rows[0][2] if rows else is_sso(user)):
+            cache = {pk for pk, _, _ in rows} or {default_team_id()}
         user._team_cache = cache
     return cache
 
