@@ -1,9 +1,10 @@
 """Signing out, here and at the identity provider (DESIGN §27).
 
 - `POST /logout/` (CSRF-checked; a GET or a cross-site form signs nobody
-  out) ends the session; for an SSO session it then sends the browser to the
-  provider's `end_session_endpoint`, when its discovery document names one,
-  so the provider's session ends too (OpenID Connect RP-Initiated Logout).
+  out) ends the session; for an SSO session it then sends the browser on to
+  the provider's `end_session_endpoint`, when its discovery document names
+  one, so the provider's session ends too (OpenID Connect RP-Initiated
+  Logout).
 - `POST /oidc/backchannel-logout/` is the provider telling us that a person
   signed out or was removed there (OpenID Connect Back-Channel Logout 1.0):
   the logout token is checked like an ID token (signature by the provider's
@@ -21,7 +22,7 @@ import jwt
 from django.conf import settings
 from django.contrib import auth
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -51,7 +52,11 @@ def sign_out(request: HttpRequest) -> HttpResponse:
     if not isinstance(end_session, str) or not end_session.startswith(("https://", "http://")):
         return redirect(after)
     query = {"client_id": settings.OIDC_CLIENT_ID, "post_logout_redirect_uri": request.build_absolute_uri(after)}
-    return redirect(f"{end_session}{'&' if '?' in end_session else '?'}{urlencode(query)}")
+    url = f"{end_session}{'&' if '?' in end_session else '?'}{urlencode(query)}"
+    # A page that goes on by itself, not a redirect: browsers hold a form's
+    # redirect to the page's CSP `form-action` ('self'), and the provider is
+    # another origin.
+    return render(request, "workflows/signed_out.html", {"end_session_url": url})
 
 
 class LogoutTokenInvalid(Exception):
