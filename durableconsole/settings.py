@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A session ends SESSION_MAX_AGE after its sign-in, whatever renewed it.
+    "workflows.web.auth.SessionLimit",
     # Who is asking (client address, provider identity, token) for the audit
     # trail; then an SSO session whose ID token is due is renewed at the
     # provider, or ended (both do nothing without OIDC_ISSUER).
@@ -238,16 +240,27 @@ OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or "groups"
 # SSO user's groups and teams become exactly what these yield.
 OIDC_ROLE_MAP = env_group_map("OIDC_ROLE_MAP")
 OIDC_TEAM_MAP = env_group_map("OIDC_TEAM_MAP")
-for _team in OIDC_TEAM_MAP:
+# A role holder whom OIDC_TEAM_MAP gives no team gets this one; unset, no
+# team at all (they see no team's work, and a page says why): fail closed.
+OIDC_DEFAULT_TEAM = (env_str("OIDC_DEFAULT_TEAM", "") or "").strip()
+for _team in [*OIDC_TEAM_MAP, *([OIDC_DEFAULT_TEAM] if OIDC_DEFAULT_TEAM else [])]:
     if not _team.replace("-", "").replace("_", "").isalnum():
-        raise ImproperlyConfigured(f"OIDC_TEAM_MAP: team name {_team!r} must be a slug (letters, digits, - and _)")
+        raise ImproperlyConfigured(f"OIDC_TEAM_MAP / OIDC_DEFAULT_TEAM: team name {_team!r} must be a slug "
+                                   "(letters, digits, - and _)")
+# At SSO sign-in, an account whose provider-verified email is in one of these
+# domains is grouped, for four-eyes only, with the one active local account
+# of that email (DESIGN §27; workflows.persons).
+OIDC_LINK_EMAIL_DOMAINS = [domain.strip().lower().lstrip("@") for domain in env_list("OIDC_LINK_EMAIL_DOMAINS", [])
+                           if domain.strip()]
 # After this many seconds an SSO session's ID token is renewed at the
 # provider (silently, prompt=none) at the next request; if the provider
 # refuses, the session ends.
 OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env_int("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", 15 * 60, minimum=1)
 OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.1)
-# Local username/password sign-in (the embedded default's accounts); 0 leaves SSO only.
-LOCAL_LOGIN = env_bool("LOCAL_LOGIN", True)
+# Local username/password sign-in (the embedded default's accounts); 0 leaves
+# SSO only, and `manage.py breakglass` lets one local account in for a while.
+# Off by default once there is a provider (DESIGN §27).
+LOCAL_LOGIN = env_bool("LOCAL_LOGIN", not OIDC_ISSUER)
 if not LOCAL_LOGIN and not OIDC_ISSUER:
     raise ImproperlyConfigured("LOCAL_LOGIN=0 needs OIDC_ISSUER: nobody could sign in")
 # Addresses and networks of the reverse proxies whose X-Forwarded-For is
@@ -372,7 +385,10 @@ OTEL_EXPORTER_OTLP_ENDPOINT = (env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "")
 if OTEL_EXPORTER_OTLP_ENDPOINT and not OTEL_EXPORTER_OTLP_ENDPOINT.startswith(("http://", "https://")):
     raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL (OTLP over HTTP)")
 
-SESSION_COOKIE_AGE = env_int("SESSION_SECONDS", 8 * 3600, minimum=60)
+# The longest any session lasts from its sign-in, local or SSO, renewed or
+# not (workflows.web.sessions); the cookie and the stored session expire too.
+SESSION_MAX_AGE = env_int("SESSION_MAX_AGE", 8 * 3600, minimum=60)
+SESSION_COOKIE_AGE = SESSION_MAX_AGE
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie

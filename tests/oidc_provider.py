@@ -11,7 +11,13 @@ joserfc; the good path is also tested against oidc-provider-mock.
 Endpoints: discovery, /authorize (no page: it answers at once for the
 configured person, or `login_required` to a `prompt=none` request in mode
 `login_required`), /token (checks the PKCE verifier against the challenge),
-/jwks, /userinfo, and /control (the test's remote control).
+/jwks, /userinfo, /logout (the end_session_endpoint: logs the request),
+/control (the test's remote control) and /logout-token (signs a back-channel
+logout token for the test to send: the standard claims, with the test's
+changes; `"sign": "other"` signs with a key not in the JWKS).
+
+The person's ID token carries `sid` (the provider session: `control(sid=...)`)
+and, with `control(email=..., email_verified=True)`, those claims.
 
 Modes: `good`, `wrong_audience`, `bad_signature` (signed by a key that is
 not in the JWKS, under the published key's kid), `expired`, `wrong_nonce`,
@@ -49,6 +55,9 @@ class _State:
         self.sub = "alice"
         self.groups: list[str] = []
         self.auth_time = True  # send the auth_time claim
+        self.sid = "provider-session-1"
+        self.email: str | None = None  # default: <sub>@example.com, unverified
+        self.email_verified: bool | None = None
         self.codes: dict[str, dict] = {}
         self.tokens: dict[str, dict] = {}
         self.log: list[dict] = []
@@ -95,6 +104,8 @@ def _handler(state: _State):
                     "subject_types_supported": ["public"],
                     "id_token_signing_alg_values_supported": ["RS256"],
                     "code_challenge_methods_supported": ["S256"],
+                    "end_session_endpoint": f"{state.issuer}/logout",
+                    "backchannel_logout_supported": True,
                 })
             if url.path == "/jwks":
                 return self._json({"keys": [state.key.as_dict(private=False)]})
@@ -105,6 +116,9 @@ def _handler(state: _State):
                 if token not in state.tokens:
                     return self._json({"error": "invalid_token"}, 401)
                 return self._json(state.tokens[token])
+            if url.path == "/logout":
+                state.log.append({"endpoint": "logout", **query})
+                return self._json({"signed_out": True})
             if url.path == "/authorize":
                 state.log.append({"endpoint": "authorize", **query})
                 back = query.get("redirect_uri", "")
@@ -126,9 +140,24 @@ def _handler(state: _State):
                 state.sub = changes.get("sub", state.sub)
                 state.groups = changes.get("groups", state.groups)
                 state.auth_time = changes.get("auth_time", state.auth_time)
+                for name in ("sid", "email", "email_verified"):
+                    setattr(state, name, changes.get(name, getattr(state, name)))
                 if changes.get("clear_log"):
                     state.log.clear()
                 return self._json({"mode": state.mode})
+            if url.path == "/logout-token":
+                from joserfc import jwt
+
+                changes = json.loads(form.get("json") or "{}")
+                key = state.other_key if changes.pop("sign", "") == "other" else state.key
+                header = {"alg": "RS256", "kid": "test-key", "typ": "logout+jwt", **changes.pop("header", {})}
+                now = int(time.time())
+                claims = {"iss": state.issuer, "aud": CLIENT_ID, "iat": now, "exp": now + 120,
+                          "jti": secrets.token_urlsafe(8),
+                          "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}
+                claims.update(changes)
+                claims = {name: value for name, value in claims.items() if value is not None}
+                return self._json({"logout_token": jwt.encode(header, claims, key)})
             if url.path == "/token":
                 state.log.append({"endpoint": "token", **{k: v for k, v in form.items() if k != "client_secret"},
                                   "client_secret_sent": form.get("client_secret") == CLIENT_SECRET})
@@ -147,7 +176,10 @@ def _handler(state: _State):
             now = int(time.time())
             claims = {"iss": state.issuer, "sub": grant["sub"], "aud": CLIENT_ID, "iat": now, "exp": now + 300,
                       "auth_time": now, "nonce": grant.get("nonce"), "groups": grant["groups"],
-                      "preferred_username": grant["sub"], "email": f"{grant['sub']}@example.com"}
+                      "preferred_username": grant["sub"], "email": state.email or f"{grant['sub']}@example.com",
+                      "sid": state.sid}
+            if state.email_verified is not None:
+                claims["email_verified"] = state.email_verified
             if not state.auth_time:
                 del claims["auth_time"]
             key = state.key
@@ -192,6 +224,13 @@ class BadTokenProvider:
 
     def control(self, **changes) -> None:
         requests.post(f"{self.issuer}/control", data={"json": json.dumps(changes)}, timeout=5).raise_for_status()
+
+    def logout_token(self, **changes) -> str:
+        """A back-channel logout token signed by this provider; a claim set
+        to None is left out."""
+        answer = requests.post(f"{self.issuer}/logout-token", data={"json": json.dumps(changes)}, timeout=5)
+        answer.raise_for_status()
+        return answer.json()["logout_token"]
 
     def requests(self) -> list[dict]:
         return requests.get(f"{self.issuer}/requests", timeout=5).json()

@@ -2,7 +2,8 @@
 (oidc-provider-mock, from the package index) in the system Chromium: a
 reviewer lands with the mapped role and decides; a person with no mapped
 group is signed in, sees nothing, and is told why; a group removed at the
-provider is lost at the next sign-in."""
+provider is lost at the next sign-in; signing out ends the provider's
+session too."""
 
 import re
 
@@ -101,3 +102,16 @@ def test_a_group_removed_at_the_provider_is_lost_at_the_next_sign_in(live_server
     expect(page.locator("form.who span")).to_have_text("rita@example.com")
     expect(page.locator("#no-role")).to_be_visible()
     assert not ProviderIdentity.objects.get(subject="rita").user.groups.exists()
+
+
+def test_signing_out_ends_the_session_at_the_provider_too(live_server, people, sso_settings, page):
+    _sign_in_at_provider(page, live_server.url, "rita")
+    expect(page.locator("form.who span")).to_have_text("rita@example.com · reviewer")
+    page.get_by_role("button", name="Log out").click()
+    # The provider's end-session page (RP-Initiated Logout), told where to send the person back.
+    expect(page).to_have_url(re.compile(rf"^{re.escape(sso_settings)}/oauth2/end_session\?"))
+    expect(page.locator("body")).to_contain_text(f"{live_server.url}/login/")
+    page.get_by_role("button", name="End session").click()
+    expect(page).to_have_url(f"{live_server.url}/login/")
+    page.goto(f"{live_server.url}/workflows/")
+    expect(page).to_have_url(re.compile(rf"^{re.escape(live_server.url)}/login/\?next="))

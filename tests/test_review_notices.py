@@ -14,7 +14,7 @@ from django.core import mail
 from django.utils import timezone
 
 from tests.conftest import ticket_plan, wait_for_status
-from workflows.models import AuditEvent, ReviewNotice, Workflow
+from workflows.models import AuditEvent, ReviewNotice, Team, Workflow
 from workflows.operations import notifications, plans
 from tests.support import deciding as decide
 
@@ -88,6 +88,26 @@ def test_reminders_reach_reviewers_and_the_escalation_the_group_each_once(people
     assert "/review/link/" not in escalation.body  # links are the reviewers' own
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="reviewers.reminder").count() == 2
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="reviewers.escalation").count() == 1
+
+
+def test_an_agent_escalates_only_to_a_group_of_its_plans_team(people, api, leads, django_user_model):
+    """A group of another team's people is refused; in a group spanning
+    teams, only the plan's team's members are told (DESIGN §27)."""
+    payments = Team.objects.create(name="payments")
+    outsider = django_user_model.objects.create_user("pay-lead", email="pay-lead@example.com", password="x")
+    outsider.groups.add(Group.objects.create(name="pay-leads"), Group.objects.get(name="leads"))
+    payments.members.add(outsider)
+    answer = api["agent"].post("/workflows", reviewed_plan(review={**REVIEW, "escalate_to": "pay-leads"}))
+    assert answer.status_code == 400
+    assert "no member of this plan's team (default)" in answer.json()["error"]["fields"]["review.escalate_to"]
+    assert not Workflow.objects.exists()
+
+    workflow = plans.submit(people["agent"], reviewed_plan()).workflow  # "leads": lead (default) and pay-lead
+    come_due(workflow)
+    notifications.send_due()
+    [escalation] = [m for m in mail.outbox if m.subject.startswith("Escalation:")]
+    assert escalation.to == ["lead@example.com"]
+    assert ReviewNotice.objects.get(workflow=workflow, kind="ESCALATION").outcome == "1 member(s) of leads told"
 
 
 def test_nothing_is_sent_for_a_plan_decided_before_its_notices(people, leads):

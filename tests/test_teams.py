@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
@@ -16,12 +17,13 @@ from workflows import actions, roles
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
-from workflows.operations import links, policies, tokens
+from workflows.audit import journal
+from workflows.operations import links, persons, policies, tokens
+from tests.support import deciding as decide
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks import events as webhook_events
 from workflows.webhooks.models import WebhookDelivery
-from tests.support import deciding as decide
 
 
 def person(name, *groups, team=None, **extra):
@@ -89,9 +91,16 @@ def test_a_plan_belongs_to_the_team_of_the_token_it_came_with(people, payments, 
     plain = api["agent"].post("/workflows", ticket_plan("plain"))
     assert paid.team.name == "payments"
     assert Workflow.objects.get(pk=plain.json()["id"]).team.name == Team.DEFAULT
-    # The agent still sees exactly its own plans, of both teams.
+    # Each of the agent's tokens reads only the plans of its own team (DESIGN §27).
     listed = {item["id"] for item in api["agent"].get("/workflows").json()["items"]}
-    assert listed == {str(paid.pk), plain.json()["id"]}
+    assert listed == {plain.json()["id"]}
+    paid_token = payments["agent"].client
+    assert {item["id"] for item in paid_token.get("/api/v1/workflows").json()["items"]} == {str(paid.pk)}
+    assert api["agent"].get(f"/workflows/{paid.pk}").status_code == 404
+    assert paid_token.get(f"/api/v1/workflows/{plain.json()['id']}").status_code == 404
+    # Nor does the same submission_key, sent with the other team's token, hand the plan over.
+    again = api["agent"].post("/workflows", ticket_plan("paid"))
+    assert again.status_code == 409 and str(paid.pk) not in again.content.decode()
 
 
 def test_issue_token_names_the_agents_team(people, payments):
@@ -186,6 +195,38 @@ def test_audit_pages_and_exports_hold_only_the_auditors_teams(people, payments, 
     api_rows = ApiClient(payments["auditor"]).get("/audit").json()["items"]
     assert {row["workflow_id"] for row in api_rows} - {None} == {str(paid.pk)}
     assert ApiClient(payments["auditor"]).post("/audit/verify", {"workflow": plain}).status_code == 404
+
+
+def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(people, payments, api):
+    """Sign-ins, jobs, grants and links too, not only plans' events (DESIGN §27)."""
+    paid = dead_letter_in(payments["agent"].submit(half_done("paid-half")), payments["reviewer"])
+    dead_letter_in(Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
+                   people["reviewer"])
+    jobs = {}
+    for name, operator in (("paid", payments["operator"]), ("plain", people["operator"])):
+        answer = ApiClient(operator).post("/dead-letters/replay", {
+            "filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"})
+        assert answer.status_code == 202, answer.content
+        jobs[name] = answer.json()["job"]
+    with transaction.atomic():
+        for user in (payments["reviewer"], people["reviewer"]):
+            journal.append(actor=user, verb="user.signed_in", obj_type="user", obj_id=user.pk, data={"via": "oidc"})
+    persons.link(people["reviewer"], people["reviewer2"], by=None)
+    mine = {(row["object_type"], row["object_id"])
+            for row in ApiClient(payments["auditor"]).get("/audit", limit=500).json()["items"]}
+    assert ("job", jobs["paid"]) in mine and ("job", jobs["plain"]) not in mine
+    assert ("user", str(payments["reviewer"].pk)) in mine and ("user", str(people["reviewer"].pk)) not in mine
+    assert not any(kind == "person" for kind, _ in mine)
+    assert str(paid.workflow_id) in b"".join(console("pay-auditor").get("/audit/export.jsonl").streaming_content
+                                            ).decode()
+    # The default team's auditor sees the other half; a global auditor sees it all.
+    theirs = {(row["object_type"], row["object_id"]) for row in api["auditor"].get("/audit", limit=500).json()["items"]}
+    assert ("job", jobs["plain"]) in theirs and ("job", jobs["paid"]) not in theirs
+    assert ("user", str(people["reviewer"].pk)) in theirs and ("user", str(payments["reviewer"].pk)) not in theirs
+    person("all-seeing", roles.AUDITORS, roles.GLOBAL)
+    everything = {(row["object_type"], row["object_id"]) for row in ApiClient(User.objects.get(
+        username="all-seeing")).get("/audit", limit=500).json()["items"]}
+    assert mine | theirs <= everything and any(kind == "person" for kind, _ in everything)
 
 
 def test_bulk_replay_touches_only_the_operators_teams(people, payments, api):

@@ -10,7 +10,9 @@ import uuid
 
 from django.conf import settings
 from django.db import connection, models
+from django.contrib.auth import get_user_model
 from django.db.models import Q
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from workflows import teams
@@ -60,6 +62,12 @@ def update_rows(model, names: list[str], objs: list) -> None:
         cursor.execute(sql, params)
 
 
+def _token_team(user, path: str = "") -> dict:
+    """For an agent that came with a token: only its team's objects."""
+    token = getattr(user, "api_token", None)
+    return {f"{path}team_id": token.team_id} if token is not None else {}
+
+
 class WorkflowQuerySet(models.QuerySet):
     def awaiting_review(self):
         return self.filter(status=WorkflowStatus.PLANNED)
@@ -73,12 +81,13 @@ class WorkflowQuerySet(models.QuerySet):
     def visible_to(self, user):
         """People see the plans of their teams (global roles: every team)
         and what they submitted themselves; an agent sees only what it
-        submitted (DESIGN §23)."""
+        submitted, and through a token only what it submitted for that
+        token's team (DESIGN §27: a token's team scopes its reads)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
             return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
-        return self.filter(submitted_by=user)
+        return self.filter(submitted_by=user, **_token_team(user))
 
 
 class Workflow(models.Model):
@@ -141,7 +150,8 @@ class Workflow(models.Model):
             return True
         if teams.is_staff_role(user):
             return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
-        return self.submitted_by_id == user.pk
+        return self.submitted_by_id == user.pk and all(
+            getattr(self, name) == value for name, value in _token_team(user).items())
 
     def require_visible_to(self, user) -> None:
         """404 (as if it did not exist) for a user outside its team."""
@@ -626,7 +636,7 @@ class DeadLetterQuerySet(models.QuerySet):
             return self
         if teams.is_staff_role(user):
             return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
-        return self.filter(workflow__submitted_by=user)
+        return self.filter(workflow__submitted_by=user, **_token_team(user, "workflow__"))
 
 
 class DeadLetter(models.Model):
@@ -762,19 +772,32 @@ class AuditEventQuerySet(models.QuerySet):
         raise PermissionError(f"{self.model._meta.verbose_name_plural} are append-only")
 
     def visible_to(self, user):
-        """Global auditors see every event; others, the events of their
-        teams' workflows, of their teams and their teams' webhook endpoints,
-        and the cluster's own (about no workflow: policies, keys,
-        checkpoints), which concern every team."""
+        """Global auditors see every event; others only their teams': of
+        their teams' workflows, jobs, webhook endpoints and members (their
+        sign-ins, tokens, break-glass), and of the teams themselves. Of the
+        events about no workflow, those that concern every team (action
+        policies and throttles, the trail's own keys and checkpoints) are
+        seen by all; those about another team's objects, or about what no
+        single team owns (linked persons, archives), are not."""
         if teams.is_global(user):
             return self
+        mine = teams.team_ids(user)
         endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
-        mine = [str(pk) for pk in teams.team_ids(user)]
+        jobs = [str(pk) for pk in Job.objects.visible_to(user).values_list("pk", flat=True)]
+        members = (get_user_model().objects.filter(teams.members_of_q(mine))
+                   .annotate(key=Cast("pk", output_field=models.CharField())).values("key"))
         return self.filter(
             Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk"))
-            | (Q(workflow_id__isnull=True) & ~Q(object_type__in=["webhook_endpoint", "team"]))
+            | (Q(workflow_id__isnull=True) & ~Q(object_type__in=TEAM_SCOPED_EVENTS))
             | Q(object_type="webhook_endpoint", object_id__in=endpoints)
-            | Q(object_type="team", object_id__in=mine))
+            | Q(object_type="team", object_id__in=[str(pk) for pk in mine])
+            | Q(object_type="job", object_id__in=jobs)
+            | Q(object_type="user", workflow_id__isnull=True, object_id__in=members))
+
+
+# The kinds of object an event about no workflow may name that belong to a
+# team, or to no single one (`AuditEventQuerySet.visible_to`).
+TEAM_SCOPED_EVENTS = ("webhook_endpoint", "team", "job", "user", "person", "archive", "workflow")
 
 
 class AuditEvent(models.Model):

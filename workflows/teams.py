@@ -1,13 +1,16 @@
 """Which teams a user's work belongs to (DESIGN §23).
 
 A person sees, decides and replays only within their teams: the teams they
-are a member of, or `default` for someone in a role group who is a member of
-none. Superusers, and auditors in the `global` group, see every team. Every
+are a member of, or `default` for a local account in a role group that is a
+member of none. An SSO account's teams are exactly what the provider's
+groups map to (workflows.operations.identity): with none, it has no team
+and sees no team's work (fail closed). Superusers, and auditors in the `global` group, see every team. Every
 query that shows or changes team work starts from the user through the
 `visible_to(user)` queryset methods in `workflows.models`, which use these.
 """
 
 from django.apps import apps
+from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from workflows import roles
@@ -48,14 +51,23 @@ def team_ids(user) -> set[int]:
         return set()
     cache = getattr(user, "_team_cache", None)
     if cache is None:
-        # One query: the user's teams, and `default` in case they have none.
+        # One query: the user's teams, `default` in case they have none, and
+        # whether the account is the provider's (then none means none).
         Team = apps.get_model("workflows", "Team")
         mine = Team.members.through.objects.filter(team=OuterRef("pk"), user=user.pk)
+        sso = apps.get_model("workflows", "ProviderIdentity").objects.filter(user=user.pk)
         rows = list(Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
-                .annotate(member=Exists(mine)).values_list("pk", "member"))
-        cache = {pk for pk, member in rows if member} or {pk for pk, _ in rows} or {default_team_id()}
+                .annotate(member=Exists(mine), sso=Exists(sso)).values_list("pk", "member", "sso"))
+        cache = {pk for pk, member, _ in rows if member}
+        if not cache and not (rows[0][2] if rows else is_sso(user)):
+            cache = {pk for pk, _, _ in rows} or {default_team_id()}
         user._team_cache = cache
     return cache
+
+
+def is_sso(user) -> bool:
+    """An account of the identity provider (its teams come from OIDC_TEAM_MAP only)."""
+    return apps.get_model("workflows", "ProviderIdentity").objects.filter(user_id=user.pk).exists()
 
 
 def in_team(user, team_id: int) -> bool:
@@ -64,9 +76,26 @@ def in_team(user, team_id: int) -> bool:
 
 def members_q(team_id: int) -> Q:
     """Users of the team, as a filter on users: its members, and for
-    `default` also people in no team. (Global users are not listed: they
+    `default` also local accounts in no team. (Global users are not listed: they
     see every team, they are no team's reviewers.)"""
     q = Q(teams__id=team_id)
     if team_id == default_team_id():
-        q |= Q(teams__isnull=True)
+        q |= Q(teams__isnull=True, provider_identity__isnull=True)
     return q
+
+
+def members_of_q(team_ids: set[int]) -> Q:
+    """Users of any of these teams, as a filter on users, in the same SQL
+    (no query of its own): `members_q` for several teams at once."""
+    Team = apps.get_model("workflows", "Team")
+    return Q(teams__id__in=team_ids) | (
+        Q(teams__isnull=True, provider_identity__isnull=True) & Q(Exists(Team.objects.filter(pk__in=team_ids,
+                                                                                          name=DEFAULT))))
+
+
+def eligible_group(group: str, team_id: int) -> bool:
+    """Whether a group may be told about a plan of this team (an agent's
+    `review.escalate_to`): some active member of the team is in it. Only
+    those members are told (workflows.operations.notifications)."""
+    users = apps.get_model(*settings.AUTH_USER_MODEL.split("."))
+    return users.objects.filter(members_q(team_id), is_active=True, groups__name=group).exists()

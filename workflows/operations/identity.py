@@ -7,8 +7,14 @@ the account's Django groups (roles, `global`, reviewer groups of action
 policies) and team memberships become exactly what OIDC_ROLE_MAP and
 OIDC_TEAM_MAP yield for the provider's groups, so a person removed from a
 group there loses what it gave here at their next sign-in; the policy
-recheck before each attempt then no longer counts their approvals. Each
-sign-in is one `user.signed_in` audit event naming what changed.
+recheck before each attempt then no longer counts their approvals. A role
+holder whom OIDC_TEAM_MAP gives no team gets OIDC_DEFAULT_TEAM, or no team
+at all (never `default` by omission: fail closed). Each sign-in is one
+`user.signed_in` audit event naming what changed.
+
+With a provider-verified email in OIDC_LINK_EMAIL_DOMAINS, the account is
+grouped as one person with the one active local account of that email, for
+four-eyes only (workflows.persons): the link gives no sign-in, role or team.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows.audit import identity as requester, journal
+from workflows import persons
 from workflows.models import ProviderIdentity, Team
+from workflows.operations import persons as person_links
 
 MAX_GROUPS = 500  # more than any sane directory hands one person; the rest are ignored
 
@@ -73,6 +81,8 @@ def _sign_in(issuer: str, subject: str, claims: dict):
     requester.update(username=user.get_username(), subject=subject, issuer=issuer, token="")
     roles = sorted(mapped(settings.OIDC_ROLE_MAP, groups))
     teams = sorted(mapped(settings.OIDC_TEAM_MAP, groups))
+    if roles and not teams and settings.OIDC_DEFAULT_TEAM:
+        teams = [settings.OIDC_DEFAULT_TEAM]
     had_roles = set(user.groups.values_list("name", flat=True))
     had_teams = set(user.teams.values_list("name", flat=True))
     user.groups.set([Group.objects.get_or_create(name=name)[0] for name in roles])
@@ -83,7 +93,24 @@ def _sign_in(issuer: str, subject: str, claims: dict):
         "roles_added": sorted(set(roles) - had_roles), "roles_removed": sorted(had_roles - set(roles)),
         "teams_added": sorted(set(teams) - had_teams), "teams_removed": sorted(had_teams - set(teams)),
     })
+    _link_by_email(user, claims)
     return user
+
+
+def _link_by_email(user, claims: dict) -> None:
+    """Group the SSO account with the local account of its email when the
+    provider vouches for the address and its domain is one we trust for
+    that; none or several local accounts with it: no link."""
+    email = claims.get("email")
+    if claims.get("email_verified") is not True or not isinstance(email, str) or email.count("@") != 1:
+        return
+    if email.rsplit("@", 1)[1].lower() not in settings.OIDC_LINK_EMAIL_DOMAINS:
+        return
+    local = list(get_user_model().objects.filter(
+        email__iexact=email, is_active=True, provider_identity__isnull=True, agent_owner__isnull=True,
+    ).exclude(pk=user.pk)[:2])
+    if len(local) == 1 and not persons.same(user, local[0]):
+        person_links.link(user, local[0], by=user, via="sso-email")
 
 
 def _new_account(claims: dict, subject: str):

@@ -147,7 +147,9 @@ def _send(notice: ReviewNotice) -> str:
     if not group:
         return "not sent: the plan names no escalation group"
     _, about = _about(workflow, workflow.deadline)
-    told = (get_user_model().objects.filter(is_active=True, groups__name=group).exclude(pk=workflow.submitted_by_id)
+    # Only the group's people of the plan's team: the plan is no one else's to see.
+    told = (get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True, groups__name=group)
+            .exclude(pk=workflow.submitted_by_id)
             .exclude(email="").distinct().order_by("pk"))
     subject = f"Escalation: plan not reviewed in time: {workflow.name}"[:200].replace("\n", " ")
     body = (f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "

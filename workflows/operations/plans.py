@@ -206,6 +206,11 @@ def submit(user, body: dict) -> Submission:
     if body.get("callback_url") and "callback_url" not in errors and not keys.has_secret(user):
         errors["callback_url"] = ("Your account has no webhook signing secret: an operator runs "
                                   "`manage.py webhook_secret <your username>` and gives it to you.")
+    team = submitting_team(user)
+    escalate_to = body["review"].get("escalate_to") if isinstance(body.get("review"), dict) else None
+    if escalate_to and "review.escalate_to" not in errors and not teams.eligible_group(escalate_to, team.pk):
+        errors["review.escalate_to"] = (f"{escalate_to} has no member of this plan's team ({team.name}): "
+                                        "escalate to a group of your team.")
     if errors:
         raise PlanInvalid(errors)
     plan = canonical_plan(body["steps"])
@@ -230,7 +235,7 @@ def submit(user, body: dict) -> Submission:
             workflow = Workflow.objects.create(
                 name=body["name"],
                 submitted_by=user,
-                team=submitting_team(user),
+                team=team,
                 submission_key=body["submission_key"],
                 submission_hash=submission_hash,
                 plan=plan,
@@ -320,4 +325,7 @@ def _existing(user, submission_key: str, submission_hash: str) -> Workflow | Non
     workflow = Workflow.objects.filter(submitted_by=user, submission_key=submission_key).first()
     if workflow is not None and workflow.submission_hash != submission_hash:
         raise SubmissionConflict(f"submission_key {submission_key!r} was already used for a different plan")
+    if workflow is not None and not workflow.is_visible_to(user):
+        # Submitted through another team's token: not this token's to read.
+        raise SubmissionConflict(f"submission_key {submission_key!r} was already used with another team's token")
     return workflow

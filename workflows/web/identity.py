@@ -12,9 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from workflows.audit import identity
-
-# Where an SSO sign-in leaves the provider's identity in the session (workflows.web.sso).
-SSO_SESSION_KEY = "durableconsole.sso"
+from workflows.operations.sessions import SSO_SESSION_KEY
 
 
 @lru_cache(maxsize=8)

@@ -15,7 +15,12 @@ The library runs the authorization-code flow with state, nonce and PKCE
 - finds the account by (issuer, subject) and sets its groups and teams from
   OIDC_ROLE_MAP and OIDC_TEAM_MAP (workflows.operations.identity);
 - records when the person last authenticated (`auth_time`), which decisions
-  require to be recent (workflows.web.auth).
+  require to be recent (workflows.web.auth), and the provider's session id
+  (`sid`), which its back-channel logout may name (workflows.web.signout);
+- answers a callback's `?error` only for a sign-in this session started
+  (a cross-site request signs nobody out); a silent renewal the provider
+  refuses ends the person's sessions and stops their agents' tokens;
+- follows `next` after the callback only to a path of this site.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from mozilla_django_oidc import middleware as oidc_middleware
 from mozilla_django_oidc import views as oidc_views
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
+from workflows import teams
 from workflows.operations import identity as provider_identity
-from workflows.web.auth import SIGNED_IN_AT
+from workflows.operations import sessions
+from workflows.web.auth import SIGNED_IN_AT, local_path
 from workflows.web.identity import SSO_SESSION_KEY
 
 log = logging.getLogger(__name__)
@@ -52,6 +59,9 @@ LEEWAY_SECONDS = 30
 SCOPES = "openid email profile"
 # The states of the silent renewals (prompt=none) this session sent to the provider.
 SILENT_STATES = "durableconsole.oidc_silent_states"
+# A silent renewal answered with one of these failed at the provider's end,
+# not for the person: the session ends, their agents' tokens stay.
+PROVIDER_TROUBLE = ("server_error", "temporarily_unavailable")
 
 
 class ProviderUnavailable(Exception):
@@ -260,8 +270,9 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         claims = self.get_userinfo(access_token, id_token, payload)
         user = provider_identity.sign_in(issuer=payload["iss"], subject=payload["sub"], claims=claims)
         auth_time = payload.get("auth_time")
+        sid = payload.get("sid")
         user.provider_sign_in = {
-            "iss": payload["iss"], "sub": payload["sub"],
+            "iss": payload["iss"], "sub": payload["sub"], "sid": sid if isinstance(sid, str) else None,
             "groups": provider_identity.provider_groups(claims)[:50],
             "auth_time": int(auth_time) if isinstance(auth_time, (int, float)) else None,
         }
@@ -311,22 +322,29 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
     def get(self, request):
         if not settings.OIDC_ISSUER:
             raise Http404("Sign-in with an identity provider is not configured.")
+        states = request.session.get("oidc_states")
+        if not isinstance(states, dict) or request.GET.get("state") not in states:
+            # Not the answer to a sign-in started here (a link from another
+            # site, say): it changes nothing, and signs nobody out.
+            return _problem(request, "Sign-in refused",
+                            "This sign-in answer does not belong to a sign-in started here, or was already used "
+                            "(unknown state). Start again from the login page.", 400)
         if request.GET.get("error"):
-            was_signed_in = request.user.is_authenticated
-            super().get(request)  # forgets the state and ends any session
-            if was_signed_in:
+            error = request.GET.get("error", "")[:100]
+            silent = request.GET["state"] in request.session.get(SILENT_STATES, [])
+            user = request.user if request.user.is_authenticated else None
+            super().get(request)  # forgets the state and ends this session
+            if user is not None:
+                if silent and error not in PROVIDER_TROUBLE:
+                    sessions.refused_at_renewal(user, error=error)
                 return _problem(request, "Your sign-in has ended",
                                 "The identity provider ended your session. Sign in again to go on.", 401)
-            error = request.GET.get("error", "")[:100]
             description = request.GET.get("error_description", "")[:300]
             return _problem(request, "Sign-in refused",
                             f"The identity provider refused the sign-in: {error}"
                             f"{': ' + description if description else ''}.", 403)
-        states = request.session.get("oidc_states")
-        if "code" not in request.GET or not isinstance(states, dict) or request.GET.get("state") not in states:
-            return _problem(request, "Sign-in refused",
-                            "This sign-in answer does not belong to a sign-in started here, or was already used "
-                            "(unknown state). Start again from the login page.", 400)
+        if "code" not in request.GET:
+            return _problem(request, "Sign-in refused", "The identity provider's answer has no code.", 400)
         # A silent renewal proves nothing about when the person last signed in.
         self.silent = request.GET["state"] in request.session.get(SILENT_STATES, [])
         try:
@@ -343,11 +361,15 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
                             "(the account may be deactivated).", 403)
         return response
 
+    @property
+    def success_url(self):
+        return local_path(self.request.session.get("oidc_login_next")) or reverse(settings.LOGIN_REDIRECT_URL)
+
     def login_success(self):
         response = super().login_success()
         sign_in = getattr(self.user, "provider_sign_in", {})
         session = self.request.session
-        session[SSO_SESSION_KEY] = {name: sign_in.get(name) for name in ("iss", "sub", "groups")}
+        session[SSO_SESSION_KEY] = {name: sign_in.get(name) for name in ("iss", "sub", "sid", "groups")}
         now = int(time.time())
         # When the person last proved who they are at the provider: its
         # `auth_time`; without one, now, unless this was a silent renewal
@@ -422,13 +444,17 @@ def sign_in_url(next_url: str = "", reauth: bool = False) -> str:
 
 
 def sign_in_context(request: HttpRequest) -> dict:
-    """For every page: an SSO user whose provider groups map to nothing here
-    is told so (they are signed in, and see nothing)."""
+    """For every page: an SSO user whose provider groups map to no role here,
+    or to a role but no team, is told so (they are signed in, and see nothing)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated or not hasattr(request, "session"):
         return {}
     sso = request.session.get(SSO_SESSION_KEY)
-    if not isinstance(sso, dict) or user.is_superuser or user.groups.exists():
+    if not isinstance(sso, dict) or user.is_superuser:
         return {}
-    return {"unmapped_sign_in": {"issuer": sso.get("iss") or "", "groups": sso.get("groups") or [],
-                                 "claim": settings.OIDC_GROUPS_CLAIM}}
+    about = {"issuer": sso.get("iss") or "", "groups": sso.get("groups") or [], "claim": settings.OIDC_GROUPS_CLAIM}
+    if not user.groups.exists():
+        return {"unmapped_sign_in": about}
+    if teams.is_staff_role(user) and not teams.is_global(user) and not teams.team_ids(user):
+        return {"teamless_sign_in": about}
+    return {}

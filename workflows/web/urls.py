@@ -1,19 +1,19 @@
-from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from workflows.web import (
-    auth, sso, views, views_audit, views_changed, views_compensation, views_deadletters, views_jobs, views_links,
-    views_ops,
+    auth, signout, sso, views, views_audit, views_changed, views_compensation, views_deadletters, views_jobs,
+    views_links, views_ops,
     views_policies,
 )
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
     path("login/", auth.SignIn.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", signout.sign_out, name="logout"),
     # OpenID Connect sign-in (404 without OIDC_ISSUER).
     path("oidc/authenticate/", sso.SignInStart.as_view(), name="oidc_authentication_init"),
     path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
+    path("oidc/backchannel-logout/", signout.backchannel_logout, name="oidc_backchannel_logout"),
     path("review/link/<str:token>/", views_links.review_link, name="review_link"),
     path("workflows/", views.workflow_list, name="workflow_list"),
     path("workflows/<uuid:workflow_id>/", views.workflow_detail, name="workflow_detail"),
