@@ -216,7 +216,7 @@ def test_a_revision_landing_between_a_reviewers_read_and_click(web, people, desk
         final = Workflow.objects.get(pk=workflow_id)
         assert set(step.attempts.values_list("plan_hash", flat=True)) == {final.plan_hash}
         counted = policy.valid_approvals(final, list(policy.policies_for({"ticket.create"}).values()))
-        assert len(counted) == required and {a.revision for a in counted} == {final.revision}
+        assert len(counted) == required and {approval.revision for approval in counted} == {final.revision}
     assert journal.verify().ok
 
 
