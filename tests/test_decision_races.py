@@ -29,14 +29,7 @@ import pytest
 
 from tests.conftest import wait_for_status
 from tests.support import deciding as decide
-from tests.support.racing import (
-    Console,
-    Person,
-    at_once,
-    decision_form,
-    status_shown,
-    web_password,
-)
+from tests.support.racing import Console, Person, at_once, decision_form, status_shown, web_password
 from workflows.audit import journal
 from workflows.engine import policy
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
@@ -233,8 +226,8 @@ def in_turn(calls, order) -> list:
 
 def test_a_decision_arriving_while_an_agents_wait_is_set_up_answers_the_wait(web, people):
     agent, reviewer = web["agent"], web["reviewer"]
-    # The first round finds each web process's watcher stopped (idle): the
-    # wait starts it, and its LISTEN, as the decision lands.
+    # The first round's wait finds its web process's watcher stopped (idle
+    # this long): the wait starts it, and its LISTEN, as the decision lands.
     time.sleep(waiting.IDLE_SECONDS + 1)
     offsets = [(0, 0), (0, 0.005), (0, 0.01), (0, 0.02), (0, 0.05), (0, 0.1), (0.005, 0), (0.02, 0)]
     for n in range(ROUNDS):
