@@ -304,11 +304,11 @@ def test_without_listen_a_web_process_reads_the_statuses_its_waiters_watch(api, 
     settings.Q_LISTEN = False  # behind a pooler in transaction mode: nothing is announced, nobody listens
     workflow = plans.submit(api["agent"].user, noop_plan("unannounced")).workflow
 
-    def decide():
+    def approve_later():
         decide.approve(workflow, by=api["reviewer"].user)
         connection.close()  # this thread's
 
-    threading.Timer(1.0, decide).start()
+    threading.Timer(1.0, approve_later).start()
 
     began = time.monotonic()
     response = api["agent"].get(f"/workflows/{workflow.pk}/wait", timeout=20)
