@@ -18,7 +18,7 @@ from tests.support import deciding as decide
 from workflows.engine import policy
 from workflows.models import Approval, Compensation, GateApproval, Workflow
 from workflows.errors import NotAllowed
-from workflows.operations import plans
+from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen, SeenMissing
 
 NOOP = {"name": "Two noops", "submission_key": "noop-1",
@@ -241,7 +241,7 @@ def test_a_console_decision_without_the_revision_is_refused(people):
 def test_operations_refuse_a_decision_without_a_seen_plan(people):
     workflow = plans.submit(people["agent"], NOOP).workflow
     with pytest.raises(SeenMissing) as refused:
-        decide.approve(workflow, by=people["reviewer"], seen=Seen())
+        approvals.approve(workflow, by=people["reviewer"], seen=Seen())
     assert set(refused.value.fields) == {"revision", "plan_hash"}
     assert not Approval.objects.exists()
 
