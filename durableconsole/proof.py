@@ -59,8 +59,6 @@ HEADER = "Approval-Proof"
 ALG = "EdDSA"
 TYP = "approval-proof+jwt"
 DEFAULT_TTL_SECONDS = 300
-# A message may wait in queues and inboxes for a day before it is read.
-DEFAULT_MAIL_TTL_SECONDS = 86_400
 SMTP = "SMTP"
 # Header lines stay short: a long token is folded at this width.
 FOLD_WIDTH = 76
