@@ -19,6 +19,19 @@ only `alg: EdDSA` over an Ed25519 key named by `kid` in the given key set,
 `htu`, `body_sha256` and `op` are the request's own method, URL, body and
 Idempotency-Key.
 
+A message sent by `email.send` carries the same proof in its
+`Approval-Proof` header (folded into lines: `verify` ignores whitespace in a
+token) and its operation key in `Idempotency-Key`; its `htm` is `SMTP`, its
+`htu` and `aud` are `mail_url` of the recipients (To and Cc), and its
+`body_sha256` covers the text body as `mail_body` puts it (CRLF line
+endings, as SMTP carries it):
+
+    recipients = [a for _, a in getaddresses(message.get_all("To", []) + message.get_all("Cc", []))]
+    target = proof.mail_url(recipients)
+    claims = proof.verify(message["Approval-Proof"], method="SMTP", url=target,
+                          body=message.get_body(("plain",)).get_content(),
+                          idempotency_key=message["Idempotency-Key"], jwks=jwks, audience=target)
+
 The console signs with `sign` (the worker's side: `workflows.actions.context`).
 """
 
@@ -30,7 +43,7 @@ import ipaddress
 import json
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +59,9 @@ HEADER = "Approval-Proof"
 ALG = "EdDSA"
 TYP = "approval-proof+jwt"
 DEFAULT_TTL_SECONDS = 300
+SMTP = "SMTP"
+# Header lines stay short: a long token is folded at this width.
+FOLD_WIDTH = 76
 # Headers that would let a token name its own key or where to fetch one: a
 # receiver trusts only the key set it was given.
 KEY_CARRYING_HEADERS = ("jku", "jwk", "x5u", "x5c")
@@ -133,6 +149,42 @@ def origin(url: str) -> str:
     return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
 
 
+def mail_url(recipients: Iterable[str]) -> str:
+    """`htu` and `aud` of a message's proof: `mailto:` and its recipients,
+    each once, sorted and joined by commas; a domain in lower case and in
+    its ASCII (xn--) form, as mail headers carry it."""
+    return "mailto:" + ",".join(sorted({_mail_address(address) for address in recipients}))
+
+
+def _mail_address(address: str) -> str:
+    local, _, domain = address.strip().rpartition("@")
+    try:
+        domain = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        pass
+    return f"{local}@{domain.lower()}"
+
+
+def mail_body(text: str | bytes) -> str:
+    """A text body as SMTP carries it, which is what its proof covers: each
+    line ended by CRLF (a bare CR or LF becomes CRLF; a last line gets one)."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidProof("the message body is not UTF-8") from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return "".join(f"{line}\r\n" for line in lines)
+
+
+def folded(token: str) -> str:
+    """The token as a mail header carries it: in pieces that fold into
+    short lines (a header line may not pass 998 characters)."""
+    return " ".join(token[start:start + FOLD_WIDTH] for start in range(0, len(token), FOLD_WIDTH))
+
+
 def _b64decode(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
@@ -207,7 +259,11 @@ def verify(token: str | None, *, method: str, url: str, body: bytes | str | None
     """The proof's claims, if `token` proves that the console approved this
     exact request; else `InvalidProof`. `url` is the full URL as received
     (scheme, host, path and query), `body` the raw bytes, `jwks` the
-    console's key set (`load_jwks`), `audience` this receiver's origin."""
+    console's key set (`load_jwks`), `audience` this receiver's origin.
+    For a message: `method` "SMTP", `url` and `audience` its `mail_url`,
+    `body` its text body (read as `mail_body` puts it)."""
+    if isinstance(token, str):
+        token = "".join(token.split())  # a folded header's whitespace
     if not token:
         raise InvalidProof(f"no {HEADER} header")
     if not idempotency_key:
@@ -242,7 +298,7 @@ def verify(token: str | None, *, method: str, url: str, body: bytes | str | None
     expected = {
         "htm": method.upper(),
         "htu": url,
-        "body_sha256": body_sha256(body),
+        "body_sha256": body_sha256(mail_body(body or "") if method.upper() == SMTP else body),
         "op": idempotency_key,
     }
     checks = JWTClaimsRegistry(

@@ -40,6 +40,8 @@ SIGNING_KEY_OVERLAP_HOURS = env_float("SIGNING_KEY_OVERLAP_HOURS", 24.0, minimum
 # The lifetime of an approval proof (DESIGN §25): signed as each write is
 # sent, so it only has to outlive the request's way to the receiver.
 APPROVAL_PROOF_TTL_SECONDS = env_int("APPROVAL_PROOF_TTL_SECONDS", 300, minimum=1)
+# A message's proof (email.send) is read when the message is, maybe a day later.
+APPROVAL_PROOF_MAIL_TTL_SECONDS = env_int("APPROVAL_PROOF_MAIL_TTL_SECONDS", 86_400, minimum=1)
 AUDIT_CHECKPOINT_MINUTES = env_float("AUDIT_CHECKPOINT_MINUTES", 10.0, minimum=0.1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
@@ -266,7 +268,8 @@ if not LOCAL_LOGIN and not OIDC_ISSUER:
 # Addresses and networks of the reverse proxies whose X-Forwarded-For is
 # believed for the client address (audit, login throttling).
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# Without it, /metrics answers direct loopback callers only.
+METRICS_TOKEN = env_secret("METRICS_TOKEN")
 
 # Durable execution
 TICKET_DESK_URL = env_str("TICKET_DESK_URL", "http://127.0.0.1:8100").rstrip("/")

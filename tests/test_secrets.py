@@ -404,6 +404,28 @@ def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
     assert allowed.status_code == 201, allowed.json()
 
 
+def test_a_secret_in_a_message_goes_only_to_the_recipient_domains_the_policy_lists(api, settings):
+    """For email.send, SECRETS_POLICY's hosts are the recipients' domains (DESIGN §27): every
+    recipient, To and Cc, must be at one of them."""
+    settings.SECRETS_POLICY = {"MAIL_TOKEN": {"actions": ["email.send"], "hosts": ["example.com"]}}
+
+    def submit(key, **recipients):
+        return api["agent"].post("/workflows", {"name": "n", "submission_key": key, "steps": [
+            {"key": "mail", "action": "email.send",
+             "args": {"subject": "s", "body": {"$secret": "MAIL_TOKEN"}, **recipients}}]})
+
+    for why, recipients in {"another domain": {"to": "ops@evil.example"},
+                            "one copy elsewhere": {"to": "ops@example.com", "cc": ["a@example.com", "b@evil.example"]},
+                            "a subdomain": {"to": "ops@mail.example.com"},
+                            "a look-alike": {"to": "ops@example.com.evil.example"}}.items():
+        answer = submit(why, **recipients)
+        assert answer.status_code == 400, why
+        assert answer.json()["error"]["fields"] == {"steps.0.args.body": secrets.NOT_ALLOWED}, why
+    assert not Workflow.objects.exists()
+    allowed = submit("ok", to=["ops@example.com", "Dev@EXAMPLE.com"], cc="audit@example.com")
+    assert allowed.status_code == 201, allowed.json()
+
+
 @pytest.mark.parametrize("ref", [{"$secret": "lower"}, {"$secret": 5}, {"$secret": "A", "more": 1},
                                  {"$secret": "A" * 65}, {"$secret": "A\n"}, {"$secret": "../A"}])
 def test_a_malformed_reference_is_refused(api, ref):

@@ -134,3 +134,44 @@ def test_moderate_nesting_is_fine(api):
     plan = ticket_plan()
     plan["context"] = {"a": {"b": {"c": [[{"d": 1}]]}}}
     assert api["agent"].post("/workflows", plan).status_code == 201
+
+
+# --- /metrics: a token, or direct loopback callers only (DESIGN §27) ------------------
+
+
+def test_metrics_without_a_token_answer_a_direct_loopback_caller_only(live_server, settings):
+    import requests
+
+    settings.METRICS_TOKEN = ""
+    url = f"{live_server.url}/metrics"
+    assert requests.get(url, timeout=10).status_code == 200  # a real connection from 127.0.0.1
+    for header in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+                   {"X-Real-IP": "203.0.113.9"}, {"X-Forwarded-For": "127.0.0.1"}):
+        forwarded = requests.get(url, headers=header, timeout=10)
+        assert forwarded.status_code == 403 and "durable_workflows" not in forwarded.text, header
+
+
+@pytest.mark.parametrize(("peer", "status"), [("127.0.0.1", 200), ("::1", 200), ("::ffff:127.0.0.1", 200),
+                                              ("10.0.0.5", 403), ("203.0.113.9", 403), ("", 403)])
+def test_metrics_without_a_token_judge_the_peer_address(db, settings, peer, status):
+    settings.METRICS_TOKEN = ""
+    assert Client(REMOTE_ADDR=peer).get("/metrics").status_code == status
+
+
+def test_metrics_with_a_token_answer_its_bearer_from_anywhere_and_no_one_else(db, settings, monkeypatch):
+    import hmac
+
+    from workflows.web import views_ops
+
+    settings.METRICS_TOKEN = "scrape-me"
+    compared = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(views_ops.hmac, "compare_digest", lambda a, b: compared.append((a, b)) or real(a, b))
+    loopback = Client()
+    assert loopback.get("/metrics").status_code == 401  # loopback alone is not enough now
+    for wrong in ("Bearer scrape-mf", "Bearer scrape-me2", "bearer scrape-me", "scrape-me", "Basic c2NyYXBlLW1l"):
+        refused = loopback.get("/metrics", HTTP_AUTHORIZATION=wrong)
+        assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer"), wrong
+    remote = Client(REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR="198.51.100.1")
+    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+    assert (b"Bearer scrape-mf", b"Bearer scrape-me") in compared  # constant-time comparison

@@ -76,6 +76,12 @@ def test_the_demo_starts_everything_and_ctrl_c_stops_all_of_it(tmp_path):
                 pass
             assert demo.poll() is None and time.monotonic() < deadline, "the demo did not come up"
             time.sleep(0.3)
+        # The demo's desk refuses a write that carries no approval proof.
+        refused = requests.post(f"http://127.0.0.1:{desk_port}/tickets", json={"title": "by hand"},
+                                headers={"Idempotency-Key": "k"}, timeout=5)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "approval_proof_invalid"
+        tickets = requests.get(f"http://127.0.0.1:{desk_port}/tickets", timeout=5).json()
+        assert "by hand" not in [ticket["title"] for ticket in tickets]
         children = subprocess.run(["pgrep", "-g", str(demo.pid)], capture_output=True, text=True).stdout.split()
         pattern = f"ticketdesk --port {desk_port}|runserver 127.0.0.1:{web}"
         sessions = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True).stdout.split()
@@ -98,6 +104,17 @@ def test_the_demo_starts_everything_and_ctrl_c_stops_all_of_it(tmp_path):
         time.sleep(0.1)
     alive = [pid for pid in children + sessions if _running(int(pid))]
     assert alive == []
+
+
+def test_the_demo_desk_requires_proofs_checked_against_the_console_keys():
+    from workflows.management.commands.rundemo import demo_commands
+
+    commands = demo_commands("0.0.0.0:8000", 8100)
+    assert list(commands) == ["web", "worker", "ticket desk"]  # the desk once the keys are served
+    desk = commands["ticket desk"]
+    assert desk[desk.index("ticketdesk"):] == [
+        "ticketdesk", "--port", "8100", "--require-approval-proof",
+        "--jwks", "http://127.0.0.1:8000/.well-known/jwks.json", "--audience", "http://127.0.0.1:8100"]
 
 
 def _running(pid: int) -> bool:

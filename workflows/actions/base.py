@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from workflows.actions.args import AnyArgs
+from workflows.audit import secrets
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,14 @@ class Action:
         """The URL this action sends its args to, for the `hosts` of
         SECRETS_POLICY; None when it calls none. By default its `url` argument."""
         return args.get("url")
+
+    def target_hosts(self, args: dict[str, Any]) -> list[str | None] | None:
+        """The hosts this action sends its args to, each of which SECRETS_POLICY's
+        `hosts` must list for a secret to go with them (None for one that
+        cannot be read); None when it sends them nowhere. By default the
+        host of `target_url`."""
+        url = self.target_url(args)
+        return None if url is None else [secrets.host_of(url)]
 
     def perform(self, args: dict[str, Any], operation_key: str) -> Outcome:
         raise NotImplementedError

@@ -80,12 +80,14 @@ class PerformContext:
 
     def claims(self, method: str, url: str, body: bytes | str | None, *, jti: str) -> dict[str, Any]:
         now = int(time.time())
+        # A message's audience is its recipients, and it may be read a day later.
+        mail = method.upper() == proof.SMTP
         return {
             "iss": settings.CONSOLE_URL,
-            "aud": proof.origin(url),
+            "aud": url if mail else proof.origin(url),
             "jti": jti,
             "iat": now,
-            "exp": now + settings.APPROVAL_PROOF_TTL_SECONDS,
+            "exp": now + (settings.APPROVAL_PROOF_MAIL_TTL_SECONDS if mail else settings.APPROVAL_PROOF_TTL_SECONDS),
             "wf": self.workflow_id,
             "rev": self.revision,
             "plan_hash": self.plan_hash,
@@ -107,6 +109,17 @@ class PerformContext:
         jti = self.jti if number == 1 else f"{self.jti}.{number}"
         key = self.signing_key()
         return proof.sign(self.claims(method, url, body, jti=jti), key=_okp(key), kid=key.kid)
+
+
+def mail_headers(operation_key: str, recipients: list[str], body: str) -> dict[str, str]:
+    """The headers that bind a message to its approval (DESIGN §27): the
+    operation key, and, when sent while performing an effect, a proof over
+    the recipients and `body`, the text exactly as sent (`proof.mail_body`)."""
+    headers = {"Idempotency-Key": operation_key}
+    context = _current.get()
+    if context is not None:
+        headers[HEADER] = proof.folded(context.proof(proof.SMTP, proof.mail_url(recipients), body))
+    return headers
 
 
 def _okp(key: signing.SigningKey) -> OKPKey:

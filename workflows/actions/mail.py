@@ -11,8 +11,10 @@ from django.core.validators import validate_email
 from pydantic import Field, ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
+from durableconsole import proof
 from workflows.actions.args import ONE_LINE, ArgsModel, Check, Ref
 from workflows.actions.base import Action, ActionError, Outcome, Preview
+from workflows.actions.context import mail_headers
 from workflows.actions.registry import register
 from workflows.audit import secrets
 from workflows.states import FailureClass
@@ -76,6 +78,11 @@ class EmailSend(Action):
         subject: Ref[Subject] = Field(description="One line, 1 to 998 characters.")
         body: Ref[Body] = Field(description="Plain text.")
 
+    def target_hosts(self, args):
+        """A secret in a message goes to every recipient's mail domain."""
+        everyone = [*_listed(args.get("to") or []), *_listed(args.get("cc") or [])]
+        return [address.rpartition("@")[2].lower() if isinstance(address, str) else None for address in everyone]
+
     def preview(self, args):
         def addresses(value):
             value = secrets.shown(value)
@@ -95,8 +102,11 @@ class EmailSend(Action):
 
         recipients = _listed(args["to"])
         copied = _listed(args["cc"]) if args.get("cc") is not None else []
-        message = EmailMessage(subject=args["subject"], body=args["body"], to=recipients, cc=copied,
-                               headers={"X-Operation-Key": operation_key})
+        # Sent with the line endings SMTP gives it anyway, so that the text
+        # the proof covers is the text as sent.
+        body = proof.mail_body(args["body"])
+        message = EmailMessage(subject=args["subject"], body=body, to=recipients, cc=copied,
+                               headers=mail_headers(operation_key, recipients + copied, body))
         try:
             message.send(fail_silently=False)
         except smtplib.SMTPRecipientsRefused as exc:

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl, Field, StrictBool, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 
 from workflows.actions.args import ArgsModel, Check, FromRef, SecretRef
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
 from workflows.actions.transport import call
 from workflows.states import FailureClass
+from workflows.webhooks import outbound
 
 # Headers the console sets itself or that frame the request: a plan that
 # could set them could forge the approval proof or the idempotency key,
@@ -35,7 +36,25 @@ HeaderName = Annotated[
 HeaderValue = Annotated[str, Field(max_length=4096), Check(
     lambda value: all(c == "\t" or " " <= c <= "~" for c in value),
     "Must be one line of printable ASCII.", pattern=r"^[\t\x20-\x7e]*$")]
-Url = Annotated[AnyHttpUrl, Field(max_length=2048)]
+
+
+class _OutboundRules:
+    """The address rules a URL is judged by before it is ever called (its
+    form, scheme and host: `outbound.checked`), applied to the text as
+    submitted, which is what the worker will parse and call."""
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.no_info_wrap_validator_function(self._validate, handler(source))
+
+    @staticmethod
+    def _validate(value, handler):
+        valid = handler(value)
+        if problem := outbound.scheme_problem(value):
+            raise PydanticCustomError("outbound_url", "{message}", {"message": problem})
+        return valid
+
+
+Url = Annotated[AnyHttpUrl, Field(max_length=2048), _OutboundRules()]
 
 
 def _object_or_array(value: Any) -> bool:

@@ -19,7 +19,6 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -103,25 +102,30 @@ def references(value: Any, path: str):
 
 
 def host_of(url: Any) -> str | None:
+    """The host a URL's request goes to, read by the one parse the worker
+    sends by (`outbound.parse`); None for what it would not send to."""
+    from workflows.webhooks import outbound
+
     if not isinstance(url, str):
         return None
     try:
-        return (urlsplit(url).hostname or "").lower() or None
-    except ValueError:
+        return outbound.parse(url).host
+    except outbound.AddressRefused:
         return None
 
 
 def allowed(name: str, action, args: dict) -> bool:
-    """May the secret `name` go to `action` called with `args`? The action's
-    target URL must be a plain URL whose host the policy lists; a URL that
-    is itself a reference cannot be checked, so it is not allowed."""
+    """May the secret `name` go to `action` called with `args`? Every host
+    the action sends to (`target_hosts`: a URL's host, a message's
+    recipients' domains) must be one the policy lists; a URL that is itself
+    a reference cannot be checked, so it is not allowed."""
     rule = _policy().get(name)
     if rule is None or action is None or action.name not in rule["actions"]:
         return False
-    url = action.target_url(args)
-    if url is None:
+    hosts = action.target_hosts(args)
+    if hosts is None:
         return True
-    return host_of(url) in rule["hosts"]
+    return bool(hosts) and all(host in rule["hosts"] for host in hosts)
 
 
 def check(args: Any, action, path: str) -> dict[str, str]:

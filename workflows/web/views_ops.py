@@ -5,6 +5,8 @@ pages stay fast however large the tables grow; charts are server-rendered
 SVG from bounded time windows.
 """
 
+import hmac
+import ipaddress
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
@@ -215,15 +217,42 @@ def _effect_metrics(lines: list[str]) -> None:
         lines.append(f'{name}_count{{action="{action}"}} {h["count"]}')
 
 
-@require_GET
-def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text. Open by default (bind it to the ops network); with
-    METRICS_TOKEN set, scrapers must send it as a bearer token."""
+# Headers a proxy adds when it passes a request on: a request with any of
+# them did not come from the loopback caller it appears to come from.
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP",
+                      "X-Client-IP", "True-Client-IP", "CF-Connecting-IP", "Via")
+
+
+def _metrics_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Who may scrape (DESIGN §27): with METRICS_TOKEN, whoever sends it as
+    a bearer token (compared in constant time); without, only a direct
+    caller on loopback, never one a proxy forwarded."""
     from django.conf import settings
 
-    token = settings.METRICS_TOKEN
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
-        return HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
+    if token := settings.METRICS_TOKEN:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            response = HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+        return None
+    try:
+        peer = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        peer = None
+    # A dual-stack server may give 127.0.0.1 as ::ffff:127.0.0.1.
+    loopback = peer is not None and (getattr(peer, "ipv4_mapped", None) or peer).is_loopback
+    if not loopback or any(name in request.headers for name in FORWARDING_HEADERS):
+        return HttpResponse("Metrics answer loopback callers only, or set METRICS_TOKEN.\n", status=403,
+                            content_type="text/plain")
+    return None
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text, for the callers `_metrics_refusal` lets through."""
+    if refusal := _metrics_refusal(request):
+        return refusal
     lines: list[str] = []
     by_status = dict(Workflow.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
     _metric(lines, "durable_workflows", "gauge", "Workflows by status.",

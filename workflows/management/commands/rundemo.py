@@ -1,7 +1,10 @@
 """`make run`: the web console, a worker cluster and the ticket desk, together.
 
 Each runs as its own process group, exactly as it would be started alone;
-Ctrl-C (or SIGTERM) stops all of them and leaves nothing behind.
+Ctrl-C (or SIGTERM) stops all of them and leaves nothing behind. The desk
+refuses every write without a valid approval proof (DESIGN §25, §27),
+trusting the key set the console publishes, so the demo shows that no
+effect lands that a person did not approve.
 """
 
 import os
@@ -9,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 from django.conf import settings
 from django.core.management import call_command
@@ -28,6 +32,28 @@ def _die_with_parent() -> None:
         pass
 
 
+KEYS_WAIT_SECONDS = 60
+
+
+def keys_url(web: str) -> str:
+    """Where the desk reads the console's key set: over loopback, where a
+    plain http fetch is trusted."""
+    port = web.rpartition(":")[2]
+    return f"http://127.0.0.1:{port}/.well-known/jwks.json"
+
+
+def demo_commands(web: str, desk_port: int) -> dict[str, list[str]]:
+    """The demo's processes, in the order they start: the desk last, once
+    the console publishes the keys it checks proofs against."""
+    manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+    return {
+        "web": manage + ["runserver", web, "--noreload"],
+        "worker": manage + ["qcluster"],
+        "ticket desk": manage + ["ticketdesk", "--port", str(desk_port), "--require-approval-proof",
+                                 "--jwks", keys_url(web), "--audience", f"http://127.0.0.1:{desk_port}"],
+    }
+
+
 class Command(BaseCommand):
     help = "Migrate, seed the demo, and run web + worker + ticket desk until Ctrl-C."
 
@@ -41,21 +67,19 @@ class Command(BaseCommand):
         # The demo's receivers listen on loopback: webhooks and http.post may call them.
         env = {"WEBHOOK_ALLOW_PRIVATE": "1", **os.environ, "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}",
                "PYTHONUNBUFFERED": "1"}
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        commands = {
-            "ticket desk": manage + ["ticketdesk", "--port", str(desk_port)],
-            "worker": manage + ["qcluster"],
-            "web": manage + ["runserver", web, "--noreload"],
-        }
+        commands = demo_commands(web, desk_port)
         children = {}
         stop = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.append(True))
         try:
             for name, command in commands.items():
+                if name == "ticket desk" and not self._keys_published(keys_url(web), children, stop):
+                    break
                 children[name] = subprocess.Popen(command, env=env, start_new_session=True,
                                                   preexec_fn=_die_with_parent)
-            self._announce(web, desk_port)
+            else:
+                self._announce(web, desk_port)
             while not stop:
                 for name, child in children.items():
                     if child.poll() is not None:
@@ -66,6 +90,23 @@ class Command(BaseCommand):
             self._stop_all(children)
         if stop and stop[0] is False:
             sys.exit(1)
+
+    def _keys_published(self, url, children, stop) -> bool:
+        """Wait until the console serves its key set, which the desk reads
+        as it starts; False when stopped or a child exited meanwhile."""
+        deadline = time.monotonic() + KEYS_WAIT_SECONDS
+        while not stop:
+            try:
+                with urllib.request.urlopen(url, timeout=1):  # noqa: S310 (our own loopback URL)
+                    return True
+            except OSError:
+                pass
+            if any(child.poll() is not None for child in children.values()) or time.monotonic() > deadline:
+                self.stderr.write(f"the console did not serve {url}; stopping everything")
+                stop.append(False)
+                return False
+            time.sleep(0.3)
+        return False
 
     def _announce(self, web, desk_port):
         self.stdout.write(self.style.SUCCESS("\nDurable Console is running"))
