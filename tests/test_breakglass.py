@@ -9,7 +9,7 @@ import time
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD
 from tests.test_sso import sign_in, signed_in_user

@@ -14,7 +14,8 @@ from workflows.actions import PerformContext
 from workflows.actions.context import performing
 from workflows.actions.mail import EmailSend
 from workflows.audit import signing
-from workflows.operations import approvals, plans
+from workflows.operations import plans
+from tests.support import deciding as decide
 
 # Unicode, a line that starts with a dot (SMTP stuffs it), bare LF and CR
 # line endings, and a line too long for one SMTP line (quoted-printable).
@@ -48,7 +49,7 @@ def test_a_sent_message_carries_a_proof_the_receiver_verifies(people, smtp):
          "args": {"to": ["ops@example.com", "Dev@Example.com"], "cc": "audit@example.org", "subject": "Deployed",
                   "body": BODY}}]}
     workflow = plans.submit(people["agent"], plan).workflow
-    approvals.approve(workflow, by=people["reviewer"])
+    decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     [received] = smtp.messages
     message = received.message

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import ticket_plan
 from tests.test_sso import sign_in, signed_in_user

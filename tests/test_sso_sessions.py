@@ -17,7 +17,7 @@ import requests
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
-from django.test import Client
+from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ApiClient, ticket_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
