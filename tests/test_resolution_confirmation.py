@@ -235,6 +235,16 @@ def test_the_workflow_page_shows_the_waiting_answer_and_offers_others_to_confirm
     assert "Confirmed the resolution of step mail" in client.get(answer["Location"]).content.decode()
 
 
+def test_the_attention_page_shows_which_in_doubt_steps_wait_for_a_confirmation(people, operator2):
+    waiting, other = answered(people, key="waits"), in_doubt(people, READ_BY_NEXT, key="open")
+    client = Client()
+    client.force_login(operator2)
+    page = client.get("/attention/").content.decode()
+    assert page.count('data-testid="awaiting-confirmation"') == 1
+    assert "operator's answer awaits a second person's confirmation" in page
+    assert Step.objects.get(pk=other.pk).status == waiting.status == "IN_DOUBT"
+
+
 def test_resolving_from_the_page_says_the_answer_waits_for_a_second_person(people, client):
     step = in_doubt(people, READ_BY_NEXT)
     assert client.login(username="operator", password=PASSWORD)
