@@ -144,13 +144,13 @@ def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpR
 
 @login_required
 @require_POST
-@needs_recent_sign_in(back=lambda change_id: _change_page(change_id))
+@needs_recent_sign_in(back=_change_page)
 def policy_change_authorize(request: HttpRequest, change_id: UUID) -> HttpResponse:
     return _decide(request, change_id, policies.authorize, "Authorized and applied")
 
 
 @login_required
 @require_POST
-@needs_recent_sign_in(back=lambda change_id: _change_page(change_id))
+@needs_recent_sign_in(back=_change_page)
 def policy_change_decline(request: HttpRequest, change_id: UUID) -> HttpResponse:
     return _decide(request, change_id, policies.decline, "Declined")
