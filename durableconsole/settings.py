@@ -219,9 +219,11 @@ REVIEW_WEBHOOK_URL = env_str("REVIEW_WEBHOOK_URL", "")
 # A reviewer's claim on a plan ("I'm on it") lapses after this many minutes
 # without their activity on it (DESIGN §22).
 REVIEW_CLAIM_MINUTES = env_int("REVIEW_CLAIM_MINUTES", 30, minimum=1)
-# A decision (from a review link) needs a sign-in younger than this many
-# seconds, or asks to sign in again (DESIGN §22, §23).
-DECISION_MAX_AUTH_AGE = env_int("DECISION_MAX_AUTH_AGE", 12 * 3600, minimum=60)
+# Every decision made through a session (console and review links) needs a
+# sign-in younger than this many seconds, or asks to sign in again (DESIGN
+# §22, §27). An hour: SSO sessions renew silently, carrying the provider's
+# `auth_time`.
+DECISION_MAX_AUTH_AGE = env_int("DECISION_MAX_AUTH_AGE", 3600, minimum=60)
 
 # Sign-in (DESIGN §23). OpenID Connect when OIDC_ISSUER is set: its endpoints
 # come from the issuer's discovery document, read at the first sign-in (not

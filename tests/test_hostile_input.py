@@ -326,6 +326,7 @@ TEMPLATES = {
     "/release": {},
     "/assign": {"to": "reviewer2"},
     "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
+    "/resolve/confirm": {"reason": "r", "resolution_digest": "d"},
     # Before "/replay": the first suffix that matches is taken.
     "/dead-letters/replay": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
                                         "action": "ticket.create", "failure_class": "TRANSIENT", "older_than": "1d",

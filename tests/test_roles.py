@@ -60,6 +60,8 @@ def console_routes(w):
         ("POST", f"/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
          {"operator", "admin"}),
+        ("POST", f"/workflows/{w['failed']}/steps/open/resolve/confirm", {"reason": "r", "resolution_digest": "d"},
+         {"reviewer", "operator", "admin"}),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
         ("GET", "/compensations/", None, {"reviewer", "operator", "auditor", "admin"}),
         ("GET", "/dead-letters/", None, {"operator", "auditor", "admin"}),
@@ -104,6 +106,8 @@ def api_routes(w):
         ("POST", f"/api/v1/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
          {"operator", "admin"}),
+        ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve/confirm",
+         {"reason": "r", "resolution_digest": "d"}, {"reviewer", "operator", "admin"}),
         # The agent submitted the failed workflow: its dead letter is the agent's to see.
         ("GET", "/api/v1/dead-letters", None, {"agent", "operator", "auditor", "admin"}),
         ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),

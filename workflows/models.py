@@ -290,6 +290,14 @@ class Step(models.Model):
     # is when they had.
     gate = models.JSONField(null=True, blank=True)
     gate_opened_at = models.DateTimeField(null=True, blank=True)
+    # An operator's answer for this IN_DOUBT step that waits for a second
+    # person (DESIGN §27, `workflows.operations.resolution`): `{"decision",
+    # "reason", "external_ref", "result", "at"}`, and who gave it. Null
+    # when none waits. Unindexed: nothing looks steps up by proposer, and
+    # every step inserted would pay for the index.
+    proposed_resolution = models.JSONField(null=True, blank=True)
+    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
+                                    related_name="+", db_index=False)
 
     objects = StepQuerySet.as_manager()
 
@@ -313,6 +321,12 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} {self.action} ({self.status})"
+
+    def proposal_digest(self) -> str:
+        """What a confirmation of the waiting answer binds: the answer, who
+        gave it and when."""
+        return sha256_hex(canonical_json({"step": self.operation_key, "by": self.proposed_by_id,
+                                          **self.proposed_resolution}))
 
 
 class Attempt(models.Model):

@@ -16,6 +16,7 @@ def _step_out(step) -> dict:
         "result": step.result,
         "preview": _preview_out(step),
         "gate": step.gate,
+        "resolution": _pending_resolution_out(step),
         "attempts": [
             {
                 "number": a.number,
@@ -30,6 +31,16 @@ def _step_out(step) -> dict:
             for a in step.attempts.all()
         ],
     }
+
+
+def _pending_resolution_out(step) -> dict | None:
+    """An operator's answer waiting for a second person (DESIGN §27)."""
+    proposal = step.proposed_resolution
+    if proposal is None:
+        return None
+    return {"by": step.proposed_by.get_username(), "decision": proposal["decision"],
+            "external_ref": proposal["external_ref"], "result": proposal["result"], "reason": proposal["reason"],
+            "at": proposal["at"], "digest": step.proposal_digest(), "awaiting_confirmation": True}
 
 
 def _revisions_out(workflow: Workflow) -> list[dict]:

@@ -100,3 +100,11 @@ def resolve(step: Step) -> tuple[dict, str]:
 
     args = walk(step.args, True)
     return args, sha256_hex(canonical_json(walk(step.args, False)))
+
+
+def readers_of(step: Step) -> list[str]:
+    """The keys of the later steps of its lane whose args take a value from
+    this step's result by `$from`."""
+    later = Step.objects.filter(workflow_id=step.workflow_id, lane=step.lane, position__gt=step.position)
+    return [key for key, args in later.order_by("position").values_list("key", "args")
+            if any(ref.partition(".result.")[0] == step.key for ref in _from_references(args))]

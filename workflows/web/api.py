@@ -276,6 +276,18 @@ class PreviewOut(Schema):
     error: str | None
 
 
+class PendingResolutionOut(Schema):
+    by: str = Field(..., description="the operator who gave the answer; someone else confirms it")
+    decision: str
+    external_ref: str
+    result: dict[str, Any] = Field(..., description="the result the later steps will read once it is confirmed")
+    reason: str
+    at: datetime
+    digest: str = Field(..., description="What a confirmation binds: pass it back to be refused (409 "
+                                         "resolution_changed) if another answer replaced this one")
+    awaiting_confirmation: bool
+
+
 class StepOut(Schema):
     key: str
     action: str
@@ -286,6 +298,10 @@ class StepOut(Schema):
     preview: PreviewOut
     attempts: list[AttemptOut]
     gate: dict[str, Any] | None = Field(None, description="The step's gate, as submitted, or null")
+    resolution: PendingResolutionOut | None = Field(
+        None, description="An operator's answer for this IN_DOUBT step that later steps read by $from: it takes "
+                          "effect once a second person confirms it (POST .../resolve/confirm); until then the "
+                          "workflow waits in NEEDS_ATTENTION. Null when none waits")
 
 
 class GateOut(Schema):
@@ -1178,6 +1194,26 @@ def resolve_step(request, workflow_id: UUID, step_key: str, payload: ResolutionI
         raise Http404
     resolution.resolve(step, by=request.user, decision=payload.decision, reason=payload.reason,
                        external_ref=payload.external_ref, result=payload.result)
+    return workflow_out(_get_workflow(request, workflow_id))
+
+
+class ConfirmationIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(..., max_length=2000, description="What you checked")
+    resolution_digest: str = Field(..., max_length=64, description="The `digest` of the step's `resolution` "
+                                                                   "you confirm")
+
+
+@api.post("/workflows/{workflow_id}/steps/{step_key}/resolve/confirm", response=WorkflowOut,
+          summary="Confirm an operator's answer for an in-doubt step whose result later steps read (reviewers and "
+                  "operators, not the one who gave it): it takes effect and the run goes on")
+def confirm_resolution(request, workflow_id: UUID, step_key: str, payload: ConfirmationIn):
+    workflow = _get_workflow(request, workflow_id)
+    step = workflow.steps.filter(key=step_key).first()
+    if step is None:
+        raise Http404
+    resolution.confirm(step, by=request.user, reason=payload.reason, digest=payload.resolution_digest)
     return workflow_out(_get_workflow(request, workflow_id))
 
 

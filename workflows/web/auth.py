@@ -144,7 +144,8 @@ def ask_to_sign_in_again(request: HttpRequest, back: str) -> HttpResponse:
     """To the login page, which sends the person back to `back` (a page, not
     the POST that was refused), asking the provider to make them sign in again."""
     hours = settings.DECISION_MAX_AUTH_AGE / 3600
-    messages.warning(request, f"Sign in again to decide: a decision needs a sign-in from the last {hours:g} hours.")
+    span = "hour" if hours == 1 else f"{hours:g} hours"
+    messages.warning(request, f"Sign in again to decide: a decision needs a sign-in from the last {span}.")
     login = f"{reverse(settings.LOGIN_URL)}?{urlencode({REDIRECT_FIELD_NAME: back, 'reauth': '1'})}"
     if request.headers.get("HX-Request") == "true":
         response = HttpResponse(status=204)
@@ -154,15 +155,18 @@ def ask_to_sign_in_again(request: HttpRequest, back: str) -> HttpResponse:
 
 
 def needs_recent_sign_in(back):
-    """For a view that decides: without a sign-in younger than
-    DECISION_MAX_AUTH_AGE, nothing is decided and the person is asked to sign
-    in again. `back(**view_kwargs)` is the page to return to."""
+    """For a view that decides (DESIGN §27: every decision made through a
+    session): without a sign-in younger than DECISION_MAX_AUTH_AGE, nothing
+    is decided and the person is asked to sign in again. Only a POST
+    decides; a GET (the form) is let through. `back` is the page to return
+    to: a URL name, reversed with the view's arguments, or a function of them."""
 
     def decorate(view):
         @wraps(view)
         def checked(request: HttpRequest, *args, **kwargs):
-            if request.user.is_authenticated and not signed_in_recently(request):
-                return ask_to_sign_in_again(request, back(**kwargs))
+            if request.method == "POST" and request.user.is_authenticated and not signed_in_recently(request):
+                page = back(**kwargs) if callable(back) else reverse(back, kwargs=kwargs)
+                return ask_to_sign_in_again(request, page)
             return view(request, *args, **kwargs)
 
         return checked

@@ -28,6 +28,8 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/steps/", views.workflow_steps, name="workflow_steps"),
     path("workflows/<uuid:workflow_id>/previews/retake", views.retake_previews, name="workflow_retake_previews"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve", views.resolve_step, name="step_resolve"),
+    path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve/confirm", views.confirm_resolution,
+         name="step_resolve_confirm"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/approve", views.gate_approve, name="gate_approve"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/reject", views.gate_reject, name="gate_reject"),
     path("workflows/<uuid:workflow_id>/compensate", views_compensation.compensation_request,

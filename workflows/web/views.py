@@ -205,10 +205,23 @@ def _with_proofs(steps: list[Step]) -> None:
                                    for a in attempt.proof_approvers or []]
 
 
+def _with_pending_resolutions(steps: list[Step], user) -> None:
+    """An operator's answer waiting for a second person, and whether this
+    user may confirm it (`operations.resolution`)."""
+    may_confirm = roles.is_reviewer(user) or roles.is_operator(user)
+    for step in steps:
+        step.pending = None
+        if step.proposed_resolution is not None:
+            mine = persons.same(step.proposed_by, user)
+            step.pending = {**step.proposed_resolution, "by": step.proposed_by.get_username(), "mine": mine,
+                            "digest": step.proposal_digest(), "can_confirm": may_confirm and not mine}
+
+
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
-    steps = list(workflow.steps.prefetch_related("attempts"))
+    steps = list(workflow.steps.select_related("proposed_by").prefetch_related("attempts"))
     _with_arguments_and_previews(steps)
     _with_proofs(steps)
+    _with_pending_resolutions(steps, request.user)
     events = AuditEvent.objects.filter(workflow_id=workflow.pk).order_by("-id")[:200]
     compensations = list(workflow.compensations.select_related("requested_by", "authorized_by").order_by("-lane"))
     reviewer = roles.is_reviewer(request.user) and not persons.same(request.user, workflow.submitted_by_id)
@@ -236,7 +249,9 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
-        "live": workflow.status not in TERMINAL_WORKFLOW and workflow.status != WorkflowStatus.PLANNED,
+        # Not while it waits for a person: their half-typed reason would be replaced under their hands.
+        "live": workflow.status not in TERMINAL_WORKFLOW
+        and workflow.status not in (WorkflowStatus.PLANNED, WorkflowStatus.NEEDS_ATTENTION),
         "can_decide": workflow.status == WorkflowStatus.PLANNED and reviewer,
         # A step blocked by the policy recheck goes on only with a fresh approval.
         "can_reapprove": blocked and reviewer,
@@ -376,6 +391,7 @@ def _live(request: HttpRequest, workflow: Workflow) -> HttpResponse:
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
     if not roles.is_operator(request.user):
         raise PermissionDenied
@@ -383,8 +399,12 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
     step = get_object_or_404(workflow.steps, key=step_key)
 
     def resolve() -> None:
-        resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
-                           reason=request.POST.get("reason", ""), external_ref=request.POST.get("external_ref", ""))
+        resolved = resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
+                                      reason=request.POST.get("reason", ""),
+                                      external_ref=request.POST.get("external_ref", ""))
+        if resolved.proposed_resolution is not None:
+            messages.info(request, "Later steps read this step's result: your answer takes effect once a second "
+                                   "person confirms it.")
 
     return act(request, resolve, done=f"Resolved step {step.key}.", back=_detail_url(workflow),
                partial=lambda: _live(request, workflow))
@@ -392,6 +412,26 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
+def confirm_resolution(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
+    if not (roles.is_reviewer(request.user) or roles.is_operator(request.user)):
+        raise PermissionDenied
+    workflow = _get_workflow_for_user(request, workflow_id)
+    step = get_object_or_404(workflow.steps.select_related("proposed_by"), key=step_key)
+    if step.proposed_by is not None and persons.same(step.proposed_by, request.user):
+        raise PermissionDenied("You gave this answer: a second person confirms it.")
+
+    def confirm() -> None:
+        resolution.confirm(step, by=request.user, reason=request.POST.get("reason", ""),
+                           digest=request.POST.get("resolution_digest", ""))
+
+    return act(request, confirm, done=f"Confirmed the resolution of step {step.key}: it takes effect.",
+               back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+
+
+@login_required
+@require_POST
+@needs_recent_sign_in(back=lambda workflow_id, **_: _detail_path(workflow_id))
 def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     workflow = _get_workflow_for_user(request, workflow_id)
     # Who may cancel depends on the status; the operation checks again under its lock.
@@ -403,6 +443,7 @@ def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@needs_recent_sign_in(back="workflow_revise")
 def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     """Edit the arguments of a plan's steps: the form, and its POST, which
     makes the next revision (`operations.revisions`)."""

@@ -23,6 +23,7 @@ from workflows.models import AuditEvent, Compensation, DeadLetter, Workflow
 from workflows.operations import compensation
 from workflows.states import CompensationStatus, StepStatus
 from workflows.web import seen
+from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
 from workflows.web.views import _get_workflow_for_user
 
@@ -89,6 +90,7 @@ def _request_context(workflow: Workflow, *, chosen: list[str] | None = None, rea
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@needs_recent_sign_in(back="compensation_request")
 def compensation_request(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     workflow = _get_workflow_to_compensate(request, workflow_id)
     if request.method == "GET":
@@ -166,12 +168,14 @@ def _decide(request: HttpRequest, compensation_id: UUID, decision, done: str) ->
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="compensation_detail")
 def compensation_authorize(request: HttpRequest, compensation_id: UUID) -> HttpResponse:
     return _decide(request, compensation_id, compensation.authorize, "Authorized")
 
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="compensation_detail")
 def compensation_decline(request: HttpRequest, compensation_id: UUID) -> HttpResponse:
     return _decide(request, compensation_id, compensation.decline, "Declined")
 

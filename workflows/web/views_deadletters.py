@@ -27,6 +27,7 @@ from workflows.errors import DomainError
 from workflows.models import DeadLetter
 from workflows.operations import deadletters
 from workflows.states import FailureClass
+from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
 
 PAGE_SIZE = 50
@@ -156,12 +157,14 @@ def _resolve(request: HttpRequest, dead_letter_id: UUID, operation, done: str) -
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="dead_letter_detail")
 def dead_letter_replay(request: HttpRequest, dead_letter_id: UUID) -> HttpResponse:
     return _resolve(request, dead_letter_id, deadletters.replay, "Replayed")
 
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="dead_letter_detail")
 def dead_letter_discard(request: HttpRequest, dead_letter_id: UUID) -> HttpResponse:
     return _resolve(request, dead_letter_id, deadletters.discard, "Discarded")
 
@@ -215,6 +218,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="dead_letter_list")
 def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
     _check_role(request.user, resolve=True)
     ids = _posted_ids(request)

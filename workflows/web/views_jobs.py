@@ -22,6 +22,7 @@ from workflows import roles
 from workflows.errors import DomainError, NotAllowed, NotVisible
 from workflows.models import Job
 from workflows.operations import bulk, deadletters
+from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
 from workflows.web.views_deadletters import DeadLetterFilter, _list_url, _posted_ids
 
@@ -43,6 +44,7 @@ def _job_url(job: Job) -> str:
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="dead_letter_list")
 def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
     """Reconcile the ticked entries, or all matching the list's filter."""
     if not roles.is_operator(request.user):
@@ -107,18 +109,21 @@ def _act(request: HttpRequest, job_id: UUID, operation, done: str) -> HttpRespon
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="job_detail")
 def job_pause(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return _act(request, job_id, bulk.pause, "Paused")
 
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="job_detail")
 def job_resume(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return _act(request, job_id, bulk.resume, "Resumed")
 
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back="job_detail")
 def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """Replay the entries a reconciliation chose that are still open: the
     safe group (each sorted again just before its replay), or all of them."""

@@ -47,7 +47,8 @@ def _steps_of(user):
 def attention_context(user) -> dict:
     """What needs an operator, in `user`'s teams."""
     dead = DeadLetter.objects.visible_to(user).open().select_related("workflow").order_by("-created_at")
-    in_doubt = _steps_of(user).filter(status=StepStatus.IN_DOUBT).select_related("workflow").order_by("-updated_at")
+    in_doubt = _steps_of(user).filter(status=StepStatus.IN_DOUBT).select_related(
+        "workflow", "proposed_by").order_by("-updated_at")
     blocked = _steps_of(user).filter(status=StepStatus.BLOCKED).select_related("workflow").order_by("-updated_at")
     comps = Compensation.objects.visible_to(user)
     awaiting = comps.filter(status=CompensationStatus.REQUESTED).select_related(

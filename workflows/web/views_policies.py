@@ -24,6 +24,7 @@ from workflows.engine import limits
 from workflows.errors import DomainError
 from workflows.models import ActionPolicy, PolicyChange
 from workflows.operations import policies
+from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
 
 
@@ -90,6 +91,7 @@ def policy_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@needs_recent_sign_in(back="policy_detail")
 def policy_detail(request: HttpRequest, name: str) -> HttpResponse:
     _require_reader(request)
     rules = _get_policy(name)
@@ -120,6 +122,12 @@ def policy_detail(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "workflows/policy_detail.html", _detail_context(request, rules, form), status=400)
 
 
+def _change_page(change_id: UUID) -> str:
+    """The page of the action a policy change is about."""
+    action = PolicyChange.objects.filter(pk=change_id).values_list("action", flat=True).first()
+    return reverse("policy_detail", kwargs={"name": action}) if action else reverse("policy_list")
+
+
 def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpResponse:
     if not roles.is_operator(request.user):
         raise PermissionDenied("Only operators can decide on a policy change.")
@@ -136,11 +144,13 @@ def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpR
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=_change_page)
 def policy_change_authorize(request: HttpRequest, change_id: UUID) -> HttpResponse:
     return _decide(request, change_id, policies.authorize, "Authorized and applied")
 
 
 @login_required
 @require_POST
+@needs_recent_sign_in(back=_change_page)
 def policy_change_decline(request: HttpRequest, change_id: UUID) -> HttpResponse:
     return _decide(request, change_id, policies.decline, "Declined")
