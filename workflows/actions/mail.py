@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from workflows.actions.args import ONE_LINE, ArgsModel, Check, Ref
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.actions.templates import MailMessage, text
 from workflows.audit import secrets
 from workflows.states import FailureClass
 
@@ -87,16 +88,22 @@ class EmailSend(Action):
         return Preview(f"Send “{subject}” to {everyone}",
                        {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject})
 
+    def request(self, args):
+        """The message as the mail server gets it: sender, recipients, subject, text."""
+        copied = _listed(args["cc"]) if args.get("cc") is not None else []
+        return MailMessage(settings.DEFAULT_FROM_EMAIL, tuple(_listed(args["to"])), tuple(copied),
+                           text(args["subject"]), text(args["body"]))
+
     def perform(self, args, operation_key):
         import smtplib
         import socket
 
         from django.core.mail import EmailMessage
 
-        recipients = _listed(args["to"])
-        copied = _listed(args["cc"]) if args.get("cc") is not None else []
-        message = EmailMessage(subject=args["subject"], body=args["body"], to=recipients, cc=copied,
-                               headers={"X-Operation-Key": operation_key})
+        filled = self.request(args).sent()
+        recipients, copied = filled["to"], filled["cc"]
+        message = EmailMessage(subject=filled["subject"], body=filled["body"], from_email=filled["from"],
+                               to=recipients, cc=copied, headers={"X-Operation-Key": operation_key})
         try:
             message.send(fail_silently=False)
         except smtplib.SMTPRecipientsRefused as exc:
@@ -109,7 +116,7 @@ class EmailSend(Action):
             # The message may or may not have been accepted.
             raise ActionError(FailureClass.TIMEOUT, f"mail server did not confirm: {exc}",
                               outcome_unknown=True) from None
-        sent = {"to": recipients, "subject": args["subject"]}
+        sent = {"to": recipients, "subject": filled["subject"]}
         if copied:
             sent["cc"] = copied
         return Outcome(result=sent,

@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 from workflows.actions.args import ArgsModel, Check, FromRef, SecretRef
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.actions.templates import HttpRequest, json_text, text
 from workflows.actions.transport import call
 from workflows.states import FailureClass
 
@@ -107,9 +108,17 @@ class HttpPost(Action):
         }
         return Preview(f"POST to {url.hostname}{details['path']}", details)
 
+    def request(self, args):
+        """The POST: the plan's URL, its headers and its JSON body as sent
+        (compact, UTF-8, in the args' own key order)."""
+        headers = args.get("headers") or {}
+        return HttpRequest("POST", text(args["url"]), (("Content-Type", ("application/json",)), *(
+            (name, text(value)) for name, value in headers.items())), json_text(args.get("json", {})))
+
     def perform(self, args, operation_key):
-        response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}),
-                        headers=dict(args.get("headers", {})), checked=True)
+        sent = self.request(args).sent()
+        response = call("POST", sent["url"], operation_key=operation_key, data=sent["body"].encode(),
+                        headers=sent["headers"], checked=True)
         try:
             body = response.json()
         except ValueError:

@@ -118,11 +118,12 @@ def preview_of(step) -> dict:
     of its preview fields)."""
     get = step.get if isinstance(step, dict) else lambda name: getattr(step, name)
     shown = {"state": get("preview_state"), "digest": get("preview_digest"), "error": get("preview_error"),
-             "failure_class": get("preview_failure_class"), "summary": "", "details": None}
+             "failure_class": get("preview_failure_class"), "summary": "", "details": None, "request": None}
     preview = get("preview")
     if shown["state"] == PreviewState.READY and isinstance(preview, dict):
         shown["summary"] = preview.get("summary", "")
         shown["details"] = node(preview.get("details") or {})
+        shown["request"] = preview.get("request") if isinstance(preview.get("request"), dict) else None
     approved = get("approved_preview")
     if isinstance(approved, dict):
         shown["approved"] = {"summary": approved.get("summary", ""), "details": node(approved.get("details") or {})}
