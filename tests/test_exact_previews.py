@@ -95,7 +95,7 @@ def test_the_api_shows_the_request_template_of_each_built_in_action(api, desk, s
     # Every step with a request has a preview to approve, `$from` or not, and its digest covers the request.
     assert {key: preview["state"] for key, preview in shown.items()} == {
         "open": "READY", "note": "READY", "hook": "READY", "close": "READY", "mail": "READY", "mark": "NONE"}
-    for key, preview in shown.items():
+    for preview in shown.values():
         if preview["request"] is not None:
             assert preview["digest"] == Preview(preview["summary"], preview["details"], preview["request"]).digest
             assert preview["digest"] != Preview(preview["summary"], preview["details"]).digest
@@ -151,6 +151,12 @@ def test_what_is_sent_is_the_template_filled_whatever_the_values():
         # Built from the args as submitted, no value is in it.
         assert 'quote \\" and' not in json.dumps(action.request(args).shown())
     assert sent["url"].endswith("/tickets/42/comments")
+
+
+def test_a_plan_that_names_its_own_content_type_sends_only_that_one():
+    shown = actions.get("http.post").request(
+        {"url": "https://127.0.0.1:9/h", "headers": {"content-type": "text/plain"}, "json": {}}).shown()
+    assert shown["headers"] == {"content-type": "text/plain"}
 
 
 # --- what a receiver gets --------------------------------------------------------------
@@ -230,8 +236,8 @@ def test_a_stored_template_rewritten_after_approval_is_refused_and_nothing_is_se
     assert not Attempt.objects.filter(step=step).exists()
     (blocked,) = AuditEvent.objects.filter(workflow_id=workflow.pk, verb="step.blocked")
     assert blocked.data["problems"] == [
-        f"the approved preview (digest {approved['hook'][:12]}…) is no longer on record: its request cannot be "
-        "checked before it is sent"]
+        (f"the approved preview (digest {approved['hook'][:12]}…) is no longer on record: its request cannot be "
+         "checked before it is sent")]
 
 
 @pytest.mark.live

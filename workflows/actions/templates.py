@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from workflows.actions.args import FROM, is_reference
 from workflows.audit import secrets
@@ -46,7 +46,7 @@ class Slot:
 
 
 # A text of a request: literal pieces and slots, in order.
-Text = tuple[Union[str, Slot], ...]
+Text = tuple[str | Slot, ...]
 
 
 def _is_reference(value: Any) -> bool:

@@ -110,10 +110,12 @@ class HttpPost(Action):
 
     def request(self, args):
         """The POST: the plan's URL, its headers and its JSON body as sent
-        (compact, UTF-8, in the args' own key order)."""
-        headers = args.get("headers") or {}
-        return HttpRequest("POST", text(args["url"]), (("Content-Type", ("application/json",)), *(
-            (name, text(value)) for name, value in headers.items())), json_text(args.get("json", {})))
+        (compact, UTF-8, in the args' own key order), labelled JSON unless
+        the plan names its own Content-Type."""
+        headers = [(name, text(value)) for name, value in (args.get("headers") or {}).items()]
+        if all(name.lower() != "content-type" for name, _ in headers):
+            headers.insert(0, ("Content-Type", ("application/json",)))
+        return HttpRequest("POST", text(args["url"]), tuple(headers), json_text(args.get("json", {})))
 
     def perform(self, args, operation_key):
         sent = self.request(args).sent()

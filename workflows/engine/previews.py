@@ -172,8 +172,8 @@ def request_problems(step: Step, action: Action | None) -> list[str]:
     except TypeError:
         kept = False
     if not kept:
-        return [f"the approved preview (digest {bound[:12]}…) is no longer on record: its request cannot be "
-                "checked before it is sent"]
+        return [(f"the approved preview (digest {bound[:12]}…) is no longer on record: its request cannot be "
+                 "checked before it is sent")]
     if approved.get("request") is None:
         return []  # approved before previews carried requests: the plan hash binds its args
     was = approved["request"] if isinstance(approved["request"], dict) else {}
@@ -184,9 +184,9 @@ def request_problems(step: Step, action: Action | None) -> list[str]:
     template = rebuilt.shown()
     if template["template_sha256"] == was.get("template_sha256"):
         return []
-    return [f"the request it would send is not the one approved: approved {_described(was)} "
-            f"(template {str(was.get('template_sha256'))[:12]}…), now {_described(_redacted(template))} "
-            f"(template {template['template_sha256'][:12]}…)"]
+    return [(f"the request it would send is not the one approved: approved {_described(was)} "
+             f"(template {str(was.get('template_sha256'))[:12]}…), now {_described(_redacted(template))} "
+             f"(template {template['template_sha256'][:12]}…)")]
 
 
 def _described(template: dict) -> str:
