@@ -80,13 +80,13 @@ def test_the_api_shows_the_request_template_of_each_built_in_action(api, desk, s
     json_headers = {"Content-Type": "application/json"}
     assert {key: preview["request"] for key, preview in shown.items()} == {
         "open": template({"method": "POST", "url": f"{desk.url}/tickets", "headers": json_headers,
-                          "body": '{"title":"Printer","body":secret:DESK_NOTE}'}),
+                          "body": '{"body":secret:DESK_NOTE,"title":"Printer"}'}),
         "note": template({"method": "POST", "url": f"{desk.url}/tickets/{OPEN}/comments", "headers": json_headers,
                           "body": '{"body":"On it <b>now</b>"}'}),
         "hook": template({"method": "POST", "url": url,
                           "headers": {**json_headers, "X-Hook-Token": "secret:HOOK_TOKEN"},
-                          "body": f'{{"ticket":{OPEN},"token":secret:HOOK_TOKEN,'
-                                  f'"note":"literal {OPEN} and secret:HOOK_TOKEN","tags":["ü",1.5,null]}}'}),
+                          "body": f'{{"note":"literal {OPEN} and secret:HOOK_TOKEN","tags":["ü",1.5,null],'
+                                  f'"ticket":{OPEN},"token":secret:HOOK_TOKEN}}'}),
         "close": template({"method": "POST", "url": f"{desk.url}/tickets/{OPEN}/close", "headers": {}, "body": ""}),
         "mail": template({"from": settings.DEFAULT_FROM_EMAIL, "to": ["ops@example.com"], "cc": ["boss@example.com"],
                           "subject": "Ticket opened", "body": "{{from:open.result.status}}"}),

@@ -59,8 +59,10 @@ def text(value: Any, encode: Callable[[Any], str] = str) -> Text:
 
 
 def compact_json(value: Any) -> str:
-    """How a JSON body is sent: compact, in the args' own key order, UTF-8."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """How a JSON body is sent: compact, keys sorted, UTF-8. Sorted, because
+    the order an object's keys come back in depends on the database
+    (PostgreSQL's jsonb keeps its own), and a template must not."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def _holds_reference(value: Any) -> bool:
@@ -84,7 +86,7 @@ def json_text(value: Any) -> Text:
     parts: list[str | Slot] = []
     if isinstance(value, dict):
         parts.append("{")
-        for number, (key, item) in enumerate(value.items()):
+        for number, (key, item) in enumerate(sorted(value.items())):
             parts.extend(([","] if number else []) + [compact_json(str(key)), ":", *json_text(item)])
         parts.append("}")
     else:

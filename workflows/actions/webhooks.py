@@ -110,7 +110,7 @@ class HttpPost(Action):
 
     def request(self, args):
         """The POST: the plan's URL, its headers and its JSON body as sent
-        (compact, UTF-8, in the args' own key order), labelled JSON unless
+        (`templates.compact_json`), labelled JSON unless
         the plan names its own Content-Type."""
         headers = [(name, text(value)) for name, value in (args.get("headers") or {}).items()]
         if all(name.lower() != "content-type" for name, _ in headers):
