@@ -107,14 +107,16 @@ def test_the_api_shows_the_request_template_of_each_built_in_action(api, desk, s
 
 def test_the_review_page_shows_the_request_escaped(api, people, desk, settings):
     settings.SECRETS_POLICY = secrets_policy("HOOK_TOKEN", "DESK_NOTE")
-    workflow = plans.submit(people["agent"], hook_plan("https://127.0.0.1:9/hook")).workflow
+    plan = hook_plan("https://127.0.0.1:9/hook")
+    plan["steps"][2]["args"]["headers"]["items"] = "<i>x</i>"  # a header name that is also a dict method
+    workflow = plans.submit(people["agent"], plan).workflow
     tasks.compute_previews(str(workflow.pk))
     browser = Client()
     assert browser.login(username="reviewer", password=PASSWORD)
     page = browser.get(f"/workflows/{workflow.pk}/").content.decode()
     assert page.count('data-testid="preview-request"') == 3
     assert f"POST {desk.url}/tickets/{OPEN}/comments" in page
-    assert "X-Hook-Token: secret:HOOK_TOKEN" in page
+    assert "X-Hook-Token: secret:HOOK_TOKEN" in page and "items: &lt;i&gt;x&lt;/i&gt;" in page
     assert "On it &lt;b&gt;now&lt;/b&gt;" in page and "<b>now</b>" not in page
 
 

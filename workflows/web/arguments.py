@@ -123,7 +123,12 @@ def preview_of(step) -> dict:
     if shown["state"] == PreviewState.READY and isinstance(preview, dict):
         shown["summary"] = preview.get("summary", "")
         shown["details"] = node(preview.get("details") or {})
-        shown["request"] = preview.get("request") if isinstance(preview.get("request"), dict) else None
+        request = preview.get("request")
+        if isinstance(request, dict):
+            # Headers as pairs: a header a plan names `items` must not be
+            # what a template's `headers.items` looks up.
+            headers = request.get("headers")
+            shown["request"] = {**request, "header_lines": list(headers.items()) if isinstance(headers, dict) else []}
     approved = get("approved_preview")
     if isinstance(approved, dict):
         shown["approved"] = {"summary": approved.get("summary", ""), "details": node(approved.get("details") or {})}
