@@ -5,6 +5,7 @@ shown (their digests sealed beside the plan hash), and an action with
 ticket closed meanwhile blocks its `ticket.close` until a reviewer approves
 the new preview."""
 
+import hashlib
 import json
 import threading
 import time
@@ -53,12 +54,22 @@ def wait_for_previews(workflow_id, timeout=30.0) -> dict[str, Step]:
     return {step.key: step for step in Step.objects.filter(workflow_id=workflow_id)}
 
 
-def ticket_preview(ticket: dict, verb: str) -> Preview:
+def template(request: dict) -> dict:
+    """A request template as a preview carries it (DESIGN §27), with its SHA-256."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return {**request, "template_sha256": hashlib.sha256(canonical.encode()).hexdigest()}
+
+
+def ticket_preview(ticket: dict, verb: str, desk_url: str, body: str = "") -> Preview:
     if verb == "close":
         summary = f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})"
+        request = {"method": "POST", "url": f"{desk_url}/tickets/{ticket['id']}/close", "headers": {}, "body": ""}
     else:
         summary = f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})"
-    return Preview(summary, {"ticket": {key: ticket[key] for key in ("id", "title", "status")}})
+        request = {"method": "POST", "url": f"{desk_url}/tickets/{ticket['id']}/comments",
+                   "headers": {"Content-Type": "application/json"},
+                   "body": json.dumps({"body": body}, separators=(",", ":"))}
+    return Preview(summary, {"ticket": {key: ticket[key] for key in ("id", "title", "status")}}, template(request))
 
 
 @pytest.fixture
@@ -95,17 +106,21 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
     # The web request took none of them: they wait for a worker.
     states = {step["key"]: step["preview"]["state"] for step in submitted.json()["steps"]}
     assert states == {"open": "PENDING", "note": "PENDING", "echo": "PENDING", "close": "PENDING",
-                      "later": "NOT_AVAILABLE", "mail": "PENDING", "hook": "PENDING", "mark": "NONE"}
+                      "later": "PENDING", "mail": "PENDING", "hook": "PENDING", "mark": "NONE"}
 
     start_worker(SECRETS_POLICY=json.dumps(hook_policy), SECRET_HOOK_TOKEN=HOOK_TOKEN)
     steps = wait_for_previews(submitted.json()["id"])
 
     assert {key: step.preview_state for key, step in steps.items()} == {
-        "open": "READY", "note": "READY", "echo": "READY", "close": "READY", "later": "NOT_AVAILABLE",
+        "open": "READY", "note": "READY", "echo": "READY", "close": "READY", "later": "READY",
         "mail": "READY", "hook": "READY", "mark": "NONE"}
-    assert steps["close"].preview == ticket_preview(ticket, "close").as_json()
-    assert steps["close"].preview_digest == ticket_preview(ticket, "close").digest
-    assert steps["note"].preview == ticket_preview(ticket, "comment").as_json()
+    assert steps["close"].preview == ticket_preview(ticket, "close", desk.url).as_json()
+    assert steps["close"].preview_digest == ticket_preview(ticket, "close", desk.url).digest
+    assert steps["note"].preview == ticket_preview(ticket, "comment", desk.url, "On it").as_json()
+    # Its ticket is a result of an earlier step: nothing to read before it runs, but the request's template.
+    later = f"{desk.url}/tickets/{{{{from:open.result.id}}}}/close"
+    assert steps["later"].preview == {"summary": f"POST {later}", "details": {},
+                                      "request": template({"method": "POST", "url": later, "headers": {}, "body": ""})}
     assert steps["open"].preview["summary"] == "Create a ticket “Toner low” on the desk at 127.0.0.1"
     assert steps["mail"].preview["details"]["to"] == ["ops@example.com"]
     assert steps["mail"].preview["summary"] == "Send “Printer fixed” to ops@example.com"
@@ -129,6 +144,7 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
     close = next(step for step in shown["steps"] if step["key"] == "close")
     assert close["preview"] == {"state": "READY", "summary": steps["close"].preview["summary"],
                                 "details": steps["close"].preview["details"],
+                                "request": steps["close"].preview["request"],
                                 "digest": steps["close"].preview_digest, "failure_class": None, "error": None}
 
 
@@ -403,12 +419,16 @@ def test_after_a_crash_mid_effect_the_binding_preview_is_not_taken_again(api, st
     assert Attempt.objects.filter(step__workflow=workflow).count() == 2
 
 
-def test_a_binding_step_that_takes_results_of_earlier_steps_runs_without_a_preview(api, desk):
+def test_a_binding_step_that_takes_results_of_earlier_steps_runs_bound_to_its_request_template(api, desk):
+    """Nothing to read of a ticket that does not exist yet: its preview is
+    the template of the request alone, taken again unchanged before the effect."""
     from tests.conftest import run_until
 
     workflow = plans.submit(api["agent"].user, ticket_plan()).workflow
-    assert not Step.objects.filter(workflow=workflow, key="close").exclude(preview_state="NOT_AVAILABLE").exists()
     tasks.compute_previews(str(workflow.pk))
+    close = Step.objects.get(workflow=workflow, key="close")
+    assert (close.preview_state, close.preview["details"]) == ("READY", {})
+    assert close.preview["request"]["url"] == f"{desk.url}/tickets/{{{{from:open.result.id}}}}/close"
     approve_shown(api["reviewer"], workflow.pk)
-    assert set(Approval.objects.get(workflow=workflow).preview_digests) == {"open"}
+    assert set(Approval.objects.get(workflow=workflow).preview_digests) == {"open", "note", "close"}
     run_until(workflow.pk, "COMPLETE")

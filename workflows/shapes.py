@@ -72,6 +72,7 @@ def _preview_out(step) -> dict:
         "state": step.preview_state,
         "summary": step.preview.get("summary") if ready else None,
         "details": step.preview.get("details") if ready else None,
+        "request": step.preview.get("request") if ready else None,
         "digest": step.preview_digest if ready else None,
         "failure_class": step.preview_failure_class or None,
         "error": step.preview_error or None,

@@ -10,19 +10,26 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from workflows.actions.args import AnyArgs
+from workflows.actions.templates import Request
 from workflows.audit import secrets
 
 
 @dataclass(frozen=True)
 class Preview:
     """A read-only look at what an effect would do, for the reviewer: a one
-    line `summary` and the `details` behind it (JSON values only)."""
+    line `summary` and the `details` behind it (JSON values only), and, for
+    an action that builds its request (`Action.request`), that request's
+    template (DESIGN §27), which the engine adds."""
 
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    request: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"summary": self.summary, "details": self.details}
+        # Without a request, the JSON (and so the digest) is what it was
+        # before requests were added: approvals stored then stay valid.
+        shown = {"summary": self.summary, "details": self.details}
+        return shown if self.request is None else {**shown, "request": self.request}
 
     @property
     def digest(self) -> str:
@@ -98,13 +105,28 @@ class Action:
         None when the action offers none. Called by a worker, never in a web
         request. `args` are as submitted: a `$secret` reference stays a
         reference (a preview never sees a secret's value) and never holds a
-        `$from` (such steps have no preview before they run). Failures are
+        `$from` (such a step's preview, before it runs, is its request's
+        template alone, or none). Failures are
         `ActionError`s, as in perform(); nothing here may change anything."""
         return None
 
     @property
     def has_preview(self) -> bool:
-        return type(self).preview is not Action.preview
+        return type(self).preview is not Action.preview or self.has_request
+
+    def request(self, args: dict[str, Any]) -> Request | None:
+        """The request perform(args) sends (`workflows.actions.templates`),
+        built by the code perform() sends it with; None when the action
+        shows none. From the args as submitted, each reference is a
+        placeholder: the template the reviewer approves, which the engine
+        builds again before the effect and refuses to send when it changed.
+        From resolved args, it is what perform() sends. No remote read,
+        nothing changed; a bad argument is an `ActionError`."""
+        return None
+
+    @property
+    def has_request(self) -> bool:
+        return type(self).request is not Action.request
 
     def lookup(self, operation_key: str) -> Outcome | None:
         raise NotImplementedError(f"{self.name} cannot look up past operations")

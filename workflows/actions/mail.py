@@ -16,6 +16,7 @@ from workflows.actions.args import ONE_LINE, ArgsModel, Check, Ref
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.context import mail_headers
 from workflows.actions.registry import register
+from workflows.actions.templates import MailMessage, text
 from workflows.audit import secrets
 from workflows.states import FailureClass
 
@@ -94,19 +95,25 @@ class EmailSend(Action):
         return Preview(f"Send “{subject}” to {everyone}",
                        {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject})
 
+    def request(self, args):
+        """The message as the mail server gets it: sender, recipients, subject, text."""
+        copied = _listed(args["cc"]) if args.get("cc") is not None else []
+        return MailMessage(settings.DEFAULT_FROM_EMAIL, tuple(_listed(args["to"])), tuple(copied),
+                           text(args["subject"]), text(args["body"]))
+
     def perform(self, args, operation_key):
         import smtplib
         import socket
 
         from django.core.mail import EmailMessage
 
-        recipients = _listed(args["to"])
-        copied = _listed(args["cc"]) if args.get("cc") is not None else []
+        filled = self.request(args).sent()
+        recipients, copied = filled["to"], filled["cc"]
         # Sent with the line endings SMTP gives it anyway, so that the text
         # the proof covers is the text as sent.
-        body = proof.mail_body(args["body"])
-        message = EmailMessage(subject=args["subject"], body=body, to=recipients, cc=copied,
-                               headers=mail_headers(operation_key, recipients + copied, body))
+        body = proof.mail_body(filled["body"])
+        message = EmailMessage(subject=filled["subject"], body=body, from_email=filled["from"], to=recipients,
+                               cc=copied, headers=mail_headers(operation_key, recipients + copied, body))
         try:
             message.send(fail_silently=False)
         except smtplib.SMTPRecipientsRefused as exc:
@@ -119,7 +126,7 @@ class EmailSend(Action):
             # The message may or may not have been accepted.
             raise ActionError(FailureClass.TIMEOUT, f"mail server did not confirm: {exc}",
                               outcome_unknown=True) from None
-        sent = {"to": recipients, "subject": args["subject"]}
+        sent = {"to": recipients, "subject": filled["subject"]}
         if copied:
             sent["cc"] = copied
         return Outcome(result=sent,

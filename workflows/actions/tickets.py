@@ -11,6 +11,7 @@ from pydantic import Field
 from workflows.actions.args import NOT_BLANK, ArgsModel, Ref
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.actions.templates import HttpRequest, Text, json_text, text
 from workflows.actions.transport import call
 from workflows.audit import secrets
 from workflows.states import FailureClass
@@ -29,6 +30,26 @@ TICKET_ID = "The desk's ticket id, usually {\"$from\": \"<step>.result.id\"}."
 
 def desk(path: str) -> str:
     return f"{settings.TICKET_DESK_URL}{path}"
+
+
+def _ticket_path(ticket_id) -> Text:
+    """A ticket's path on the desk: its id, or the placeholder of the
+    reference it is taken from, written into the path as it is sent."""
+    return text(ticket_id, lambda value: quote(str(value), safe=""))
+
+
+def _post(path: Text, body: dict | None = None) -> HttpRequest:
+    """A write to the desk at TICKET_DESK_URL, with a JSON body or none."""
+    url = (desk(""), *path)
+    if body is None:
+        return HttpRequest("POST", url)
+    return HttpRequest("POST", url, (("Content-Type", ("application/json",)),), json_text(body))
+
+
+def _send(request: HttpRequest, operation_key: str):
+    sent = request.sent()
+    return call("POST", sent["url"], operation_key=operation_key, headers=sent["headers"],
+                data=sent["body"].encode() or None)
 
 
 class DeskAction(Action):
@@ -69,10 +90,11 @@ class TicketCreate(DeskAction):
         return Preview(f"Create a ticket “{title}” on the desk at {host}",
                        {"desk": host, "title": title, "body_characters": len(body) if isinstance(body, str) else None})
 
+    def request(self, args):
+        return _post(("/tickets",), {"title": args["title"], "body": args.get("body", "")})
+
     def perform(self, args, operation_key):
-        payload = {"title": args["title"], "body": args.get("body", "")}
-        response = call("POST", desk("/tickets"), operation_key=operation_key, json=payload)
-        return _ticket_outcome(response.json())
+        return _ticket_outcome(_send(self.request(args), operation_key).json())
 
     def lookup(self, operation_key):
         found = call("GET", desk("/tickets"), params={"idempotency_key": operation_key}).json()
@@ -100,14 +122,11 @@ class TicketComment(DeskAction):
         return Preview(f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})",
                        {"ticket": ticket})
 
+    def request(self, args):
+        return _post(("/tickets/", *_ticket_path(args["ticket_id"]), "/comments"), {"body": args["body"]})
+
     def perform(self, args, operation_key):
-        response = call(
-            "POST",
-            desk(f"/tickets/{args['ticket_id']}/comments"),
-            operation_key=operation_key,
-            json={"body": args["body"]},
-        )
-        comment = response.json()
+        comment = _send(self.request(args), operation_key).json()
         return Outcome(result={"ticket_id": args["ticket_id"], **comment}, external_ref=f"ticket:{args['ticket_id']}")
 
 
@@ -129,9 +148,11 @@ class TicketClose(DeskAction):
         return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})",
                        {"ticket": ticket})
 
+    def request(self, args):
+        return _post(("/tickets/", *_ticket_path(args["ticket_id"]), "/close"))
+
     def perform(self, args, operation_key):
-        response = call("POST", desk(f"/tickets/{args['ticket_id']}/close"), operation_key=operation_key)
-        return _ticket_outcome(response.json())
+        return _ticket_outcome(_send(self.request(args), operation_key).json())
 
     def verify(self, outcome):
         return outcome.result.get("status") == "closed"

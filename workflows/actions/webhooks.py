@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from workflows.actions.args import ArgsModel, Check, FromRef, SecretRef
 from workflows.actions.base import Action, ActionError, Outcome, Preview
 from workflows.actions.registry import register
+from workflows.actions.templates import HttpRequest, json_text, text
 from workflows.actions.transport import call
 from workflows.states import FailureClass
 from workflows.webhooks import outbound
@@ -126,9 +127,19 @@ class HttpPost(Action):
         }
         return Preview(f"POST to {url.hostname}{details['path']}", details)
 
+    def request(self, args):
+        """The POST: the plan's URL, its headers and its JSON body as sent
+        (`templates.compact_json`), labelled JSON unless
+        the plan names its own Content-Type."""
+        headers = [(name, text(value)) for name, value in (args.get("headers") or {}).items()]
+        if all(name.lower() != "content-type" for name, _ in headers):
+            headers.insert(0, ("Content-Type", ("application/json",)))
+        return HttpRequest("POST", text(args["url"]), tuple(headers), json_text(args.get("json", {})))
+
     def perform(self, args, operation_key):
-        response = call("POST", args["url"], operation_key=operation_key, json=args.get("json", {}),
-                        headers=dict(args.get("headers", {})), checked=True)
+        sent = self.request(args).sent()
+        response = call("POST", sent["url"], operation_key=operation_key, data=sent["body"].encode(),
+                        headers=sent["headers"], checked=True)
         try:
             body = response.json()
         except ValueError:

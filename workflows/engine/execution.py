@@ -228,7 +228,8 @@ def _request_shared(steps: list[Step], log: list) -> None:
     # workflows sees any cancel that committed first (`locks`).
     with telemetry.steps_span("durable.policy_recheck", steps):
         checks = policy.evaluate_many(steps)
-    ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)]
+    ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)
+             and not previews.request_problems(step, actions.find(step.action))]
     with telemetry.steps_span("durable.request", ready):
         inflight.write_requested(ready, log)
 
@@ -340,7 +341,7 @@ def execute(step: Step) -> None:
     failpoints.hit(failpoints.AFTER_CLAIM, scope=scope)
     action = actions.find(step.action)
     with telemetry.step_span("durable.policy_recheck", step):
-        problems = policy.recheck(step) + references.problems(step)
+        problems = policy.recheck(step) + references.problems(step) + previews.request_problems(step, action)
     if action is None or problems:
         outcomes.block(step, fence, problems or [f"unknown action {step.action}"])
         return

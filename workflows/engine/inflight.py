@@ -234,7 +234,8 @@ class Effects:
         ready = []
         for step in steps:
             action = actions.find(step.action)
-            problems = policy.problems(checks[step.pk]) + references.problems(step)
+            problems = (policy.problems(checks[step.pk]) + references.problems(step)
+                        + previews.request_problems(step, action))
             try:
                 if action is None or problems:
                     outcomes.block(step, step.fence, problems or [f"unknown action {step.action}"])

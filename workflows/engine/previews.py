@@ -49,29 +49,53 @@ def uses_results(value) -> bool:
 
 
 def initial_state(action: Action | None, args) -> str:
-    """A new step's preview: pending for a worker, or none to take."""
+    """A new step's preview: pending for a worker, or none to take. Args
+    that use `$from` leave nothing to look at before the step runs, except
+    the template of the request an action builds (`Action.request`)."""
     if action is None or not action.has_preview:
         return PreviewState.NONE
-    if uses_results(args):
+    if uses_results(args) and not action.has_request:
         return PreviewState.NOT_AVAILABLE
     return PreviewState.PENDING
 
 
 def take(action: Action, args: dict) -> Preview | ActionError | None:
-    """The action's preview, redacted, or its classified failure. No
+    """The action's preview, redacted, with the template of its request
+    (DESIGN §27), or its classified failure. Args that use `$from` get the
+    template alone: the action's own preview never sees a `$from`. No
     database: it runs on threads that hold no connection."""
     try:
-        found = action.preview(args)
+        request = action.request(args) if action.has_request else None
+        found = Preview(request.summary) if request is not None and uses_results(args) else action.preview(args)
     except ActionError as err:
         return ActionError(err.failure_class, redact_text(err.message)[:500])
     except Exception as exc:
         log.exception("the preview of %s raised an unclassified error", action.name)
         return ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500])
-    if found is None:
+    if found is None and request is None:
         return None
-    if not isinstance(found, Preview):
+    if found is not None and not isinstance(found, Preview):
         return ActionError(FailureClass.UNKNOWN, f"the preview of {action.name} is not a Preview")
-    return Preview(redact_text(str(found.summary))[:500], redact(found.details))
+    found = found or Preview(request.summary)
+    return Preview(redact_text(str(found.summary))[:500], redact(found.details),
+                   _redacted(request.shown()) if request is not None else None)
+
+
+def _redacted(template: dict) -> dict:
+    """The template as shown, each text redacted as remote text is (a
+    credential in TICKET_DESK_URL, say). By value, not by key: a header
+    named Authorization shows its `secret:NAME`. Its `template_sha256` is
+    of the template as built, which the engine builds again to compare."""
+    def walk(value):
+        if isinstance(value, str):
+            return redact_text(value)
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    return walk(template)
 
 
 def stored(taken: Preview | ActionError | None) -> dict:
@@ -130,6 +154,45 @@ def compute(workflow_id) -> int:
             journal.append(actor=WORKER, verb="workflow.previewed", obj_type="workflow", obj_id=workflow,
                            workflow_id=workflow, data={"previews": summary})
     return len(summary)
+
+
+def request_problems(step: Step, action: Action | None) -> list[str]:
+    """Why this step must not send its request (it is BLOCKED,
+    POLICY_FAILED, and nothing is sent): the request its action builds now
+    from the stored args, before any reference is filled, is not the
+    template the approval bound. Only a step whose approval bound a preview
+    with a request (`bound_preview_digest`, set by the policy recheck) has
+    one to keep to; the preview on record must still hash to that digest."""
+    bound = getattr(step, "bound_preview_digest", None)
+    if action is None or not action.has_request or not bound:
+        return []
+    approved = step.preview if isinstance(step.preview, dict) else {}
+    try:
+        kept = Preview(**approved).digest == bound
+    except TypeError:
+        kept = False
+    if not kept:
+        return [(f"the approved preview (digest {bound[:12]}…) is no longer on record: its request cannot be "
+                 "checked before it is sent")]
+    if approved.get("request") is None:
+        return []  # approved before previews carried requests: the plan hash binds its args
+    was = approved["request"] if isinstance(approved["request"], dict) else {}
+    try:
+        rebuilt = action.request(step.args)
+    except ActionError as err:
+        return [f"the request could not be built again before it is sent ({redact_text(str(err))[:300]})"]
+    template = rebuilt.shown()
+    if template["template_sha256"] == was.get("template_sha256"):
+        return []
+    return [(f"the request it would send is not the one approved: approved {_described(was)} "
+             f"(template {str(was.get('template_sha256'))[:12]}…), now {_described(_redacted(template))} "
+             f"(template {template['template_sha256'][:12]}…)")]
+
+
+def _described(template: dict) -> str:
+    if "method" in template:
+        return f"{template.get('method')} {template.get('url')}"
+    return f"mail from {template.get('from')} to {', '.join(map(str, template.get('to') or []))}"
 
 
 def must_retake(step: Step, action: Action) -> bool:

@@ -268,10 +268,18 @@ class AttemptOut(Schema):
 
 class PreviewOut(Schema):
     state: str = Field(..., description="NONE (the action offers none), PENDING (a worker has yet to take it), "
-                                        "READY, FAILED, or NOT_AVAILABLE (the args use $from)")
+                                        "READY, FAILED, or NOT_AVAILABLE (the args use $from and the action builds "
+                                        "no request template)")
     summary: str | None
     details: dict[str, Any] | None
-    digest: str | None = Field(..., description="SHA-256 of the preview's canonical JSON: what an approval binds")
+    request: dict[str, Any] | None = Field(
+        None, description="The request the step will send, built by the code that sends it (DESIGN §27): "
+                          "{method, url, headers, body, template_sha256}, or for email.send {from, to, cc, subject, "
+                          "body, template_sha256}; each secret as secret:NAME, each result of an earlier step as "
+                          "{{from:<ref>}}. The worker refuses to send a request that is not this template with its "
+                          "placeholders filled. Null when the action shows none.")
+    digest: str | None = Field(..., description="SHA-256 of the preview's canonical JSON (its request included): "
+                                                "what an approval binds")
     failure_class: str | None
     error: str | None
 

@@ -118,11 +118,17 @@ def preview_of(step) -> dict:
     of its preview fields)."""
     get = step.get if isinstance(step, dict) else lambda name: getattr(step, name)
     shown = {"state": get("preview_state"), "digest": get("preview_digest"), "error": get("preview_error"),
-             "failure_class": get("preview_failure_class"), "summary": "", "details": None}
+             "failure_class": get("preview_failure_class"), "summary": "", "details": None, "request": None}
     preview = get("preview")
     if shown["state"] == PreviewState.READY and isinstance(preview, dict):
         shown["summary"] = preview.get("summary", "")
         shown["details"] = node(preview.get("details") or {})
+        request = preview.get("request")
+        if isinstance(request, dict):
+            # Headers as pairs: a header a plan names `items` must not be
+            # what a template's `headers.items` looks up.
+            headers = request.get("headers")
+            shown["request"] = {**request, "header_lines": list(headers.items()) if isinstance(headers, dict) else []}
     approved = get("approved_preview")
     if isinstance(approved, dict):
         shown["approved"] = {"summary": approved.get("summary", ""), "details": node(approved.get("details") or {})}
