@@ -33,8 +33,12 @@ from tests.support import deciding as decide
 # POST routes that decide nothing: who handles a plan, previews, a preview
 # of a bulk replay, a check of the audit chain; and the review link, which
 # checks the sign-in on its own page.
+# `review_link` decides, and checks the sign-in's age in its view (its GET
+# must stay open to a stale sign-in); the provider's back-channel logout
+# comes server to server, with no session.
 NOT_DECISIONS = {"login", "logout", "workflow_claim", "workflow_release", "workflow_assign",
-                 "workflow_retake_previews", "dead_letter_bulk_preview", "audit_verify", "review_link"}
+                 "workflow_retake_previews", "dead_letter_bulk_preview", "audit_verify", "review_link",
+                 "oidc_backchannel_logout"}
 
 
 @pytest.fixture(autouse=True)

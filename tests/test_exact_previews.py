@@ -10,6 +10,8 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
+
+from durableconsole import proof
 from django.core import mail
 from tests.support.seeing import Client
 
@@ -287,9 +289,10 @@ def test_mail_is_the_approved_message_filled_and_a_changed_sender_is_refused(api
     approved = Step.objects.get(workflow=sent, key="mail").preview["request"]
     run_until(sent.pk, "COMPLETE")
     [message] = mail.outbox
+    # The approved text, its placeholder filled, each line ended as SMTP carries it (what the proof covers).
     assert (message.from_email, message.to, message.cc, message.subject, message.body) == (
         approved["from"], approved["to"], approved["cc"], approved["subject"],
-        approved["body"].replace("{{from:open.result.status}}", "open"))
+        proof.mail_body(approved["body"].replace("{{from:open.result.status}}", "open")))
 
     refused = plans.submit(api["agent"].user, {**plan, "submission_key": "mail-2"}).workflow
     tasks.compute_previews(str(refused.pk))
