@@ -60,8 +60,8 @@ FORGED_CURSORS = {
     "negative": cursor_of("-1"),
     "NUL": cursor_of("\x00"),
 }
-LISTS = ["/api/v1/workflows", "/api/v1/dead-letters", "/api/v1/audit",
-         "/", "/workflows/", "/dead-letters/", "/compensations/", "/audit/"]
+# The console's lists that page with a cursor; `console_lists` checks that no other view reads one.
+CONSOLE_LISTS = ["/", "/workflows/", "/dead-letters/", "/compensations/", "/audit/"]
 
 
 @pytest.fixture
@@ -78,13 +78,75 @@ def admin_console(people):
     return client
 
 
-@pytest.mark.parametrize("path", LISTS)
-def test_a_forged_cursor_is_a_400_on_every_list(path, admin_api, admin_console):
-    client = admin_api if path.startswith("/api/") else admin_console
-    for forgery, cursor in FORGED_CURSORS.items():
-        response = client.get(path, {"cursor": cursor})
-        assert response.status_code == 400, forgery
-        assert "cursor is not valid" in response.content.decode(), forgery
+def api_lists(admin_api) -> list[str]:
+    """Every API operation that reads a `cursor`, from the published schema."""
+    schema = admin_api.get("/api/v1/openapi.json").json()
+    return sorted(path for path, methods in schema["paths"].items()
+                  if any(p["name"] == "cursor" for p in methods.get("get", {}).get("parameters", [])))
+
+
+def console_lists() -> list[str]:
+    """Every console page whose view reads a cursor (itself, or through `list_page`)."""
+    import inspect
+
+    from workflows.web import urls
+
+    return sorted("/" + str(p.pattern) for p in urls.urlpatterns
+                  if re.search(r'"cursor"|list_page\(', inspect.getsource(p.callback)))
+
+
+def test_a_forged_cursor_is_a_400_with_its_code_on_every_list(admin_api, admin_console):
+    lists = api_lists(admin_api)
+    assert {"/api/v1/workflows", "/api/v1/dead-letters", "/api/v1/audit", "/api/v1/webhook-deliveries"} <= set(lists)
+    assert console_lists() == sorted(CONSOLE_LISTS)
+    wrong = {}
+    for path in lists + CONSOLE_LISTS:
+        client = admin_api if path.startswith("/api/") else admin_console
+        for forgery, cursor in FORGED_CURSORS.items():
+            response = client.get(path, {"cursor": cursor})
+            text = response.content.decode()
+            if path.startswith("/api/"):
+                right = response.status_code == 400 and response.json()["error"]["code"] == "invalid_cursor"
+            else:
+                right = response.status_code == 400 and "cursor is not valid" in text
+            if not right:
+                wrong[f"{path} {forgery}"] = (response.status_code, text[:200])
+    assert not wrong, wrong
+
+
+WAIT_REFUSALS = [
+    ({"until": "x"}, "until"), ({"until": ""}, "until"), ({"until": "DECISION"}, "until"),
+    ({"until": "decision,terminal"}, "until"), ({"timeout": "0"}, "timeout"), ({"timeout": "61"}, "timeout"),
+    ({"timeout": "-1"}, "timeout"), ({"timeout": "abc"}, "timeout"), ({"timeout": "1.5"}, "timeout"),
+    ({"timeout": "٣"}, "timeout"), ({"timeout": "²"}, "timeout"), ({"timeout": "9" * 30}, "timeout"),
+    ({"timeout": "9" * 5000}, "timeout"), ({"timeout": "NaN"}, "timeout"), ({"timeout": ""}, "timeout"),
+]
+
+
+@pytest.mark.parametrize("query, field", WAIT_REFUSALS, ids=[repr(q)[:40] for q, _ in WAIT_REFUSALS])
+def test_the_long_poll_wait_refuses_a_bad_until_or_timeout_naming_it(query, field, people, admin_api, monkeypatch):
+    waited = []
+    monkeypatch.setattr(waiting, "wait_for", lambda *args, **kwargs: waited.append(args))
+    workflow = plans.submit(people["agent"], ticket_plan(key="waited")).workflow
+    response = admin_api.get(f"/api/v1/workflows/{workflow.pk}/wait", query)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "invalid" and list(error["fields"]) == [field], error
+    assert waited == []  # refused before any wait began
+
+
+def test_the_long_poll_wait_refuses_nul_and_answers_good_values(people, admin_api):
+    workflow = plans.submit(people["agent"], ticket_plan(key="waited")).workflow
+    url = f"/api/v1/workflows/{workflow.pk}/wait"
+    for query in ({"until": "\x00"}, {"timeout": "\x00"}):
+        response = admin_api.get(url, query)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid", query
+        assert "NUL" in response.json()["error"]["message"]
+    unknown = admin_api.get(f"/api/v1/workflows/{ZERO_UUID}/wait", {"timeout": "1"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    # The bounds themselves are accepted: a one-second wait on a plan nobody decides answers as it stands.
+    answered = admin_api.get(url, {"until": "terminal", "timeout": "1"})
+    assert answered.status_code == 200 and answered.json()["status"] == "PLANNED"
 
 
 def test_a_real_cursor_still_pages(people, admin_api):
@@ -519,10 +581,12 @@ def test_every_url_pattern_is_walked(world):
     assert all(set(re.findall(r"<(\w+)>", t)) <= set(world) for t in names), "a URL names an unknown object"
 
 
-def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, admin_console):
+def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, admin_console, admin_api):
     """Each pattern with real objects, then with each hostile value in every
-    placeholder, read and posted, with a forged cursor in the query."""
+    placeholder, read and posted, with a forged cursor in the query: which
+    every list refuses with exactly a 400."""
     bearer = f"Bearer {tokens.issue(people['admin'])}"
+    lists = set(api_lists(admin_api) + CONSOLE_LISTS)
     for template in url_templates():
         fillings = [lambda name: quote(world[name][0], safe="")]
         if "<" in template:
@@ -531,8 +595,10 @@ def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, a
             url = "/" + re.sub(r"<(\w+)>", lambda match: filling(match.group(1)), template)
             for method in ("GET", "POST") if deletes_nothing(url) else ("GET",):
                 admin_console.force_login(people["admin"])
-                send(admin_console, method, url, [("cursor", FORGED_CURSORS["NUL id"]), ("q", "٣")],
-                     bearer=bearer if url.startswith("/api/") else None)
+                response = send(admin_console, method, url, [("cursor", FORGED_CURSORS["NUL id"]), ("q", "٣")],
+                                bearer=bearer if url.startswith("/api/") else None)
+                if method == "GET" and url in lists:
+                    assert response.status_code == 400, (url, response.status_code)
 
 
 @WALK_SETTINGS
