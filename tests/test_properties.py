@@ -126,6 +126,15 @@ class Operations(RuleBasedStateMachine):
         except DomainError:
             pass
 
+    @rule()
+    def fail_for_good_then_replay(self):
+        """A step refused by the remote system for good, replayed by an
+        operator at once (alone, `replay` rarely finds an open dead letter)."""
+        self.submit_approved(1)
+        FAULTS.append("invalid")
+        self.run()
+        self.replay()
+
     @invariant()
     def every_move_is_one_the_table_allows(self):
         """Read from the audit trail, each row's moves in order: every one an
