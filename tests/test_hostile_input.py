@@ -157,6 +157,13 @@ def test_a_real_cursor_still_pages(people, admin_api):
     assert len(first["items"]) == 2 and len(second["items"]) == 1
     events = admin_api.get("/api/v1/audit", {"limit": 1}).json()
     assert admin_api.get("/api/v1/audit", {"limit": 1, "cursor": events["next"]}).status_code == 200
+    endpoint, _ = webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
+    for workflow in Workflow.objects.all():
+        WebhookDelivery.objects.create(event="workflow.failed", workflow=workflow, endpoint=endpoint, body="{}")
+    first = admin_api.get("/api/v1/webhook-deliveries", {"limit": 2}).json()
+    second = admin_api.get("/api/v1/webhook-deliveries", {"limit": 2, "cursor": first["next"]}).json()
+    assert len(first["items"]) == 2 and len(second["items"]) == 1 and second["next"] is None
+    assert {d["id"] for d in first["items"]}.isdisjoint(d["id"] for d in second["items"])
 
 
 def plan_text(**replace) -> str:

@@ -22,7 +22,7 @@ from durableconsole import env
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.test_gates import gated_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
-from workflows.engine import execution
+from workflows.engine import execution, gates
 from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
 from workflows.ops.processes import free_port
 from workflows.operations import approvals, plans
@@ -344,7 +344,10 @@ def test_a_console_decision_needs_a_recent_sign_in(route, verb, people, desk, se
         workflow = plans.submit(people["agent"], ticket_plan("stale")).workflow
     workflow.refresh_from_db()
     status = workflow.status
+    # What the page's form carries: the revision and plan it shows (and at a gate, the results it shows).
     form = {"comment": "x", "revision": workflow.revision, "plan_hash": workflow.plan_hash}
+    if route.startswith("steps/"):
+        form["results_digest"] = gates.results_digest(workflow.steps.get(key="close"))
     client = Client()
     assert client.login(username="reviewer", password=PASSWORD)
     _stale(client, settings)
