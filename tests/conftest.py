@@ -307,3 +307,19 @@ def spans():
         yield exporter
     finally:
         telemetry.uninstall()
+
+
+@pytest.fixture
+def admin_api(people):
+    """The API in-process as the admin, who holds every role."""
+    return Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(people['admin'])}")
+
+
+@pytest.fixture
+def admin_console(people):
+    """The console as the admin, with CSRF checks on as in production."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(people["admin"])
+    client.get("/login/")  # sets the CSRF cookie, as the first page a browser loads would
+    client.csrf_token = client.cookies["csrftoken"].value
+    return client

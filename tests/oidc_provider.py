@@ -21,13 +21,20 @@ and, with `control(email=..., email_verified=True)`, those claims.
 
 Modes: `good`, `wrong_audience`, `bad_signature` (signed by a key that is
 not in the JWKS, under the published key's kid), `expired`, `wrong_nonce`,
-`login_required`.
+`login_required`, `alg_none` (unsigned), `hs256` (signed with the client
+secret), `wrong_issuer`, `wrong_azp` (this client among two audiences, the
+other one authorized), `foreign_azp` (this client the one audience, another
+authorized), `discovery_issuer` (the discovery document, and the tokens,
+name another issuer than the one the console was given). In `alg_none` and
+`hs256` the discovery document offers those algorithms too, so only the
+console's own list of algorithms stands in the way.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import secrets
 import subprocess
@@ -41,7 +48,10 @@ import requests
 
 CLIENT_ID = "durable-console"
 CLIENT_SECRET = "test-provider-client-secret"
-MODES = {"good", "wrong_audience", "bad_signature", "expired", "wrong_nonce", "login_required"}
+MODES = {"good", "wrong_audience", "bad_signature", "expired", "wrong_nonce", "login_required", "alg_none", "hs256",
+         "wrong_issuer", "wrong_azp", "foreign_azp", "discovery_issuer"}
+# What the provider says it is in mode `discovery_issuer`.
+OTHER_ISSUER_PATH = "/another-issuer"
 
 
 class _State:
@@ -62,9 +72,23 @@ class _State:
         self.tokens: dict[str, dict] = {}
         self.log: list[dict] = []
 
+    def named_issuer(self) -> str:
+        return self.issuer + (OTHER_ISSUER_PATH if self.mode == "discovery_issuer" else "")
+
 
 def _challenge(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return _b64(hashlib.sha256(verifier.encode()).digest())
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _hand_made(header: dict, claims: dict, secret: bytes | None) -> str:
+    """A JWT put together by hand: joserfc refuses to make these."""
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest() if secret else b""
+    return f"{signing_input}.{_b64(signature)}"
 
 
 def _handler(state: _State):
@@ -94,15 +118,16 @@ def _handler(state: _State):
             url = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == "/.well-known/openid-configuration":
+                offered = ["RS256", "HS256", "none"] if state.mode in ("alg_none", "hs256") else ["RS256"]
                 return self._json({
-                    "issuer": state.issuer,
+                    "issuer": state.named_issuer(),
                     "authorization_endpoint": f"{state.issuer}/authorize",
                     "token_endpoint": f"{state.issuer}/token",
                     "userinfo_endpoint": f"{state.issuer}/userinfo",
                     "jwks_uri": f"{state.issuer}/jwks",
                     "response_types_supported": ["code"],
                     "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": ["RS256"],
+                    "id_token_signing_alg_values_supported": offered,
                     "code_challenge_methods_supported": ["S256"],
                     "end_session_endpoint": f"{state.issuer}/logout",
                     "backchannel_logout_supported": True,
@@ -174,7 +199,7 @@ def _handler(state: _State):
             from joserfc import jwt
 
             now = int(time.time())
-            claims = {"iss": state.issuer, "sub": grant["sub"], "aud": CLIENT_ID, "iat": now, "exp": now + 300,
+            claims = {"iss": state.named_issuer(), "sub": grant["sub"], "aud": CLIENT_ID, "iat": now, "exp": now + 300,
                       "auth_time": now, "nonce": grant.get("nonce"), "groups": grant["groups"],
                       "preferred_username": grant["sub"], "email": state.email or f"{grant['sub']}@example.com",
                       "sid": state.sid}
@@ -191,10 +216,21 @@ def _handler(state: _State):
                 claims["nonce"] = "not-the-nonce"
             elif state.mode == "bad_signature":
                 key = state.other_key
+            elif state.mode == "wrong_issuer":
+                claims["iss"] = "https://id.example.com"
+            elif state.mode == "wrong_azp":
+                claims.update(aud=[CLIENT_ID, "another-client"], azp="another-client")
+            elif state.mode == "foreign_azp":
+                claims["azp"] = "another-client"
             access = secrets.token_urlsafe(16)
             state.tokens[access] = {"sub": grant["sub"], "groups": grant["groups"]}
-            return {"access_token": access, "token_type": "Bearer", "expires_in": 300,
-                    "id_token": jwt.encode({"alg": "RS256", "kid": "test-key"}, claims, key)}
+            if state.mode == "alg_none":
+                id_token = _hand_made({"alg": "none", "typ": "JWT"}, claims, None)
+            elif state.mode == "hs256":
+                id_token = _hand_made({"alg": "HS256", "typ": "JWT", "kid": "test-key"}, claims, CLIENT_SECRET.encode())
+            else:
+                id_token = jwt.encode({"alg": "RS256", "kid": "test-key"}, claims, key)
+            return {"access_token": access, "token_type": "Bearer", "expires_in": 300, "id_token": id_token}
 
     return Handler
 

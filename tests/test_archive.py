@@ -23,12 +23,17 @@ from django.utils import timezone
 from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
 from tests.processes import PROJECT_DIR
 from workflows.audit import archive, journal
+from workflows import actions
+from workflows.actions import Outcome
+from workflows.engine import execution, outcomes, recovery
 from workflows.models import (
-    Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Step, Team, Workflow,
+    Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Compensation, DeadLetter, Step, Team, Workflow,
 )
-from workflows.operations import cancellation, compensation, plans
+from workflows.operations import cancellation, compensation, deadletters, plans
 from workflows.ops.processes import database_url
-from workflows.states import WorkflowStatus
+from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.webhooks import endpoints
+from workflows.webhooks.models import WebhookDelivery
 from tests.support import deciding as decide
 
 OLD = timedelta(days=200)
@@ -313,3 +318,83 @@ def test_archive_runs_beside_a_working_worker_and_never_takes_unfinished_work(pe
     assert archived_ids.isdisjoint({w.pk for w in running})
     assert "archive OK" in run("verify_archive", tmp_path / "busy")
     assert "audit chain OK" in run("verify_audit")
+
+
+# --- finished, yet someone may still act on it: never archived ------------------------
+
+def with_open_dead_letter(people):
+    """A run that failed (its dead letter still open), then cancelled: an
+    operator may still replay or discard the entry."""
+    workflow = plans.submit(people["agent"], {"name": "missing ticket", "submission_key": "dead", "steps": [
+        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}).workflow
+    decide.approve(workflow, by=people["reviewer"])
+    run_until(workflow.pk, WorkflowStatus.FAILED)
+    workflow = cancellation.cancel(Workflow.objects.get(pk=workflow.pk), by=people["operator"], reason="stop")
+    entry = DeadLetter.objects.open().get(workflow=workflow)
+    return workflow, lambda: deadletters.discard(entry, by=people["operator"], reason="nothing to do")
+
+
+def with_pending_compensation(people):
+    """Complete, with an undo requested and not yet decided."""
+    workflow = completed(people, "undo-asked")
+    comp = compensation.request(Workflow.objects.get(pk=workflow.pk), by=people["operator"], reason="undo it")
+    return workflow, lambda: decide.decline(comp, by=people["reviewer2"], reason="keep it")
+
+
+def with_attempt_in_flight(people):
+    """Cancelled while a worker's call was out: the attempt still awaits its
+    outcome, which the worker then records under its claim (as `execute` does)."""
+    plan = {"name": "one call", "submission_key": "in-flight", "steps": [{"key": "s", "action": "noop", "args": {}}]}
+    workflow = decide.approve(plans.submit(people["agent"], plan).workflow, by=people["reviewer"])
+    step = execution.claim(workflow.pk)
+    attempt = execution._request_attempt(step, step.fence)
+    workflow = cancellation.cancel(Workflow.objects.get(pk=workflow.pk), by=people["operator"], reason="stop")
+
+    def answered():
+        outcomes.record_outcome(step, attempt, Outcome(result={}), step.fence, AttemptStatus.SUCCEEDED)
+        outcomes.verify(step, actions.get(step.action), step.fence)
+    return workflow, answered
+
+
+def with_outcome_to_learn(people):
+    """Cancelled while a worker's call was out, and that worker vanished:
+    recovery put the step back in line, its attempt's outcome is still to be
+    learned (a lookup will tell whether the effect happened)."""
+    plan = {"name": "one call", "submission_key": "lost-worker", "steps": [{"key": "s", "action": "noop", "args": {}}]}
+    workflow = decide.approve(plans.submit(people["agent"], plan).workflow, by=people["reviewer"])
+    step = execution.claim(workflow.pk)
+    attempt = execution._request_attempt(step, step.fence)
+    workflow = cancellation.cancel(Workflow.objects.get(pk=workflow.pk), by=people["operator"], reason="stop")
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    assert Step.objects.get(pk=step.pk).status == StepStatus.WAITING_RETRY  # no step left running: only the attempt
+    # Settled as a reconciliation settles it once the lookup answered.
+    return workflow, lambda: Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.RECONCILED,
+                                                                         finished_at=timezone.now())
+
+
+def with_pending_delivery(people):
+    """Cancelled, its webhook event not delivered yet (the endpoint was down)."""
+    workflow = cancelled(people, "undelivered")
+    endpoint, _ = endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
+    delivery = WebhookDelivery.objects.create(event="workflow.cancelled", workflow=workflow, endpoint=endpoint,
+                                              body="{}", attempts=2, next_attempt_at=timezone.now())
+    return workflow, lambda: WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now())
+
+
+@pytest.mark.parametrize("make", [with_open_dead_letter, with_pending_compensation, with_attempt_in_flight,
+                                  with_outcome_to_learn, with_pending_delivery], ids=lambda make: make.__name__)
+def test_an_old_finished_workflow_someone_may_still_act_on_is_never_archived(make, people, desk, tmp_path):
+    workflow, settle = make(people)
+    assert Workflow.objects.get(pk=workflow.pk).status in {WorkflowStatus.COMPLETE, WorkflowStatus.CANCELLED}
+    age(workflow)
+
+    assert "Nothing to archive" in run("archive", "--older-than", "90d", "--to", tmp_path / "first")
+    assert Workflow.objects.filter(pk=workflow.pk).exists() and not ArchivedWorkflow.objects.exists()
+
+    # What held it back was that open matter: settled, the same workflow goes.
+    settle()
+    age(workflow)
+    assert "Archived 1 workflows" in run("archive", "--older-than", "90d", "--to", tmp_path / "second")
+    assert not Workflow.objects.filter(pk=workflow.pk).exists()
+    assert not Compensation.objects.filter(workflow_id=workflow.pk).exists()

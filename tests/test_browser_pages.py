@@ -4,12 +4,15 @@ top of other text, no console error, no failed request, and no serious or
 critical accessibility violation by axe-core's rules (axe-core from the npm
 registry, pinned in package.json, run in the page itself)."""
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.urls import resolve, reverse
+from django.urls.converters import UUIDConverter
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
@@ -17,11 +20,13 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
-from workflows.operations import compensation, plans
+from workflows.operations import bulk, compensation, links, plans
+from workflows.web import urls as console_urls
 from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
 WIDTHS = {"desktop": 1280, "phone": 390}
 
@@ -120,18 +125,42 @@ def world(people, desk):
                                fence=step.fence, worker="pages")
     failed.refresh_from_db()
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo it")
-    return {"planned": planned.pk, "failed": failed.pk, "comp": comp.pk,
-            "dead": DeadLetter.objects.filter(workflow=failed).values_list("pk", flat=True).first()}
+    dead = DeadLetter.objects.get(workflow=failed)
+    job, _ = bulk.reconcile(people["admin"], {"ids": [dead.pk]}, shown_filter={"ids": [str(dead.pk)]}, dry_run=True)
+    return {"planned": planned.pk, "failed": failed.pk, "comp": comp.pk, "dead": dead.pk, "job": job.pk,
+            # The confirmation page of a review link sent to the admin, who signs in for the pages.
+            "link": links.make(planned, people["admin"], "approve")}
 
 
 def pages(w):
-    found = ["/", "/workflows/", f"/workflows/{w['planned']}/", f"/workflows/{w['planned']}/revise",
-             f"/workflows/{w['failed']}/", f"/workflows/{w['failed']}/compensate", "/compensations/",
-             f"/compensations/{w['comp']}/", "/dead-letters/", "/attention/", "/dashboard/", "/audit/", "/actions/",
-             "/actions/ticket.create/policy"]
-    if w["dead"]:
-        found.append(f"/dead-letters/{w['dead']}/")
-    return found
+    return ["/", "/workflows/", f"/workflows/{w['planned']}/", f"/workflows/{w['planned']}/revise",
+            f"/workflows/{w['failed']}/", f"/workflows/{w['failed']}/compensate", "/compensations/",
+            f"/compensations/{w['comp']}/", "/dead-letters/", f"/dead-letters/{w['dead']}/", f"/jobs/{w['job']}/",
+            f"/review/link/{w['link']}/", "/attention/", "/dashboard/", "/audit/", "/actions/",
+            "/actions/ticket.create/policy"]
+
+
+# Routes of the console that are not pages to look at: sign-in plumbing
+# (tests/test_browser_sso.py runs it in the browser), the detail page's own
+# partial, files, and machine endpoints. Every other route is a page, checked
+# below, or a form's action, which answers a GET with 405.
+NOT_PAGES = {"logout", "oidc_authentication_init", "oidc_authentication_callback", "workflow_steps",
+             "audit_export_csv", "audit_export_jsonl", "jwks", "healthz", "metrics"}
+
+
+def test_every_console_page_is_among_the_pages_checked(world, people, client):
+    checked = {resolve(path).url_name for path in pages(world)} | {"login"}
+    client.force_login(people["admin"])
+    left_out = []
+    for pattern in console_urls.urlpatterns:
+        if pattern.name in checked or pattern.name in NOT_PAGES:
+            continue
+        values = {name: ZERO_UUID if isinstance(converter, UUIDConverter) else "x"
+                  for name, converter in pattern.pattern.converters.items()}
+        if client.get(reverse(pattern.name, kwargs=values)).status_code != 405:
+            left_out.append(pattern.name)
+    assert left_out == [], "pages no browser check visits"
+    assert {"job_detail", "review_link"} <= checked
 
 
 def check(browser, live_server, path, width, axe_source, login=True):
@@ -165,7 +194,8 @@ def check(browser, live_server, path, width, axe_source, login=True):
         page.evaluate(axe_source)
         violations = page.evaluate(SERIOUS_VIOLATIONS)
         if overlaps or violations or problems:
-            name = path.strip("/").replace("/", "_") or "inbox"
+            # The route's name, and a digest of the path: a review link's token is too long for a file name.
+            name = f"{resolve(path).url_name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
             page.screenshot(path=str(SCREENSHOTS / f"pages-{name}-{width}.png"), full_page=True)
         return {"overlapping text": overlaps, "accessibility": violations, "console and requests": problems}
     finally:

@@ -8,6 +8,7 @@ import logging
 from datetime import timedelta
 
 import pytest
+from django.apps import apps
 from django.db import connection
 from tests.support.seeing import Client
 from django.utils import timezone
@@ -122,11 +123,30 @@ def leaves(value) -> list[str]:
 
 
 def every_row_as_text() -> str:
+    """Every row of every table in the database, read raw; then every model
+    of every installed app read again through the ORM (pickled columns, as
+    django-q's task arguments and results, unpickled), with what Django and
+    django-q store encoded opened: sessions, and the signed task packages
+    waiting in the queue."""
+    from django.contrib.sessions.models import Session
+    from django_q.models import OrmQ
+
+    def readable(value):
+        return bytes(value) if isinstance(value, memoryview) else value
+
     chunks = []
+    tables = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
-        for table in connection.introspection.table_names():
-            cursor.execute(f'SELECT * FROM "{table}"')
-            chunks.append(repr(cursor.fetchall()))
+        for table in sorted(tables):
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            chunks.append(f"{table}: {[tuple(map(readable, row)) for row in cursor.fetchall()]!r}")
+    for model in apps.get_models(include_auto_created=True):
+        assert model._meta.db_table in tables, f"{model._meta.label} has no table: its rows were not read"
+        names = [f.attname for f in model._meta.concrete_fields]
+        rows = [tuple(map(readable, row)) for row in model._base_manager.values_list(*names)]
+        chunks.append(f"{model._meta.label}: {rows!r}")
+    chunks += [repr(session.get_decoded()) for session in Session.objects.all()]
+    chunks += [repr(queued.task) for queued in OrmQ.objects.all()]
     return "\n".join(chunks)
 
 
@@ -140,6 +160,25 @@ def project_rows() -> str:
             cursor.execute(f'SELECT * FROM "{table}" ORDER BY 1')
             chunks.append(f"{table}: {cursor.fetchall()!r}")
     return "\n".join(chunks)
+
+
+def test_the_row_scan_reads_every_table_and_what_is_stored_encoded(people):
+    """A value kept only in a session, a queued task's signed package, or a
+    finished task's pickled arguments is still found."""
+    from django.contrib.sessions.backends.db import SessionStore
+    from django_q.models import OrmQ, Task
+    from django_q.signing import SignedPackage
+
+    assert DESK_TOKEN not in every_row_as_text()
+    session = SessionStore()
+    session["note"] = f"{DESK_TOKEN}-session"
+    session.save()
+    OrmQ.objects.create(key="scan", payload=SignedPackage.dumps({"id": "q", "args": (f"{DESK_TOKEN}-queued",)}))
+    Task.objects.create(id="t" * 32, name="scan", func="noop", args=(f"{DESK_TOKEN}-task",),
+                        started=timezone.now(), stopped=timezone.now())
+
+    rows = every_row_as_text()
+    assert all(f"{DESK_TOKEN}-{where}" in rows for where in ("session", "queued", "task"))
 
 
 @pytest.fixture(autouse=True)

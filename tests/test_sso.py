@@ -5,6 +5,7 @@ reason and no session; groups and teams from the maps at every sign-in;
 sessions the provider ends; LOCAL_LOGIN=0; decisions that need a recent
 sign-in; settings that fail loudly."""
 
+import html
 import os
 import subprocess
 import sys
@@ -18,15 +19,17 @@ from django.core.exceptions import ImproperlyConfigured
 from tests.support.seeing import Client
 
 from durableconsole import env
-from tests.conftest import PASSWORD, ticket_plan
-from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
-from workflows.engine import execution
-from workflows.models import Approval, AuditEvent, ProviderIdentity, Team, Workflow
+from tests.conftest import PASSWORD, run_until, ticket_plan
+from tests.test_gates import gated_plan
+from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
+from workflows.engine import execution, gates
+from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
 from workflows.ops.processes import free_port
 from workflows.operations import plans
 from workflows.states import StepStatus
 from workflows.web import sso
 from workflows.web.auth import SIGNED_IN_AT
+from tests.support import deciding as decide
 
 ROLE_MAP = {"reviewers": ["idp-reviewers"], "operators": ["idp-ops"], "auditors": ["idp-audit"],
             "payments-reviewers": ["idp-payments"]}
@@ -99,16 +102,32 @@ def test_sign_in_runs_the_code_flow_with_state_nonce_and_pkce(sso_on):
     ("bad_signature", "signature does not verify"),
     ("expired", "has expired"),
     ("wrong_nonce", "nonce does not match"),
+    ("alg_none", "signed with 'none', which is not accepted"),
+    ("hs256", "signed with 'HS256', which is not accepted"),
+    ("wrong_issuer", "issued by another issuer"),
+    ("wrong_azp", "names several audiences but not this client as its authorized party"),
+    ("foreign_azp", "issued to another client (its authorized party"),
 ])
 def test_a_bad_id_token_is_refused_with_its_reason_and_no_session(sso_on, mode, says):
     sso_on.control(mode=mode)
     client = Client()
     answer = sign_in(client)
     assert answer.status_code == 403
-    assert says in answer.content.decode()
+    assert says in html.unescape(answer.content.decode())
     assert signed_in_user(client) is None and client.get("/").status_code == 302
     assert not ProviderIdentity.objects.exists() and not User.objects.filter(username="alice").exists()
     assert not AuditEvent.objects.filter(verb="user.signed_in").exists()
+
+
+def test_a_discovery_document_naming_another_issuer_stops_the_sign_in_before_the_provider(sso_on):
+    """Its endpoints and keys are not the configured issuer's, whatever its tokens say."""
+    sso_on.control(mode="discovery_issuer")
+    client = Client()
+    answer = client.get("/oidc/authenticate/")
+    assert answer.status_code == 503
+    assert f"names another issuer ('{sso_on.issuer}{OTHER_ISSUER_PATH}')" in html.unescape(answer.content.decode())
+    assert not [r for r in sso_on.requests() if r["endpoint"] == "authorize"]
+    assert signed_in_user(client) is None and not User.objects.filter(username="alice").exists()
 
 
 def test_a_bad_token_does_not_keep_an_earlier_session(sso_on):
@@ -313,24 +332,41 @@ def _stale(client, settings):
     session.save()
 
 
-@pytest.mark.parametrize("route", ["approve", "reject", "steps/open/approve", "steps/open/reject"])
-def test_a_console_decision_needs_a_recent_sign_in(route, people, settings):
-    workflow = plans.submit(people["agent"], ticket_plan("stale")).workflow
+@pytest.mark.parametrize("route, verb", [
+    ("approve", "workflow.approved"), ("reject", "workflow.rejected"),
+    ("steps/close/approve", "gate.opened"), ("steps/close/reject", "gate.rejected"),
+])
+def test_a_console_decision_needs_a_recent_sign_in(route, verb, people, desk, settings):
+    if route.startswith("steps/"):  # a gate decision: the plan approved, the run waiting at its gate
+        workflow = plans.submit(people["agent"], gated_plan("stale")).workflow
+        decide.approve(workflow, by=people["reviewer2"])
+        run_until(workflow.pk, "WAITING_GATE")
+    else:
+        workflow = plans.submit(people["agent"], ticket_plan("stale")).workflow
+    workflow.refresh_from_db()
+    status = workflow.status
+    # What the page's form carries: the revision and plan it shows (and at a gate, the results it shows).
+    form = {"comment": "x", "revision": workflow.revision, "plan_hash": workflow.plan_hash}
+    if route.startswith("steps/"):
+        form["results_digest"] = gates.results_digest(workflow.steps.get(key="close"))
     client = Client()
     assert client.login(username="reviewer", password=PASSWORD)
     _stale(client, settings)
-    answer = client.post(f"/workflows/{workflow.pk}/{route}", {"comment": "x"})
+    answer = client.post(f"/workflows/{workflow.pk}/{route}", form)
     assert answer.status_code == 302
     assert answer["Location"] == f"/login/?next=%2Fworkflows%2F{workflow.pk}%2F&reauth=1"
-    htmx = client.post(f"/workflows/{workflow.pk}/{route}", {"comment": "x"}, HTTP_HX_REQUEST="true")
+    htmx = client.post(f"/workflows/{workflow.pk}/{route}", form, HTTP_HX_REQUEST="true")
     assert htmx.status_code == 204 and htmx["HX-Redirect"].startswith("/login/?next=")
-    assert not Approval.objects.exists() and Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
+    assert not Approval.objects.filter(reviewer=people["reviewer"]).exists()
+    assert not GateApproval.objects.exists() and Workflow.objects.get(pk=workflow.pk).status == status
     assert not AuditEvent.objects.filter(actor="reviewer").exists()
 
     assert client.login(username="reviewer", password=PASSWORD)  # signing in again
-    decided = client.post(f"/workflows/{workflow.pk}/{route}", {"comment": "x"})
+    decided = client.post(f"/workflows/{workflow.pk}/{route}", form)
     assert decided.status_code == 302 and decided["Location"] == f"/workflows/{workflow.pk}/"
-    assert AuditEvent.objects.filter(actor="reviewer").exists() or route.startswith("steps/")
+    # The same form, once the sign-in is recent, decided: its event is the reviewer's.
+    assert AuditEvent.objects.filter(actor="reviewer", verb=verb, workflow_id=workflow.pk).count() == 1
+    assert Workflow.objects.get(pk=workflow.pk).status != status
 
 
 def test_signing_in_again_at_the_provider_asks_it_to_authenticate_anew(sso_on, settings):

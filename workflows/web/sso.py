@@ -9,8 +9,9 @@ The library runs the authorization-code flow with state, nonce and PKCE
   first sign-in and cached, never at import or settings time; a provider that
   cannot be reached answers with a page that says so, not a server error;
 - validates the ID token fully: signature with a key from the provider's
-  JWKS (asymmetric algorithms only), issuer, audience (and `azp` when there
-  are several), expiry, issue time and nonce; a token that fails is refused
+  JWKS (asymmetric algorithms only), issuer, audience (and `azp`, which
+  must name this client when there are several audiences or when it is
+  there at all), expiry, issue time and nonce; a token that fails is refused
   with its reason, and no session is made;
 - finds the account by (issuer, subject) and sets its groups and teams from
   OIDC_ROLE_MAP and OIDC_TEAM_MAP (workflows.operations.identity);
@@ -246,6 +247,9 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
         if len(audiences) > 1 and claims.get("azp") != settings.OIDC_CLIENT_ID:
             raise SignInRefused("The ID token names several audiences but not this client as its authorized party.")
+        if "azp" in claims and claims["azp"] != settings.OIDC_CLIENT_ID:
+            raise SignInRefused("The ID token was issued to another client (its authorized party, azp, is not this "
+                                "one).")
         if "nonce" in kwargs and claims.get("nonce") != kwargs["nonce"]:
             raise SignInRefused("The ID token's nonce does not match this sign-in (a replayed token).")
         if not isinstance(claims.get("sub"), str) or not claims["sub"] or len(claims["sub"]) > 255:

@@ -303,8 +303,12 @@ class Bench:
             self.wait_queue_idle()
             for workflow_id in ids:
                 time.sleep(rng.uniform(0.1, 0.3))  # the workers go idle between samples
+                # What the reviewer read before deciding: the approval names it (not timed).
+                seen = Seen.current(workflow_id)
+                body = {"comment": "bench", "revision": seen.revision, "plan_hash": seen.plan_hash,
+                        "preview_digests": seen.preview_digests}
                 began = time.perf_counter()
-                response = reviewer.post(f"/api/v1/workflows/{workflow_id}/approve", {"comment": "bench"},
+                response = reviewer.post(f"/api/v1/workflows/{workflow_id}/approve", body,
                                          content_type="application/json")
                 answered = timezone.now()
                 if response.status_code != 200:
