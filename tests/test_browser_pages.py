@@ -134,6 +134,7 @@ def world(people, desk):
 
 def pages(w):
     return ["/", "/workflows/", f"/workflows/{w['planned']}/", f"/workflows/{w['planned']}/revise",
+            f"/workflows/{w['planned']}/changed",
             f"/workflows/{w['failed']}/", f"/workflows/{w['failed']}/compensate", "/compensations/",
             f"/compensations/{w['comp']}/", "/dead-letters/", f"/dead-letters/{w['dead']}/", f"/jobs/{w['job']}/",
             f"/review/link/{w['link']}/", "/attention/", "/dashboard/", "/audit/", "/actions/",

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 
 
 class RequestSizeLimit:
@@ -41,7 +42,10 @@ class RefuseUnstorableText:
     def __call__(self, request):
         texts = [request.path, *_texts(request.GET), *_texts(request.COOKIES)]
         if not request.path.startswith("/api/") and request.method == "POST":
-            texts += _texts(request.POST)
+            try:
+                texts += _texts(request.POST)
+            except MultiPartParserError as exc:
+                return HttpResponse(f"The form could not be read: {exc}", status=400, content_type="text/plain")
         if any("\x00" in text for text in texts):
             message = "The request contains a NUL character, which no field accepts."
             if request.path.startswith("/api/"):
