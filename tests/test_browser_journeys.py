@@ -21,7 +21,7 @@ from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.oidc_mock import running_provider, set_person
 from tests.test_compensation import failed_workflow
 from workflows.engine import policy
-from workflows import roles
+from workflows import roles, teams
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import plans
 from workflows.web import sso
@@ -94,9 +94,14 @@ def signing_in_through(issuer, settings, people):
     settings.OIDC_CLIENT_SECRET = "mock-accepts-any-secret"
     settings.OIDC_ROLE_MAP = {role: [f"idp-{role}"] for role in roles.ALL}
     settings.OIDC_TEAM_MAP = {}
+    # One team, as a small installation has: role holders land in it (without
+    # it they would belong to no team and see no plan).
+    settings.OIDC_DEFAULT_TEAM = "default"
     sso.forget_provider()
     for name, user in people.items():
         ProviderIdentity.objects.create(user=user, issuer=issuer, subject=name)
+        if user.groups.exists():  # as their sign-ins will make them: role holders of the one team
+            teams.default_team().members.add(user)
         set_person(issuer, name, email=f"{name}@example.com",
                    groups=[f"idp-{group}" for group in user.groups.values_list("name", flat=True)])
 

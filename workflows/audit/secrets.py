@@ -22,6 +22,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from workflows.webhooks import addresses
+
 SECRET = "$secret"
 NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 # One message for an unknown name, a disallowed action and a disallowed host.
@@ -103,14 +105,12 @@ def references(value: Any, path: str):
 
 def host_of(url: Any) -> str | None:
     """The host a URL's request goes to, read by the one parse the worker
-    sends by (`outbound.parse`); None for what it would not send to."""
-    from workflows.webhooks import outbound
-
+    sends by (`addresses.parse`); None for what it would not send to."""
     if not isinstance(url, str):
         return None
     try:
-        return outbound.parse(url).host
-    except outbound.AddressRefused:
+        return addresses.parse(url).host
+    except addresses.AddressRefused:
         return None
 
 
