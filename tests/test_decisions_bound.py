@@ -257,3 +257,21 @@ def test_the_page_says_what_changed_since_the_reviewer_last_looked(people):
     assert "11" in body and "22" in body  # both edits, not only the latest
     again = page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
     assert "you last looked" not in again and "Changed since revision 2: now revision 3" in again
+
+
+@pytest.mark.parametrize("seen", ["abc", "-1", "0", "9" * 30, "1.5", ""])
+def test_the_changed_page_reads_any_seen_revision_without_a_server_error(people, seen):
+    workflow = plans.submit(people["agent"], NOOP).workflow
+    answer = signed_in("reviewer").get(reverse("workflow_changed", args=[workflow.pk]), {"seen": seen})
+    assert answer.status_code == 200
+    assert 'name="revision" value="1"' in answer.content.decode()
+
+
+@pytest.mark.parametrize("revision", ["abc", "-1", "1.0", "9" * 30])
+def test_a_console_decision_with_a_malformed_revision_records_nothing(people, revision):
+    workflow = plans.submit(people["agent"], NOOP).workflow
+    answer = signed_in("reviewer").post(reverse("workflow_approve", args=[workflow.pk]),
+                                        {"revision": revision, "plan_hash": workflow.plan_hash,
+                                         "previews_shown": "1"}, follow=True)
+    assert answer.status_code == 200 and "revision missing" in answer.content.decode()
+    assert not Approval.objects.exists()
