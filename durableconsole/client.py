@@ -44,8 +44,9 @@ __all__ = ["Console", "ConsoleError", "Invalid", "Forbidden", "NotFound", "Confl
 
 # What `wait(until="terminal")` waits for (DESIGN §21.2): the end states
 # and those that need a person.
-TERMINAL = frozenset({"COMPLETE", "REJECTED", "EXPIRED", "CANCELLED", "FAILED", "NEEDS_ATTENTION",
-                      "COMPENSATED", "COMPENSATION_FAILED"})
+TERMINAL = frozenset(
+    {"COMPLETE", "REJECTED", "EXPIRED", "CANCELLED", "FAILED", "NEEDS_ATTENTION", "COMPENSATED", "COMPENSATION_FAILED"}
+)
 # The longest wait the server holds a request for.
 SERVER_WAIT_SECONDS = 60
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -123,8 +124,9 @@ def _retry_after(response: requests.Response) -> float | None:
 def _error(response: requests.Response) -> ConsoleError:
     if response.is_redirect:
         # Not followed: a redirect would turn a submission into a GET, or carry the token elsewhere.
-        return ConsoleError(f"redirected to {response.headers.get('Location')}: give Console that address",
-                            status=response.status_code)
+        return ConsoleError(
+            f"redirected to {response.headers.get('Location')}: give Console that address", status=response.status_code
+        )
     try:
         body = response.json()["error"]
         message, code, fields = str(body["message"]), body.get("code"), body.get("fields")
@@ -132,8 +134,9 @@ def _error(response: requests.Response) -> ConsoleError:
         message, code, fields = (response.text[:500] or response.reason or "no message"), None, None
     kind = _ERRORS.get(response.status_code)
     if kind is Invalid:
-        return Invalid(message, status=response.status_code, code=code,
-                       errors=fields if isinstance(fields, dict) else None)
+        return Invalid(
+            message, status=response.status_code, code=code, errors=fields if isinstance(fields, dict) else None
+        )
     if kind is not None:
         return kind(message, status=response.status_code, code=code)
     if response.status_code in RETRY_STATUSES:
@@ -163,8 +166,16 @@ class Console:
     `Unavailable` says it (`.retry_after`) at once.
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5,
-                 max_backoff: float = 30.0):
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+    ):
         if retries < 0 or timeout <= 0 or backoff < 0 or max_backoff < 0:
             raise ValueError("timeout must be positive; retries, backoff and max_backoff not negative")
         self.url = url.rstrip("/")
@@ -197,9 +208,16 @@ class Console:
 
     # --- plans ------------------------------------------------------------------
 
-    def submit(self, name: str, steps: list[dict], *, submission_key: str | None = None,
-               context: dict | None = None, callback_url: str | None = None,
-               deadline: int | timedelta | None = None) -> dict:
+    def submit(
+        self,
+        name: str,
+        steps: list[dict],
+        *,
+        submission_key: str | None = None,
+        context: dict | None = None,
+        callback_url: str | None = None,
+        deadline: int | timedelta | None = None,
+    ) -> dict:
         """Submit a plan; nothing runs until a reviewer approves it. Answers
         with the workflow (`status` PLANNED). Submitting the same plan with
         the same `submission_key` again answers with the same workflow; the
@@ -207,8 +225,11 @@ class Console:
         timedelta) is how long the plan may wait for approval and run.
         `callback_url` is sent only when given: a server without signed
         webhooks (DESIGN §21.3) ignores it."""
-        body: dict[str, Any] = {"name": name, "submission_key": submission_key or f"client-{uuid.uuid4()}",
-                                "steps": steps}
+        body: dict[str, Any] = {
+            "name": name,
+            "submission_key": submission_key or f"client-{uuid.uuid4()}",
+            "steps": steps,
+        }
         if context is not None:
             body["context"] = context
         if callback_url is not None:
@@ -239,8 +260,9 @@ class Console:
         while True:
             left = SERVER_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
             seconds = max(1, min(SERVER_WAIT_SECONDS, math.ceil(left)))
-            workflow = self._call("GET", path, params={"until": until, "timeout": seconds},
-                                  read_timeout=seconds + self.timeout)
+            workflow = self._call(
+                "GET", path, params={"until": until, "timeout": seconds}, read_timeout=seconds + self.timeout
+            )
             status = workflow.get("status")
             done = status != "PLANNED" if until == "decision" else status in TERMINAL
             if done or (deadline is not None and time.monotonic() >= deadline):
@@ -252,15 +274,30 @@ class Console:
         """The installed actions, each with its flags and `args_schema` (a JSON Schema)."""
         return self._call("GET", "/actions")["items"]
 
-    def dead_letters(self, *, workflow: str | None = None, status: str | None = None, action: str | None = None,
-                     failure_class: str | None = None, limit: int | None = None) -> list[dict]:
+    def dead_letters(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        action: str | None = None,
+        failure_class: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict]:
         """Dead letters, newest first, filtered as the API's list is
         (`status` OPEN, REPLAYED, DISCARDED, ...; `failure_class` e.g.
         TRANSIENT), every page of them or the first `limit`."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 or None; got {limit!r}")
-        params = {name: value for name, value in (("workflow", workflow), ("status", status), ("action", action),
-                                                  ("failure_class", failure_class)) if value is not None}
+        params = {
+            name: value
+            for name, value in (
+                ("workflow", workflow),
+                ("status", status),
+                ("action", action),
+                ("failure_class", failure_class),
+            )
+            if value is not None
+        }
         params["limit"] = min(limit or PAGE_SIZE, PAGE_SIZE)
         found: list[dict] = []
         while True:
@@ -274,19 +311,28 @@ class Console:
 
     # --- one call, with its retries -------------------------------------------------
 
-    def _call(self, method: str, path: str, *, params: dict | None = None, json: Any = None,
-              read_timeout: float | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, *, params: dict | None = None, json: Any = None, read_timeout: float | None = None
+    ) -> Any:
         url = f"{self.url}/api/v1{path}"
         attempt = 0
         while True:
             retry_after = None
             try:
-                response = self._session.request(method, url, params=params, json=json, allow_redirects=False,
-                                                 timeout=(self.timeout, read_timeout or self.timeout))
+                response = self._session.request(
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    allow_redirects=False,
+                    timeout=(self.timeout, read_timeout or self.timeout),
+                )
             except requests.RequestException as exc:
                 if attempt == self.retries:
-                    raise Unavailable(f"{method} {path}: no answer from {self.url} after {attempt + 1} "
-                                      f"attempt(s): {type(exc).__name__}") from exc
+                    raise Unavailable(
+                        f"{method} {path}: no answer from {self.url} after {attempt + 1} "
+                        f"attempt(s): {type(exc).__name__}"
+                    ) from exc
             else:
                 retry_after = _retry_after(response)
                 if not self._worth_retrying(response, attempt, retry_after):
@@ -295,12 +341,15 @@ class Console:
             attempt += 1
 
     def _worth_retrying(self, response: requests.Response, attempt: int, retry_after: float | None) -> bool:
-        return (response.status_code in RETRY_STATUSES and attempt < self.retries
-                and (retry_after is None or retry_after <= self.max_backoff))
+        return (
+            response.status_code in RETRY_STATUSES
+            and attempt < self.retries
+            and (retry_after is None or retry_after <= self.max_backoff)
+        )
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Full jitter over a doubling window, never sooner than `Retry-After`."""
-        jittered = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** attempt))
+        jittered = random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
         return jittered if retry_after is None else max(retry_after, jittered)
 
 

@@ -73,9 +73,9 @@ def env_group_map(name: str) -> dict[str, list[str]]:
     try:
         value = json.loads(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be a JSON object like {{\"reviewers\": [\"group\"]}}: {exc}") from None
+        raise ImproperlyConfigured(f'{name} must be a JSON object like {{"reviewers": ["group"]}}: {exc}') from None
     if not isinstance(value, dict):
-        raise ImproperlyConfigured(f"{name} must be a JSON object like {{\"reviewers\": [\"group\"]}}")
+        raise ImproperlyConfigured(f'{name} must be a JSON object like {{"reviewers": ["group"]}}')
     for key, groups in value.items():
         if not key.strip() or len(key) > 150:
             raise ImproperlyConfigured(f"{name}: {key!r} is not a valid name")

@@ -70,16 +70,30 @@ def build(console: Console) -> MCPServer:
     @server.tool()
     def propose_plan(
         name: Annotated[str, Field(description="What the plan does, for the person who reviews it")],
-        steps: Annotated[list[dict[str, Any]], Field(description=(
-            'The steps in order: {"key", "action", "args", "compensation"?: {"action", "args"}}. '
-            'An arg may be {"$from": "<earlier step key>.result.<field>"}; a secret is '
-            '{"$secret": "NAME"}, never its value.'))],
-        submission_key: Annotated[str, Field(min_length=1, description=(
-            "A key unique to this piece of work: proposing the same plan with the same key again "
-            "answers with the plan already proposed instead of a second one"))],
+        steps: Annotated[
+            list[dict[str, Any]],
+            Field(
+                description=(
+                    'The steps in order: {"key", "action", "args", "compensation"?: {"action", "args"}}. '
+                    'An arg may be {"$from": "<earlier step key>.result.<field>"}; a secret is '
+                    '{"$secret": "NAME"}, never its value.'
+                )
+            ),
+        ],
+        submission_key: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description=(
+                    "A key unique to this piece of work: proposing the same plan with the same key again "
+                    "answers with the plan already proposed instead of a second one"
+                ),
+            ),
+        ],
         context: Annotated[dict[str, Any] | None, Field(description="Why: anything that helps the reviewer")] = None,
-        deadline_seconds: Annotated[int | None, Field(gt=0, description=(
-            "How long the plan may wait for approval and run"))] = None,
+        deadline_seconds: Annotated[
+            int | None, Field(gt=0, description=("How long the plan may wait for approval and run"))
+        ] = None,
     ) -> CallToolResult:
         """Propose a plan of actions for a person to review. NOTHING RUNS
         until a reviewer approves it in the console: this only submits it,
@@ -88,17 +102,30 @@ def build(console: Console) -> MCPServer:
         `errors`, a list of {path, message} (a path such as
         `steps.0.args.title`): fix those fields and propose again."""
         try:
-            workflow = console.submit(name, steps, submission_key=submission_key, context=context,
-                                      deadline=deadline_seconds)
+            workflow = console.submit(
+                name, steps, submission_key=submission_key, context=context, deadline=deadline_seconds
+            )
         except Invalid as refused:
             errors = [{"path": path, "message": message} for path, message in refused.errors.items()]
-            return _result({"proposed": False, "message": refused.message,
-                            "errors": errors or [{"path": "", "message": refused.message}]}, error=True)
+            return _result(
+                {
+                    "proposed": False,
+                    "message": refused.message,
+                    "errors": errors or [{"path": "", "message": refused.message}],
+                },
+                error=True,
+            )
         except ConsoleError as exc:
             raise ToolError(str(exc)) from None
-        return _result({"proposed": True, "id": workflow["id"], "status": workflow["status"],
-                        "review_url": review_url(workflow["id"]),
-                        "next": "Nothing has run. Give the person the review URL, then call wait_for_decision."})
+        return _result(
+            {
+                "proposed": True,
+                "id": workflow["id"],
+                "status": workflow["status"],
+                "review_url": review_url(workflow["id"]),
+                "next": "Nothing has run. Give the person the review URL, then call wait_for_decision.",
+            }
+        )
 
     @server.tool()
     def get_plan(plan_id: Annotated[str, Field(description="The id propose_plan answered with")]) -> dict[str, Any]:
@@ -109,8 +136,9 @@ def build(console: Console) -> MCPServer:
     @server.tool()
     def wait_for_decision(
         plan_id: Annotated[str, Field(description="The id propose_plan answered with")],
-        timeout_seconds: Annotated[int, Field(ge=1, le=MAX_WAIT_SECONDS, description=(
-            f"How long to wait, at most {MAX_WAIT_SECONDS}"))] = 60,
+        timeout_seconds: Annotated[
+            int, Field(ge=1, le=MAX_WAIT_SECONDS, description=(f"How long to wait, at most {MAX_WAIT_SECONDS}"))
+        ] = 60,
     ) -> dict[str, Any]:
         """Wait until a person approves or rejects the plan (or it expires
         or is cancelled), and answer with the plan and its `decision`:
@@ -143,8 +171,9 @@ def _calling(call, *args, **kwargs):
 
 
 def _result(data: dict, *, error: bool = False) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data,
-                          is_error=error)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(data))], structured_content=data, is_error=error
+    )
 
 
 class Guard:
@@ -189,8 +218,12 @@ async def _refuse(scope, send, status: int, message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m durableconsole.mcp", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--http", type=int, metavar="PORT",
-                        help="serve streamable HTTP on 127.0.0.1:PORT (needs MCP_HTTP_TOKEN) instead of stdio")
+    parser.add_argument(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT (needs MCP_HTTP_TOKEN) instead of stdio",
+    )
     options = parser.parse_args(argv)
     url, token = os.environ.get("DURABLE_CONSOLE_URL", ""), os.environ.get("DURABLE_CONSOLE_TOKEN", "")
     if not url.startswith(("http://", "https://")):
@@ -202,8 +235,10 @@ def main(argv: list[str] | None = None) -> None:
         if not 0 < options.http < 65536:
             parser.error(f"--http takes a port number; got {options.http}")
         if len(http_token) < 16:
-            parser.error("--http needs MCP_HTTP_TOKEN, a secret of at least 16 characters that clients send as "
-                         "`Authorization: Bearer <token>`")
+            parser.error(
+                "--http needs MCP_HTTP_TOKEN, a secret of at least 16 characters that clients send as "
+                "`Authorization: Bearer <token>`"
+            )
 
     with Console(url, token) as console:
         server = build(console)

@@ -65,8 +65,25 @@ FOLD_WIDTH = 76
 # Headers that would let a token name its own key or where to fetch one: a
 # receiver trusts only the key set it was given.
 KEY_CARRYING_HEADERS = ("jku", "jwk", "x5u", "x5c")
-CLAIMS = ("iss", "aud", "jti", "iat", "exp", "wf", "rev", "plan_hash", "step", "action", "op", "htm", "htu",
-          "body_sha256", "args_sha256", "approvers", "policy_version")
+CLAIMS = (
+    "iss",
+    "aud",
+    "jti",
+    "iat",
+    "exp",
+    "wf",
+    "rev",
+    "plan_hash",
+    "step",
+    "action",
+    "op",
+    "htm",
+    "htu",
+    "body_sha256",
+    "args_sha256",
+    "approvers",
+    "policy_version",
+)
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -182,7 +199,7 @@ def mail_body(text: str | bytes) -> str:
 def folded(token: str) -> str:
     """The token as a mail header carries it: in pieces that fold into
     short lines (a header line may not pass 998 characters)."""
-    return " ".join(token[start:start + FOLD_WIDTH] for start in range(0, len(token), FOLD_WIDTH))
+    return " ".join(token[start : start + FOLD_WIDTH] for start in range(0, len(token), FOLD_WIDTH))
 
 
 def _b64decode(part: str) -> bytes:
@@ -206,15 +223,17 @@ def load_jwks(source: str | Path, *, timeout: float = 10.0) -> dict:
     if text.startswith(("http://", "https://")):
         parts = urlsplit(text)
         if parts.scheme == "http" and not _loopback(parts.hostname or ""):
-            raise ValueError(f"refusing to fetch a key set over plain http from {parts.hostname}: use https "
-                             "(http only to a loopback host)")
+            raise ValueError(
+                f"refusing to fetch a key set over plain http from {parts.hostname}: use https "
+                "(http only to a loopback host)"
+            )
         # The URL is the receiver's own configuration, not a caller's.
         with urllib.request.urlopen(text, timeout=timeout) as response:  # noqa: S310
             data = json.loads(response.read(1024 * 1024))
     else:
         data = json.loads(Path(text).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
-        raise ValueError(f"{text} is not a JWK set ({{\"keys\": [...]}})")
+        raise ValueError(f'{text} is not a JWK set ({{"keys": [...]}})')
     return data
 
 
@@ -232,8 +251,12 @@ def _key_for(kid: str, jwks: Mapping | KeySet) -> OKPKey:
     entry = next((e for e in entries if isinstance(e, dict) and e.get("kid") == kid), None)
     if entry is None:
         raise UnknownKey(f"unknown kid {kid!r}: not in the receiver's key set")
-    if entry.get("kty") != "OKP" or entry.get("crv") != "Ed25519" or entry.get("alg", ALG) != ALG \
-            or entry.get("use", "sig") != "sig":
+    if (
+        entry.get("kty") != "OKP"
+        or entry.get("crv") != "Ed25519"
+        or entry.get("alg", ALG) != ALG
+        or entry.get("use", "sig") != "sig"
+    ):
         raise InvalidProof(f"key {kid!r} is not an Ed25519 signing key")
     try:
         return OKPKey.import_key({name: entry[name] for name in ("kty", "crv", "x")})
@@ -254,8 +277,17 @@ def header_of(token: str) -> dict:
     return header
 
 
-def verify(token: str | None, *, method: str, url: str, body: bytes | str | None, idempotency_key: str | None,
-           jwks: Mapping | KeySet, audience: str, leeway: int = 30) -> dict:
+def verify(
+    token: str | None,
+    *,
+    method: str,
+    url: str,
+    body: bytes | str | None,
+    idempotency_key: str | None,
+    jwks: Mapping | KeySet,
+    audience: str,
+    leeway: int = 30,
+) -> dict:
     """The proof's claims, if `token` proves that the console approved this
     exact request; else `InvalidProof`. `url` is the full URL as received
     (scheme, host, path and query), `body` the raw bytes, `jwks` the
@@ -302,10 +334,14 @@ def verify(token: str | None, *, method: str, url: str, body: bytes | str | None
         "op": idempotency_key,
     }
     checks = JWTClaimsRegistry(
-        now=int(time.time()), leeway=leeway,
+        now=int(time.time()),
+        leeway=leeway,
         aud={"essential": True, "value": audience},
-        exp={"essential": True}, iat={"essential": True}, jti={"essential": True},
-        wf={"essential": True}, approvers={"essential": True, "allow_blank": True},
+        exp={"essential": True},
+        iat={"essential": True},
+        jti={"essential": True},
+        wf={"essential": True},
+        approvers={"essential": True, "allow_blank": True},
         **{name: {"essential": True, "value": value} for name, value in expected.items()},
     )
     try:
@@ -316,10 +352,14 @@ def verify(token: str | None, *, method: str, url: str, body: bytes | str | None
         raise InvalidProof(f"claims missing: {exc.claim}") from None
     except JoseError as exc:
         claim = getattr(exc, "claim", "")
-        what = {"htm": "method", "htu": "URL", "body_sha256": "body", "op": "Idempotency-Key",
-                "aud": "audience"}.get(claim)
-        raise InvalidProof(f"{claim}: the proof was not issued for this {what}" if what else
-                           f"claim {claim or '?'} is invalid ({exc.description})") from None
+        what = {"htm": "method", "htu": "URL", "body_sha256": "body", "op": "Idempotency-Key", "aud": "audience"}.get(
+            claim
+        )
+        raise InvalidProof(
+            f"{claim}: the proof was not issued for this {what}"
+            if what
+            else f"claim {claim or '?'} is invalid ({exc.description})"
+        ) from None
     if not isinstance(claims.get("approvers"), list):
         raise InvalidProof("approvers must be a list")
     return claims

@@ -7,7 +7,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.env import (
-    env_bool, env_float, env_group_map, env_int, env_list, env_networks, env_secret, env_str,
+    env_bool,
+    env_float,
+    env_group_map,
+    env_int,
+    env_list,
+    env_networks,
+    env_secret,
+    env_str,
 )
 from workflows.audit.secrets import parse_policy
 
@@ -237,7 +244,9 @@ if OIDC_ISSUER:
     if OIDC_ISSUER.startswith("http://") and not DEBUG:
         raise ImproperlyConfigured("OIDC_ISSUER must be an https:// URL when DEBUG is off")
     if not OIDC_CLIENT_ID or not OIDC_CLIENT_SECRET:
-        raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or OIDC_CLIENT_SECRET_FILE)")
+        raise ImproperlyConfigured(
+            "OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or OIDC_CLIENT_SECRET_FILE)"
+        )
 OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or "groups"
 # Django group (role, `global`, or a reviewer group such as
 # payments-reviewers) or team name → provider groups; at every sign-in an
@@ -249,13 +258,15 @@ OIDC_TEAM_MAP = env_group_map("OIDC_TEAM_MAP")
 OIDC_DEFAULT_TEAM = (env_str("OIDC_DEFAULT_TEAM", "") or "").strip()
 for _team in [*OIDC_TEAM_MAP, *([OIDC_DEFAULT_TEAM] if OIDC_DEFAULT_TEAM else [])]:
     if not _team.replace("-", "").replace("_", "").isalnum():
-        raise ImproperlyConfigured(f"OIDC_TEAM_MAP / OIDC_DEFAULT_TEAM: team name {_team!r} must be a slug "
-                                   "(letters, digits, - and _)")
+        raise ImproperlyConfigured(
+            f"OIDC_TEAM_MAP / OIDC_DEFAULT_TEAM: team name {_team!r} must be a slug (letters, digits, - and _)"
+        )
 # At SSO sign-in, an account whose provider-verified email is in one of these
 # domains is grouped, for four-eyes only, with the one active local account
 # of that email (DESIGN §27; workflows.persons).
-OIDC_LINK_EMAIL_DOMAINS = [domain.strip().lower().lstrip("@") for domain in env_list("OIDC_LINK_EMAIL_DOMAINS", [])
-                           if domain.strip()]
+OIDC_LINK_EMAIL_DOMAINS = [
+    domain.strip().lower().lstrip("@") for domain in env_list("OIDC_LINK_EMAIL_DOMAINS", []) if domain.strip()
+]
 # After this many seconds an SSO session's ID token is renewed at the
 # provider (silently, prompt=none) at the next request; if the provider
 # refuses, the session ends.

@@ -142,8 +142,13 @@ def flush() -> None:
 # Attributes that hold a URL (query strings are cut off) or that are dropped.
 _URL_KEYS = {"http.url", "url.full", "http.target", "url.original"}
 _DROPPED_KEYS = {"url.query", "db.statement.parameters"}
-_DROPPED_PREFIXES = ("http.request.header.", "http.response.header.", "db.query.parameter.", "rpc.request.metadata.",
-                     "rpc.response.metadata.")
+_DROPPED_PREFIXES = (
+    "http.request.header.",
+    "http.response.header.",
+    "db.query.parameter.",
+    "rpc.request.metadata.",
+    "rpc.response.metadata.",
+)
 
 
 def _clean(key: str, value):
@@ -159,8 +164,11 @@ def _clean(key: str, value):
 
 
 def _clean_attributes(attributes) -> dict:
-    return {key: _clean(key, value) for key, value in (attributes or {}).items()
-            if key not in _DROPPED_KEYS and not key.startswith(_DROPPED_PREFIXES)}
+    return {
+        key: _clean(key, value)
+        for key, value in (attributes or {}).items()
+        if key not in _DROPPED_KEYS and not key.startswith(_DROPPED_PREFIXES)
+    }
 
 
 def scrubbed(span):
@@ -274,8 +282,7 @@ def claimed(steps, started_ns: int) -> None:
     carried = _carried.get()
     for step in steps:
         parent = carried.get(str(step.workflow_id))
-        span = _tracer.start_span("durable.claim", context=parent, attributes=_attributes(step),
-                                  start_time=started_ns)
+        span = _tracer.start_span("durable.claim", context=parent, attributes=_attributes(step), start_time=started_ns)
         span.end()
         step._trace_parent = parent if parent is not None else trace.set_span_in_context(span)
 
@@ -295,8 +302,9 @@ def _step_span(name: str, step, attempt=None, parent=None):
         if not ENABLED:
             yield None
             return
-        with _tracer.start_as_current_span(name, context=parent or _parent(step), attributes=attributes,
-                                           record_exception=False) as span:
+        with _tracer.start_as_current_span(
+            name, context=parent or _parent(step), attributes=attributes, record_exception=False
+        ) as span:
             yield span
     finally:
         _fields.reset(token)
@@ -364,4 +372,3 @@ class JsonFormatter(logging.Formatter):
         if record.exc_text:
             entry["exception"] = record.exc_text
         return json.dumps(entry, default=str)
-

@@ -15,8 +15,8 @@ from django.test import Client
 
 from tests import redis_server
 from tests.desk import TicketDesk
-from tests.support import seeing
 from tests.processes import Worker
+from tests.support import seeing
 from workflows import roles
 from workflows.audit import keys
 from workflows.models import Workflow
@@ -192,8 +192,14 @@ def rediscover(settings):
 
 def manage(*args: str, cwd=None, python=(sys.executable,), **env: str) -> subprocess.CompletedProcess:
     """`python manage.py ARGS` in a process of its own, as an operator runs it."""
-    return subprocess.run([*python, "manage.py", *args], cwd=cwd or django_settings.BASE_DIR,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*python, "manage.py", *args],
+        cwd=cwd or django_settings.BASE_DIR,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -209,8 +215,10 @@ def redis_url(tmp_path_factory):
         with redis_server.Server(tmp_path_factory.mktemp("redis")) as server:
             yield server.url
     else:
-        reason = (f"Redis does not answer at {url} and redis-server is not installed: the Redis broker was NOT "
-                  "tested (apt-get install redis-server, or run .ci/run)")
+        reason = (
+            f"Redis does not answer at {url} and redis-server is not installed: the Redis broker was NOT "
+            "tested (apt-get install redis-server, or run .ci/run)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         warnings.warn(reason, pytest.PytestWarning)
@@ -270,8 +278,11 @@ def ticket_plan(key="plan-1", **extra):
         "submission_key": key,
         "steps": [
             {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "Floor 3"}},
-            {"key": "note", "action": "ticket.comment",
-             "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Extinguisher on its way"}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Extinguisher on its way"},
+            },
             {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
         ],
         **extra,

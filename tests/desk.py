@@ -107,8 +107,11 @@ class TicketDesk:
             "--data",
             str(self.data_path),
             *(["--threads", str(self.threads)] if self.threads else []),
-            *(["--require-approval-proof", "--jwks", str(self.require_proofs), "--audience", self.url]
-              if self.require_proofs else []),
+            *(
+                ["--require-approval-proof", "--jwks", str(self.require_proofs), "--audience", self.url]
+                if self.require_proofs
+                else []
+            ),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:

@@ -19,8 +19,11 @@ def running_provider(logs: Path, *user_claims: str):
     port = free_port()
     extra = [arg for claims in user_claims for arg in ("--user-claims", claims)]
     with open(logs / "out.log", "w") as out, open(logs / "err.log", "w") as err:
-        process = subprocess.Popen([sys.executable, "-m", "oidc_provider_mock", "--port", str(port),
-                                    "--require-nonce", *extra], stdout=out, stderr=err)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "oidc_provider_mock", "--port", str(port), "--require-nonce", *extra],
+            stdout=out,
+            stderr=err,
+        )
     issuer = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20

@@ -48,8 +48,20 @@ import requests
 
 CLIENT_ID = "durable-console"
 CLIENT_SECRET = "test-provider-client-secret"
-MODES = {"good", "wrong_audience", "bad_signature", "expired", "wrong_nonce", "login_required", "alg_none", "hs256",
-         "wrong_issuer", "wrong_azp", "foreign_azp", "discovery_issuer"}
+MODES = {
+    "good",
+    "wrong_audience",
+    "bad_signature",
+    "expired",
+    "wrong_nonce",
+    "login_required",
+    "alg_none",
+    "hs256",
+    "wrong_issuer",
+    "wrong_azp",
+    "foreign_azp",
+    "discovery_issuer",
+}
 # What the provider says it is in mode `discovery_issuer`.
 OTHER_ISSUER_PATH = "/another-issuer"
 
@@ -119,19 +131,21 @@ def _handler(state: _State):
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == "/.well-known/openid-configuration":
                 offered = ["RS256", "HS256", "none"] if state.mode in ("alg_none", "hs256") else ["RS256"]
-                return self._json({
-                    "issuer": state.named_issuer(),
-                    "authorization_endpoint": f"{state.issuer}/authorize",
-                    "token_endpoint": f"{state.issuer}/token",
-                    "userinfo_endpoint": f"{state.issuer}/userinfo",
-                    "jwks_uri": f"{state.issuer}/jwks",
-                    "response_types_supported": ["code"],
-                    "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": offered,
-                    "code_challenge_methods_supported": ["S256"],
-                    "end_session_endpoint": f"{state.issuer}/logout",
-                    "backchannel_logout_supported": True,
-                })
+                return self._json(
+                    {
+                        "issuer": state.named_issuer(),
+                        "authorization_endpoint": f"{state.issuer}/authorize",
+                        "token_endpoint": f"{state.issuer}/token",
+                        "userinfo_endpoint": f"{state.issuer}/userinfo",
+                        "jwks_uri": f"{state.issuer}/jwks",
+                        "response_types_supported": ["code"],
+                        "subject_types_supported": ["public"],
+                        "id_token_signing_alg_values_supported": offered,
+                        "code_challenge_methods_supported": ["S256"],
+                        "end_session_endpoint": f"{state.issuer}/logout",
+                        "backchannel_logout_supported": True,
+                    }
+                )
             if url.path == "/jwks":
                 return self._json({"keys": [state.key.as_dict(private=False)]})
             if url.path == "/requests":
@@ -148,7 +162,9 @@ def _handler(state: _State):
                 state.log.append({"endpoint": "authorize", **query})
                 back = query.get("redirect_uri", "")
                 if query.get("prompt") == "none" and state.mode == "login_required":
-                    return self._redirect(f"{back}?{urlencode({'error': 'login_required', 'state': query.get('state', '')})}")
+                    return self._redirect(
+                        f"{back}?{urlencode({'error': 'login_required', 'state': query.get('state', '')})}"
+                    )
                 code = secrets.token_urlsafe(16)
                 state.codes[code] = {**query, "sub": state.sub, "groups": list(state.groups)}
                 return self._redirect(f"{back}?{urlencode({'code': code, 'state': query.get('state', '')})}")
@@ -177,20 +193,31 @@ def _handler(state: _State):
                 key = state.other_key if changes.pop("sign", "") == "other" else state.key
                 header = {"alg": "RS256", "kid": "test-key", "typ": "logout+jwt", **changes.pop("header", {})}
                 now = int(time.time())
-                claims = {"iss": state.issuer, "aud": CLIENT_ID, "iat": now, "exp": now + 120,
-                          "jti": secrets.token_urlsafe(8),
-                          "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}
+                claims = {
+                    "iss": state.issuer,
+                    "aud": CLIENT_ID,
+                    "iat": now,
+                    "exp": now + 120,
+                    "jti": secrets.token_urlsafe(8),
+                    "events": {"http://schemas.openid.net/event/backchannel-logout": {}},
+                }
                 claims.update(changes)
                 claims = {name: value for name, value in claims.items() if value is not None}
                 return self._json({"logout_token": jwt.encode(header, claims, key)})
             if url.path == "/token":
-                state.log.append({"endpoint": "token", **{k: v for k, v in form.items() if k != "client_secret"},
-                                  "client_secret_sent": form.get("client_secret") == CLIENT_SECRET})
+                state.log.append(
+                    {
+                        "endpoint": "token",
+                        **{k: v for k, v in form.items() if k != "client_secret"},
+                        "client_secret_sent": form.get("client_secret") == CLIENT_SECRET,
+                    }
+                )
                 grant = state.codes.pop(form.get("code", ""), None)
                 if grant is None or form.get("client_id") != CLIENT_ID or form.get("client_secret") != CLIENT_SECRET:
                     return self._json({"error": "invalid_grant"}, 400)
-                if grant.get("code_challenge_method") != "S256" or \
-                        _challenge(form.get("code_verifier", "")) != grant.get("code_challenge"):
+                if grant.get("code_challenge_method") != "S256" or _challenge(
+                    form.get("code_verifier", "")
+                ) != grant.get("code_challenge"):
                     return self._json({"error": "invalid_grant", "error_description": "PKCE verifier"}, 400)
                 return self._json(self._tokens(grant))
             self._json({"error": "not_found"}, 404)
@@ -199,10 +226,19 @@ def _handler(state: _State):
             from joserfc import jwt
 
             now = int(time.time())
-            claims = {"iss": state.named_issuer(), "sub": grant["sub"], "aud": CLIENT_ID, "iat": now, "exp": now + 300,
-                      "auth_time": now, "nonce": grant.get("nonce"), "groups": grant["groups"],
-                      "preferred_username": grant["sub"], "email": state.email or f"{grant['sub']}@example.com",
-                      "sid": state.sid}
+            claims = {
+                "iss": state.named_issuer(),
+                "sub": grant["sub"],
+                "aud": CLIENT_ID,
+                "iat": now,
+                "exp": now + 300,
+                "auth_time": now,
+                "nonce": grant.get("nonce"),
+                "groups": grant["groups"],
+                "preferred_username": grant["sub"],
+                "email": state.email or f"{grant['sub']}@example.com",
+                "sid": state.sid,
+            }
             if state.email_verified is not None:
                 claims["email_verified"] = state.email_verified
             if not state.auth_time:
@@ -254,7 +290,11 @@ class BadTokenProvider:
     def start(self) -> BadTokenProvider:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.oidc_provider", str(self.port)],
-            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.process.stdout.readline().strip() == "ready", self.process.stderr.read()
         return self
 

@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -57,15 +58,17 @@ class Collector:
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    spans.append({
-                        "name": span.name,
-                        "trace_id": span.trace_id.hex(),
-                        "span_id": span.span_id.hex(),
-                        "parent_span_id": span.parent_span_id.hex(),
-                        "kind": Span.SpanKind.Name(span.kind),
-                        "scope": scope_spans.scope.name,
-                        "attributes": {a.key: _value(a.value) for a in span.attributes},
-                    })
+                    spans.append(
+                        {
+                            "name": span.name,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex(),
+                            "kind": Span.SpanKind.Name(span.kind),
+                            "scope": scope_spans.scope.name,
+                            "attributes": {a.key: _value(a.value) for a in span.attributes},
+                        }
+                    )
         with self.lock:
             self.spans.extend(spans)
             self.exports.append(str(MessageToDict(request)))

@@ -29,8 +29,15 @@ def install(name: str, workdir: Path, *, target: Path | None = None) -> None:
     copy: a build writes `build/` and `*.egg-info` into its source tree."""
     source = workdir / name
     shutil.copytree(SOURCES / name, source, dirs_exist_ok=True)
-    _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         *(["--target", str(target)] if target else []), str(source))
+    _pip(
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--quiet",
+        *(["--target", str(target)] if target else []),
+        str(source),
+    )
 
 
 def uninstall(name: str) -> None:

@@ -25,8 +25,9 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver.lock:
                     number = len(receiver.requests)
-                    receiver.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                              "body": body})
+                    receiver.requests.append(
+                        {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                    )
                     status = receiver.statuses.pop(0) if receiver.statuses else receiver.default
                 receiver.arrived.set()
                 if number == 0 and receiver.hold_first is not None:

@@ -42,8 +42,9 @@ def ping(url: str, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((where.hostname or "127.0.0.1", where.port or 6379), timeout=timeout) as sock:
             if where.password:
-                sock.sendall(_command("AUTH", *([unquote(where.username)] if where.username else []),
-                                      unquote(where.password)))
+                sock.sendall(
+                    _command("AUTH", *([unquote(where.username)] if where.username else []), unquote(where.password))
+                )
                 if not sock.recv(64).startswith(b"+OK"):
                     return False
             sock.sendall(_command("PING"))
@@ -83,9 +84,24 @@ class Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = self.workdir / "redis.log"
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--logfile", str(log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(log),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         if not wait_for(self.url, process=self.process):
             self.__exit__()
             raise RuntimeError(f"redis-server on port {self.port} did not answer; see {log}")
@@ -108,8 +124,22 @@ def main(argv: list[str]) -> int:
         return 0 if ping(url) else 1
     if argv == ["start"]:
         where = urlsplit(url)
-        subprocess.run(["redis-server", "--daemonize", "yes", "--bind", where.hostname or "127.0.0.1",
-                        "--port", str(where.port or 6379), "--save", "", "--appendonly", "no"], check=True)
+        subprocess.run(
+            [
+                "redis-server",
+                "--daemonize",
+                "yes",
+                "--bind",
+                where.hostname or "127.0.0.1",
+                "--port",
+                str(where.port or 6379),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            check=True,
+        )
         if wait_for(url):
             return 0
         print(f"redis-server started but {url} does not answer PING", file=sys.stderr)

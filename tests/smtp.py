@@ -80,4 +80,4 @@ class SmtpReceiver:
 def _address(line: bytes) -> str:
     """The address in `MAIL FROM:<a@b> SIZE=…` or `RCPT TO:<a@b>`."""
     text = line.decode("utf-8").strip()
-    return text[text.index("<") + 1:text.index(">")]
+    return text[text.index("<") + 1 : text.index(">")]

@@ -14,13 +14,13 @@ from django_q.models import OrmQ
 from pydantic import Field
 
 from tests.conftest import PERSONAS, ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from workflows import actions
 from workflows.actions import ArgsModel, FromRef, SecretRef
 from workflows.actions.webhooks import RESERVED_HEADERS
 from workflows.audit import secrets
 from workflows.models import AuditEvent, Step, Workflow, canonical_json, sha256_hex
 from workflows.operations import plans
-from tests.support import deciding as decide
 
 
 class Money(ArgsModel):
@@ -86,8 +86,12 @@ BAD_ARGS = {
     "body null": ("ticket.create", {"title": "t", "body": None}, "body", "valid string"),
     "unknown key": ("ticket.create", {"title": "t", "priority": "high"}, "priority", "Unknown argument"),
     # ticket.comment and ticket.close
-    "ticket id as text, not coerced": ("ticket.comment", {"ticket_id": "42", "body": "b"}, "ticket_id",
-                                       "valid integer"),
+    "ticket id as text, not coerced": (
+        "ticket.comment",
+        {"ticket_id": "42", "body": "b"},
+        "ticket_id",
+        "valid integer",
+    ),
     "ticket id a boolean": ("ticket.comment", {"ticket_id": True, "body": "b"}, "ticket_id", "valid integer"),
     "ticket id zero": ("ticket.comment", {"ticket_id": 0, "body": "b"}, "ticket_id", "greater than or equal to 1"),
     "comment missing": ("ticket.comment", {"ticket_id": 4}, "body", "required"),
@@ -100,30 +104,57 @@ BAD_ARGS = {
     "url not a URL": ("http.post", {"url": "hooks example com"}, "url", "valid URL"),
     "url missing": ("http.post", {"json": {}}, "url", "required"),
     "json a string": ("http.post", {**HOOK, "json": "text"}, "json", "object or array"),
-    "header on two lines": ("http.post", {**HOOK, "headers": {"X-Note": "a\r\nX-Evil: 1"}}, "headers.X-Note",
-                            "one line"),
-    "header name not a token": ("http.post", {**HOOK, "headers": {"X Note": "a"}}, "headers.X Note",
-                                "Not a header name"),
-    "header given twice": ("http.post", {**HOOK, "headers": {"X-Note": "a", "x-note": "b"}}, "headers",
-                           "given twice"),
-    "declaration as text": ("http.post", {**HOOK, "receiver_honours_idempotency_key": "true"},
-                            "receiver_honours_idempotency_key", "valid boolean"),
+    "header on two lines": (
+        "http.post",
+        {**HOOK, "headers": {"X-Note": "a\r\nX-Evil: 1"}},
+        "headers.X-Note",
+        "one line",
+    ),
+    "header name not a token": (
+        "http.post",
+        {**HOOK, "headers": {"X Note": "a"}},
+        "headers.X Note",
+        "Not a header name",
+    ),
+    "header given twice": ("http.post", {**HOOK, "headers": {"X-Note": "a", "x-note": "b"}}, "headers", "given twice"),
+    "declaration as text": (
+        "http.post",
+        {**HOOK, "receiver_honours_idempotency_key": "true"},
+        "receiver_honours_idempotency_key",
+        "valid boolean",
+    ),
     # email.send
     "bad address": ("email.send", {**MAIL, "to": "ops.example.com"}, "to", "Not an email address"),
-    "bad address in a list": ("email.send", {**MAIL, "to": ["ops@example.com", "ops@"]}, "to.1",
-                              "Not an email address"),
+    "bad address in a list": (
+        "email.send",
+        {**MAIL, "to": ["ops@example.com", "ops@"]},
+        "to.1",
+        "Not an email address",
+    ),
     "bad copy": ("email.send", {**MAIL, "cc": "<ops@example.com>"}, "cc", "Not an email address"),
     "no recipient": ("email.send", {**MAIL, "to": []}, "to", "at least 1"),
     "subject on two lines": ("email.send", {**MAIL, "subject": "Hi\nBcc: all@example.com"}, "subject", "one line"),
     "bcc not an argument": ("email.send", {**MAIL, "bcc": "all@example.com"}, "bcc", "Unknown argument"),
     # a plugin's model: enum, nested object, list length
     "enum": ("test.refund", {**REFUND, "reason": "bored"}, "reason", "'damaged', 'late' or 'other'"),
-    "nested object": ("test.refund", {**REFUND, "amount": {"value": 5, "currency": "GBP"}}, "amount.currency",
-                      "'EUR' or 'USD'"),
-    "nested object's number as text": ("test.refund", {**REFUND, "amount": {"value": "5", "currency": "EUR"}},
-                                       "amount.value", "valid integer"),
-    "nested unknown key": ("test.refund", {**REFUND, "amount": {"value": 5, "currency": "EUR", "x": 1}},
-                           "amount.x", "Unknown key"),
+    "nested object": (
+        "test.refund",
+        {**REFUND, "amount": {"value": 5, "currency": "GBP"}},
+        "amount.currency",
+        "'EUR' or 'USD'",
+    ),
+    "nested object's number as text": (
+        "test.refund",
+        {**REFUND, "amount": {"value": "5", "currency": "EUR"}},
+        "amount.value",
+        "valid integer",
+    ),
+    "nested unknown key": (
+        "test.refund",
+        {**REFUND, "amount": {"value": 5, "currency": "EUR", "x": 1}},
+        "amount.x",
+        "Unknown key",
+    ),
     "list too long": ("test.refund", {**REFUND, "notes": ["a", "b", "c"]}, "notes", "at most 2"),
     "list item too long": ("test.refund", {**REFUND, "notes": ["a", "x" * 21]}, "notes.1", "at most 20"),
 }
@@ -153,8 +184,11 @@ REFERENCE_CASES = [
     ("test.refund", {**REFUND, "order": {"$from": "first.result.id"}, "api_token": {"$secret": "TOKEN"}}, None),
     ("http.post", {"url": {"$secret": "TOKEN"}}, ("url", "$secret")),
     ("http.post", {**HOOK, "headers": {"X-Token": {"$from": "first.result.token"}}}, ("headers.X-Token", "$from")),
-    ("http.post", {**HOOK, "receiver_honours_idempotency_key": {"$from": "first.result.ok"}},
-     ("receiver_honours_idempotency_key", "$from")),
+    (
+        "http.post",
+        {**HOOK, "receiver_honours_idempotency_key": {"$from": "first.result.ok"}},
+        ("receiver_honours_idempotency_key", "$from"),
+    ),
     ("email.send", {**MAIL, "to": {"$from": "first.result.email"}}, ("to", "$from")),
     ("email.send", {**MAIL, "cc": {"$secret": "TOKEN"}}, ("cc", "$secret")),
     ("test.refund", {**REFUND, "order": {"$secret": "TOKEN"}}, ("order", "$secret")),
@@ -168,8 +202,11 @@ def test_references_are_taken_only_by_fields_that_declare_them(api, settings, ac
     desk = secrets.host_of(settings.TICKET_DESK_URL)
     # email.send's hosts are its recipients' domains (MAIL goes to ops@example.com).
     settings.SECRETS_POLICY = {"TOKEN": {"actions": [action], "hosts": ["hooks.example.com", desk, "example.com"]}}
-    plan = {"name": "n", "submission_key": "k", "steps": [
-        {"key": "first", "action": "noop", "args": {}}, {"key": "second", "action": action, "args": args}]}
+    plan = {
+        "name": "n",
+        "submission_key": "k",
+        "steps": [{"key": "first", "action": "noop", "args": {}}, {"key": "second", "action": action, "args": args}],
+    }
     if refusal is None:
         answer = api["agent"].post("/workflows", plan)
         assert answer.status_code == 201, answer.json()
@@ -197,8 +234,13 @@ def test_every_error_of_a_plan_is_reported_at_once_and_nothing_is_stored(api):
     plan["steps"][0]["compensation"] = {"action": "ticket.close", "args": {"ticket_id": "open"}}
     before = (AuditEvent.objects.count(), OrmQ.objects.count())
     fields = refused(api, plan)
-    assert set(fields) == {"steps.0.args.title", "steps.0.args.extra", "steps.1.args.ticket_id",
-                           "steps.2.args.ticket_id", "steps.0.compensation.args.ticket_id"}
+    assert set(fields) == {
+        "steps.0.args.title",
+        "steps.0.args.extra",
+        "steps.1.args.ticket_id",
+        "steps.2.args.ticket_id",
+        "steps.0.compensation.args.ticket_id",
+    }
     assert fields["steps.2.args.ticket_id"] == "This field is required."
     assert (Workflow.objects.count(), Step.objects.count()) == (0, 0)
     assert (AuditEvent.objects.count(), OrmQ.objects.count()) == before
@@ -255,8 +297,11 @@ def test_http_post_sends_its_headers_with_secrets_resolved_by_the_worker(people,
     token = "hook-5Tq8-Wn3r-Yk7p"
     policy = {"HOOK_TOKEN": {"actions": ["http.post"], "hosts": ["127.0.0.1"]}}
     settings.SECRETS_POLICY = policy
-    args = {"url": f"{receiver}/in", "json": {"event": "deployed"},
-            "headers": {"X-Event": "deploy", "X-Hook-Token": {"$secret": "HOOK_TOKEN"}}}
+    args = {
+        "url": f"{receiver}/in",
+        "json": {"event": "deployed"},
+        "headers": {"X-Event": "deploy", "X-Hook-Token": {"$secret": "HOOK_TOKEN"}},
+    }
     workflow = plans.submit(people["agent"], one_step("http.post", args)).workflow
     start_worker(SECRET_HOOK_TOKEN=token, SECRETS_POLICY=json.dumps(policy))
     decide.approve(workflow, by=people["reviewer"])
@@ -271,8 +316,16 @@ def test_http_post_sends_its_headers_with_secrets_resolved_by_the_worker(people,
     assert step.result == {"status": 200, "body": {"ok": True}}
 
 
-FLAGS = {"name", "idempotent", "can_lookup", "destructive", "irreversible", "compensation", "has_preview",
-         "args_schema"}
+FLAGS = {
+    "name",
+    "idempotent",
+    "can_lookup",
+    "destructive",
+    "irreversible",
+    "compensation",
+    "has_preview",
+    "args_schema",
+}
 
 
 def test_every_role_lists_the_actions_with_their_flags_and_args_schema(api, client):
@@ -284,9 +337,16 @@ def test_every_role_lists_the_actions_with_their_flags_and_args_schema(api, clie
     assert [item["name"] for item in items] == actions.names()
     assert all(set(item) == FLAGS for item in items)
     listed = {item["name"]: item for item in items}
-    assert {key: value for key, value in listed["ticket.create"].items() if key not in ("args_schema", "has_preview")} \
-        == {"name": "ticket.create", "idempotent": True, "can_lookup": True, "destructive": False,
-            "irreversible": False, "compensation": "ticket.close"}
+    assert {
+        key: value for key, value in listed["ticket.create"].items() if key not in ("args_schema", "has_preview")
+    } == {
+        "name": "ticket.create",
+        "idempotent": True,
+        "can_lookup": True,
+        "destructive": False,
+        "irreversible": False,
+        "compensation": "ticket.close",
+    }
     assert (listed["email.send"]["irreversible"], listed["email.send"]["compensation"]) == (True, None)
     assert (listed["test.refund"]["has_preview"], listed["test.touch"]["has_preview"]) == (True, False)
     for name, item in listed.items():
@@ -338,7 +398,8 @@ def test_the_openapi_schema_references_the_args_schema_of_every_action(api):
         assert components[f"{name}.args"]["title"] == f"{name} args"
     assert components["test.refund.args.Money"]["properties"]["currency"]["enum"] == ["EUR", "USD"]
     assert components["test.refund.args"]["properties"]["amount"] == {
-        "$ref": "#/components/schemas/test.refund.args.Money"}
+        "$ref": "#/components/schemas/test.refund.args.Money"
+    }
     for holder in ("StepIn", "CompensationIn"):
         args = components[holder]["properties"]["args"]
         assert args["anyOf"] == [{"$ref": f"#/components/schemas/{name}.args"} for name in actions.names()]

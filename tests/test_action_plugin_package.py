@@ -29,8 +29,11 @@ def refunds(refunds_installed, rediscover):
 
 
 def refund_plan(key="refund-1"):
-    return {"name": "Refund a broken order", "submission_key": key,
-            "steps": [{"key": "refund", "action": "refunds.refund", "args": REFUND}]}
+    return {
+        "name": "Refund a broken order",
+        "submission_key": key,
+        "steps": [{"key": "refund", "action": "refunds.refund", "args": REFUND}],
+    }
 
 
 def approved_refund(api, key="refund-1") -> str:
@@ -80,7 +83,7 @@ def test_a_refund_whose_answer_is_lost_is_found_by_its_lookup_not_repeated(refun
 
 def test_the_readme_s_worked_example_is_the_package_these_tests_install():
     readme = (plugin_packages.SOURCES.parent.parent / "README.md").read_text()
-    example = readme[readme.index("### A worked example"):readme.index("### Rules of discovery")]
+    example = readme[readme.index("### A worked example") : readme.index("### Rules of discovery")]
     toml, python = (block.split("\n", 1)[1] for block in example.split("```")[1::2][:2])
     package = plugin_packages.SOURCES / "durableconsole-refunds"
     assert python in (package / "durableconsole_refunds" / "__init__.py").read_text()

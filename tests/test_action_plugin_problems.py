@@ -5,10 +5,10 @@ shown to operators, never on the public /healthz."""
 import json
 
 import pytest
-from tests.support.seeing import Client
 
 from tests import plugin_packages
 from tests.conftest import PASSWORD, manage
+from tests.support.seeing import Client
 from workflows import actions
 
 M = "tests.plugin_modules"
@@ -17,8 +17,11 @@ BAD = [
     (f"{M}.no_such_module", f"cannot be imported: ModuleNotFoundError: No module named '{M}.no_such_module'"),
     (f"{M}.crashes", "cannot be imported: RuntimeError: the refunds API token is not configured <see REFUNDS_TOKEN>"),
     (f"{M}.empty", "declares no action: decorate its Action classes with @register"),
-    (f"{M}.takes_builtin", "action 'ticket.create' is already provided by entry point 'tickets' "
-                           "(workflows.actions.tickets) of durable-console"),
+    (
+        f"{M}.takes_builtin",
+        "action 'ticket.create' is already provided by entry point 'tickets' "
+        "(workflows.actions.tickets) of durable-console",
+    ),
     (f"{M}.twice", "declares the action 'twice.same' twice"),
     (f"{M}.half_bad", "Broken does not implement perform(args, operation_key) (so none of its 2 actions is installed)"),
     (f"{M}.bad:NoName", "NoName has no `name`"),
@@ -26,10 +29,14 @@ BAD = [
     (f"{M}.bad:FlagNotBool", "FlagNotBool.idempotent must be True or False; got 'no'"),
     (f"{M}.bad:ArgsNotModel", "ArgsNotModel.Args must be a pydantic model (a BaseModel subclass); got <class 'dict'>"),
     (f"{M}.bad:LookupMissing", "LookupMissing sets can_lookup but does not implement lookup(operation_key)"),
-    (f"{M}.bad:CompensationMissing",
-     "CompensationMissing.compensation names 'bad.undo_that_nobody_wrote', which is not installed"),
-    (f"{M}.bad:BindingWithoutPreview",
-     "BindingWithoutPreview sets preview_binding but does not implement preview(args)"),
+    (
+        f"{M}.bad:CompensationMissing",
+        "CompensationMissing.compensation names 'bad.undo_that_nobody_wrote', which is not installed",
+    ),
+    (
+        f"{M}.bad:BindingWithoutPreview",
+        "BindingWithoutPreview sets preview_binding but does not implement preview(args)",
+    ),
     (f"{M}.bad:NotAnAction", f"<class '{M}.bad.NotAnAction'> is not a subclass of workflows.actions.Action"),
 ]
 # Sound on its own, but compensated by an action of half_bad.
@@ -118,9 +125,11 @@ def test_the_page_shows_nothing_when_every_plugin_loaded(people):
 
 def test_a_bad_class_declared_after_start_up_is_refused_and_not_installed():
     with pytest.raises(TypeError, match="Late does not implement perform"):
+
         @actions.register
         class Late(actions.Action):
             name = "late.no_perform"
+
     assert actions.find("late.no_perform") is None
 
 
@@ -140,11 +149,14 @@ def test_strict_start_up_names_the_bad_entry_points_and_their_distribution(mixed
     done = manage("check", PYTHONPATH=mixed_distribution)
     assert done.returncode != 0
     message = done.stderr.split("ImproperlyConfigured:")[-1]
-    assert ("  - action plugin entry point 'faulty' (durableconsole_mixed.faulty) of durableconsole-mixed 0.3.1: "
-            "cannot be imported: KeyError: 'MIXED_API_TOKEN_NEVER_SET'") in message
-    assert ("  - action plugin entry point 'clash' (durableconsole_mixed.clash:TicketCreateAgain) of "
-            "durableconsole-mixed 0.3.1: action 'ticket.create' is already provided by entry point 'tickets'"
-            ) in message
+    assert (
+        "  - action plugin entry point 'faulty' (durableconsole_mixed.faulty) of durableconsole-mixed 0.3.1: "
+        "cannot be imported: KeyError: 'MIXED_API_TOKEN_NEVER_SET'"
+    ) in message
+    assert (
+        "  - action plugin entry point 'clash' (durableconsole_mixed.clash:TicketCreateAgain) of "
+        "durableconsole-mixed 0.3.1: action 'ticket.create' is already provided by entry point 'tickets'"
+    ) in message
     assert "'sound'" not in message
 
 
@@ -153,10 +165,14 @@ def test_without_strict_a_distribution_s_sound_entry_point_loads_beside_its_bad_
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     by_name = {action["name"]: action for action in body["actions"]}
-    assert by_name["mixed.sound"]["source"] == {"via": "entry point", "name": "sound",
-                                                "value": "durableconsole_mixed.sound",
-                                                "distribution": "durableconsole-mixed", "version": "0.3.1",
-                                                "builtin": False}
+    assert by_name["mixed.sound"]["source"] == {
+        "via": "entry point",
+        "name": "sound",
+        "value": "durableconsole_mixed.sound",
+        "distribution": "durableconsole-mixed",
+        "version": "0.3.1",
+        "builtin": False,
+    }
     assert by_name["ticket.create"]["source"]["distribution"] == "durable-console"
     assert sorted(p["plugin"]["name"] for p in body["problems"]) == ["clash", "faulty"]
     assert all(p["plugin"]["distribution"] == "durableconsole-mixed" for p in body["problems"])
@@ -164,10 +180,12 @@ def test_without_strict_a_distribution_s_sound_entry_point_loads_beside_its_bad_
 
 def test_a_class_declared_after_start_up_may_not_take_an_installed_name():
     with pytest.raises(TypeError, match="action 'ticket.create' is already provided by entry point 'tickets'"):
+
         @actions.register
         class AnotherTicketCreate(actions.Action):
             name = "ticket.create"
 
             def perform(self, args, operation_key):
                 return actions.Outcome(result={})
+
     assert type(actions.get("ticket.create")).__module__ == "workflows.actions.tickets"

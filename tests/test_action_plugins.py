@@ -15,8 +15,14 @@ from tests.conftest import manage, wait_for_status
 from workflows import actions
 from workflows.models import Step
 
-BUILTINS = {"ticket.create": "tickets", "ticket.comment": "tickets", "ticket.close": "tickets",
-            "http.post": "webhooks", "email.send": "mail", "noop": "noop"}
+BUILTINS = {
+    "ticket.create": "tickets",
+    "ticket.comment": "tickets",
+    "ticket.close": "tickets",
+    "http.post": "webhooks",
+    "email.send": "mail",
+    "noop": "noop",
+}
 GREETING = "tests.plugin_modules.greeting"
 
 
@@ -40,17 +46,27 @@ def test_manage_py_actions_lists_each_action_with_source_flags_compensation_and_
     assert set(BUILTINS) <= set(by_name)
     assert body["problems"] == []
     create = by_name["ticket.create"]
-    assert create["source"] == {"via": "entry point", "name": "tickets", "value": "workflows.actions.tickets",
-                                "distribution": "durable-console", "version": "0.1.0", "builtin": True}
+    assert create["source"] == {
+        "via": "entry point",
+        "name": "tickets",
+        "value": "workflows.actions.tickets",
+        "distribution": "durable-console",
+        "version": "0.1.0",
+        "builtin": True,
+    }
     assert (create["idempotent"], create["can_lookup"], create["destructive"], create["in_process"]) == (
-        True, True, False, False)
+        True,
+        True,
+        False,
+        False,
+    )
     assert (create["compensation"], create["irreversible"]) == ("ticket.close", False)
     assert (create["preview_binding"], create["preview_required"]) == (False, False)
     assert create["args_schema"]["type"] == "object"
     assert (by_name["email.send"]["compensation"], by_name["email.send"]["irreversible"]) == (None, True)
 
     text = manage("actions").stdout
-    block = text[text.index("ticket.create\n"):].split("\n\n")[0]
+    block = text[text.index("ticket.create\n") :].split("\n\n")[0]
     assert "entry point 'tickets' (workflows.actions.tickets) of durable-console 0.1.0 (built-in)" in block
     assert "flags:        idempotent can_lookup" in block
     assert "compensation: ticket.close" in block
@@ -59,8 +75,14 @@ def test_manage_py_actions_lists_each_action_with_source_flags_compensation_and_
 def test_action_modules_installs_a_module_s_actions_with_their_schema():
     body = listed(ACTION_MODULES=GREETING)
     greeting = next(action for action in body["actions"] if action["name"] == "greeting.say")
-    assert greeting["source"] == {"via": "ACTION_MODULES", "name": GREETING, "value": GREETING,
-                                  "distribution": None, "version": None, "builtin": False}
+    assert greeting["source"] == {
+        "via": "ACTION_MODULES",
+        "name": GREETING,
+        "value": GREETING,
+        "distribution": None,
+        "version": None,
+        "builtin": False,
+    }
     assert greeting["args_schema"]["required"] == ["name"]
     assert greeting["args_schema"]["additionalProperties"] is False
     assert greeting["irreversible"] is True
@@ -72,8 +94,11 @@ def test_an_action_modules_action_runs_on_a_real_worker(api, start_worker, redis
     settings.ACTION_MODULES = [GREETING]
     rediscover()
     start_worker(ACTION_MODULES=GREETING)
-    plan = {"name": "greet", "submission_key": "greet-1",
-            "steps": [{"key": "hello", "action": "greeting.say", "args": {"name": "Ada"}}]}
+    plan = {
+        "name": "greet",
+        "submission_key": "greet-1",
+        "steps": [{"key": "hello", "action": "greeting.say", "args": {"name": "Ada"}}],
+    }
     submitted = api["agent"].post("/workflows", plan)
     assert submitted.status_code == 201, submitted.content
     workflow_id = submitted.json()["id"]
@@ -83,8 +108,11 @@ def test_an_action_modules_action_runs_on_a_real_worker(api, start_worker, redis
 
 
 def test_without_the_module_configured_a_plan_naming_its_action_is_refused(api):
-    plan = {"name": "greet", "submission_key": "greet-2",
-            "steps": [{"key": "hello", "action": "greeting.say", "args": {"name": "Ada"}}]}
+    plan = {
+        "name": "greet",
+        "submission_key": "greet-2",
+        "steps": [{"key": "hello", "action": "greeting.say", "args": {"name": "Ada"}}],
+    }
     refused = api["agent"].post("/workflows", plan)
     assert refused.status_code == 400
     assert "steps.0.action" in refused.json()["error"]["fields"]
@@ -94,8 +122,13 @@ def _copy_of_the_project(tmp_path: Path) -> Path:
     """This checkout's code, as a fresh clone has it: no virtualenv, no
     installed metadata beside it."""
     copy = tmp_path / "checkout"
-    shutil.copytree(django_settings.BASE_DIR, copy, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "var", "*.egg-info", "__pycache__", "tests", "staticfiles", "test-artifacts", ".*cache"))
+    shutil.copytree(
+        django_settings.BASE_DIR,
+        copy,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "var", "*.egg-info", "__pycache__", "tests", "staticfiles", "test-artifacts", ".*cache"
+        ),
+    )
     return copy
 
 

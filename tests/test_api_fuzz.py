@@ -9,6 +9,8 @@ import re
 
 import pytest
 import schemathesis
+from django.core.wsgi import get_wsgi_application
+from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -16,8 +18,6 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from django.core.wsgi import get_wsgi_application
-from hypothesis import HealthCheck, settings
 
 from workflows.operations import tokens
 
@@ -92,15 +92,25 @@ def bearer(people):
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @pytest.mark.django_db(transaction=True)
 def test_api_never_errors_and_matches_its_schema(case, bearer):
     # Semantic refusals of schema-valid input (an unknown action, a missing
     # ticket title) are correct 400s, so "positive data acceptance" is not
     # checked; everything about the answers themselves is.
-    case.call_and_validate(headers=bearer, checks=[
-        not_a_server_error, status_code_conformance, content_type_conformance,
-        response_schema_conformance, response_headers_conformance, a_forged_cursor_is_a_400, a_bad_wait_is_a_400,
-    ])
+    case.call_and_validate(
+        headers=bearer,
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_schema_conformance,
+            response_headers_conformance,
+            a_forged_cursor_is_a_400,
+            a_bad_wait_is_a_400,
+        ],
+    )

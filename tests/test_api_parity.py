@@ -12,17 +12,23 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until
+from tests.support import deciding as decide
 from workflows.engine import execution, policy, recovery
 from workflows.models import AuditEvent, DeadLetter, Step
 from workflows.operations import plans
 from workflows.web import urls as console_urls
-from tests.support import deciding as decide
 
-MAIL = {"name": "notify", "steps": [
-    {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-    {"key": "after", "action": "noop", "args": {}}]}
-BAD = {"name": "comment on a missing ticket",
-       "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}
+MAIL = {
+    "name": "notify",
+    "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
+        {"key": "after", "action": "noop", "args": {}},
+    ],
+}
+BAD = {
+    "name": "comment on a missing ticket",
+    "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+}
 
 
 @pytest.fixture
@@ -47,8 +53,10 @@ def in_doubt(people, key):
 
 def trail(workflow_id, after: int) -> list[tuple]:
     """The audit events of a workflow after event `after`, without what differs between two workflows."""
-    return [(e.actor, e.verb, e.object_type, e.data) for e in
-            AuditEvent.objects.filter(workflow_id=workflow_id, id__gt=after).order_by("seq")]
+    return [
+        (e.actor, e.verb, e.object_type, e.data)
+        for e in AuditEvent.objects.filter(workflow_id=workflow_id, id__gt=after).order_by("seq")
+    ]
 
 
 def last_event_id() -> int:
@@ -61,25 +69,32 @@ def last_event_id() -> int:
 def test_resolving_over_the_api_equals_resolving_in_the_console(people, api, client, mail_to_files):
     by_api, by_page = in_doubt(people, "api"), in_doubt(people, "page")
     before = last_event_id()
-    answer = api["operator"].post(f"/workflows/{by_api.workflow_id}/steps/mail/resolve",
-                                  {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"})
+    answer = api["operator"].post(
+        f"/workflows/{by_api.workflow_id}/steps/mail/resolve",
+        {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"},
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "RUNNING"
     assert client.login(username="operator", password=PASSWORD)
-    client.post(f"/workflows/{by_page.workflow_id}/steps/mail/resolve",
-                {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"})
+    client.post(
+        f"/workflows/{by_page.workflow_id}/steps/mail/resolve",
+        {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"},
+    )
 
     resolved = [Step.objects.get(pk=step.pk) for step in (by_api, by_page)]
     assert [(s.status, s.external_ref, s.result) for s in resolved] == [
-        ("COMPLETE", "smtp:250", {"external_ref": "smtp:250"})] * 2
+        ("COMPLETE", "smtp:250", {"external_ref": "smtp:250"})
+    ] * 2
     assert trail(by_api.workflow_id, before) == trail(by_page.workflow_id, before)
     assert ("operator", "step.resolved") in [t[:2] for t in trail(by_api.workflow_id, before)]
 
 
 def test_resolve_takes_the_result_seen_in_the_other_system(people, api, mail_to_files):
     step = in_doubt(people, "result")
-    answer = api["operator"].post(f"/workflows/{step.workflow_id}/steps/mail/resolve", {
-        "decision": "happened", "external_ref": "smtp:250", "result": {"queued": "ab12"}, "reason": "log"})
+    answer = api["operator"].post(
+        f"/workflows/{step.workflow_id}/steps/mail/resolve",
+        {"decision": "happened", "external_ref": "smtp:250", "result": {"queued": "ab12"}, "reason": "log"},
+    )
     assert answer.status_code == 200
     mail = next(s for s in answer.json()["steps"] if s["key"] == "mail")
     assert (mail["status"], mail["result"]) == ("COMPLETE", {"queued": "ab12"})
@@ -87,8 +102,9 @@ def test_resolve_takes_the_result_seen_in_the_other_system(people, api, mail_to_
 
 def test_resolve_not_happened_runs_the_step_again_with_its_operation_key(people, api, mail_to_files, tmp_path):
     step = in_doubt(people, "again")
-    answer = api["operator"].post(f"/workflows/{step.workflow_id}/steps/mail/resolve",
-                                  {"decision": "not_happened", "reason": "not in the log"})
+    answer = api["operator"].post(
+        f"/workflows/{step.workflow_id}/steps/mail/resolve", {"decision": "not_happened", "reason": "not in the log"}
+    )
     assert answer.status_code == 200
     run_until(step.workflow_id, "COMPLETE")
     sent = list(tmp_path.iterdir())
@@ -98,14 +114,14 @@ def test_resolve_not_happened_runs_the_step_again_with_its_operation_key(people,
 @pytest.mark.parametrize("persona", ["reviewer", "auditor", "agent"])
 def test_only_operators_resolve_over_the_api(people, api, mail_to_files, persona):
     step = in_doubt(people, "roles")
-    answer = api[persona].post(f"/workflows/{step.workflow_id}/steps/mail/resolve",
-                               {"decision": "not_happened", "reason": "x"})
+    answer = api[persona].post(
+        f"/workflows/{step.workflow_id}/steps/mail/resolve", {"decision": "not_happened", "reason": "x"}
+    )
     assert answer.status_code == 403
     assert Step.objects.get(pk=step.pk).status == "IN_DOUBT"
 
 
-def test_resolve_of_an_unknown_step_or_anothers_workflow_is_not_found(people, api, mail_to_files,
-                                                                      django_user_model):
+def test_resolve_of_an_unknown_step_or_anothers_workflow_is_not_found(people, api, mail_to_files, django_user_model):
     step = in_doubt(people, "missing")
     body = {"decision": "not_happened", "reason": "x"}
     assert api["operator"].post(f"/workflows/{step.workflow_id}/steps/nope/resolve", body).status_code == 404
@@ -114,17 +130,20 @@ def test_resolve_of_an_unknown_step_or_anothers_workflow_is_not_found(people, ap
     assert Step.objects.get(pk=step.pk).status == "IN_DOUBT"
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"decision": "maybe", "reason": "x"}, "decision"),
-    ({"reason": "x"}, "decision"),
-    ({"decision": "not_happened"}, "reason"),
-    ({"decision": "not_happened", "reason": " "}, "reason"),
-    ({"decision": "happened", "reason": "trust me"}, "external_ref"),
-    ({"decision": "compensate", "reason": "undo", "external_ref": ""}, "external_ref"),
-    ({"decision": "happened", "reason": "x", "external_ref": "r" * 201}, "external_ref"),
-    ({"decision": "happened", "reason": "x", "external_ref": "r", "result": [1]}, "result"),
-    ({"decision": "not_happened", "reason": "x", "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"decision": "maybe", "reason": "x"}, "decision"),
+        ({"reason": "x"}, "decision"),
+        ({"decision": "not_happened"}, "reason"),
+        ({"decision": "not_happened", "reason": " "}, "reason"),
+        ({"decision": "happened", "reason": "trust me"}, "external_ref"),
+        ({"decision": "compensate", "reason": "undo", "external_ref": ""}, "external_ref"),
+        ({"decision": "happened", "reason": "x", "external_ref": "r" * 201}, "external_ref"),
+        ({"decision": "happened", "reason": "x", "external_ref": "r", "result": [1]}, "result"),
+        ({"decision": "not_happened", "reason": "x", "extra": 1}, "extra"),
+    ],
+)
 def test_a_bad_resolution_is_refused_with_its_field_and_changes_nothing(people, api, mail_to_files, body, field):
     step = in_doubt(people, "bad")
     before = last_event_id()
@@ -168,8 +187,10 @@ def test_bulk_replay_dry_run_says_what_would_run_and_the_replay_does_exactly_tha
     assert last_event_id() == before
     assert set(DeadLetter.objects.values_list("status", flat=True)) == {"OPEN"}
 
-    real = api["operator"].post("/dead-letters/replay", {"filter": {"action": "ticket.comment", "status": "OPEN"},
-                                                         "dry_run": False, "reason": "ticket exists now"})
+    real = api["operator"].post(
+        "/dead-letters/replay",
+        {"filter": {"action": "ticket.comment", "status": "OPEN"}, "dry_run": False, "reason": "ticket exists now"},
+    )
 
     assert real.status_code == 202, real.text
     job = real.json()["job"]
@@ -201,19 +222,22 @@ def test_bulk_replay_obeys_current_policy_in_the_dry_run_and_the_replay(people, 
     assert entry.status == "OPEN"
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"dry_run": True}, "filter"),
-    ({"filter": {}, "dry_run": True}, "filter"),
-    ({"filter": {"status": "OPEN"}, "dry_run": True}, "filter"),
-    ({"filter": {"action": "ticket.comment", "status": "REPLAYED"}, "dry_run": True}, "filter.status"),
-    ({"filter": {"action": "ticket.comment", "cursor": "x"}, "dry_run": True}, "filter.cursor"),
-    ({"filter": {"failure_class": "NOPE"}, "dry_run": True}, "filter.failure_class"),
-    ({"filter": {"workflow": "not-a-uuid"}, "dry_run": True}, "filter.workflow"),
-    ({"filter": {"action": "ticket.comment"}}, "dry_run"),
-    ({"filter": {"action": "ticket.comment"}, "dry_run": "yes"}, "dry_run"),
-    ({"filter": {"action": "ticket.comment"}, "dry_run": False}, "reason"),
-    ({"filter": {"action": "ticket.comment"}, "dry_run": False, "reason": "  "}, "reason"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"dry_run": True}, "filter"),
+        ({"filter": {}, "dry_run": True}, "filter"),
+        ({"filter": {"status": "OPEN"}, "dry_run": True}, "filter"),
+        ({"filter": {"action": "ticket.comment", "status": "REPLAYED"}, "dry_run": True}, "filter.status"),
+        ({"filter": {"action": "ticket.comment", "cursor": "x"}, "dry_run": True}, "filter.cursor"),
+        ({"filter": {"failure_class": "NOPE"}, "dry_run": True}, "filter.failure_class"),
+        ({"filter": {"workflow": "not-a-uuid"}, "dry_run": True}, "filter.workflow"),
+        ({"filter": {"action": "ticket.comment"}}, "dry_run"),
+        ({"filter": {"action": "ticket.comment"}, "dry_run": "yes"}, "dry_run"),
+        ({"filter": {"action": "ticket.comment"}, "dry_run": False}, "reason"),
+        ({"filter": {"action": "ticket.comment"}, "dry_run": False, "reason": "  "}, "reason"),
+    ],
+)
 def test_a_bad_bulk_replay_is_refused_with_its_field_and_changes_nothing(people, api, desk, body, field):
     entry = dead_letter(people["agent"], people["reviewer"], "bad-body")
     before = last_event_id()
@@ -227,8 +251,9 @@ def test_a_bad_bulk_replay_is_refused_with_its_field_and_changes_nothing(people,
 @pytest.mark.parametrize("persona", ["reviewer", "auditor", "agent"])
 def test_only_operators_bulk_replay(people, api, desk, persona):
     entry = dead_letter(people["agent"], people["reviewer"], "bulk-roles")
-    answer = api[persona].post("/dead-letters/replay", {"filter": {"workflow": str(entry.workflow_id)},
-                                                         "dry_run": False, "reason": "x"})
+    answer = api[persona].post(
+        "/dead-letters/replay", {"filter": {"workflow": str(entry.workflow_id)}, "dry_run": False, "reason": "x"}
+    )
     assert answer.status_code == 403
     entry.refresh_from_db()
     assert entry.status == "OPEN"
@@ -260,7 +285,9 @@ def test_an_agent_sees_the_dead_letters_of_its_own_workflows_only(people, api, d
     assert api["agent"].get(f"/dead-letters/{theirs.pk}").status_code == 404
     assert ApiClient(other).get(f"/dead-letters/{mine.pk}").status_code == 404
     assert {item["id"] for item in api["operator"].get("/dead-letters").json()["items"]} == {
-        str(mine.pk), str(theirs.pk)}
+        str(mine.pk),
+        str(theirs.pk),
+    }
     assert api["reviewer"].get("/dead-letters").status_code == 403
     assert api["reviewer"].get(f"/dead-letters/{mine.pk}").status_code == 403
 
@@ -291,8 +318,11 @@ def console_posts() -> set[str]:
             continue
         source = inspect.getsource(view)
         if "@require_POST" in source or re.search(r"require_http_methods\(\[[^]]*\"POST\"", source):
-            route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: "<id>" if m.group(1).endswith("_id") else f"<{m.group(1)}>",
-                           str(pattern.pattern))
+            route = re.sub(
+                r"<(?:\w+:)?(\w+)>",
+                lambda m: "<id>" if m.group(1).endswith("_id") else f"<{m.group(1)}>",
+                str(pattern.pattern),
+            )
             found.add("/" + route.replace("<step_key>", "<key>"))
     return found
 
@@ -304,7 +334,9 @@ def test_every_console_post_has_an_api_twin_in_the_readme_table(api):
     posts = console_posts()
     assert "/workflows/<id>/cancel" in posts and "/audit/verify" in posts
     assert posts <= set(listed), posts - set(listed)
-    schema = {re.sub(r"{\w+}", "{}", path): operations
-              for path, operations in api["admin"].get("/openapi.json").json()["paths"].items()}
+    schema = {
+        re.sub(r"{\w+}", "{}", path): operations
+        for path, operations in api["admin"].get("/openapi.json").json()["paths"].items()
+    }
     for method, path in listed.values():
         assert method.lower() in schema.get(re.sub(r"{\w+}", "{}", path), {}), f"{method} {path} is not in the schema"

@@ -46,8 +46,9 @@ def test_deciding_twice_is_a_conflict(api):
 
 
 def test_unknown_workflow_is_404(api):
-    response = api["reviewer"].post("/workflows/00000000-0000-0000-0000-000000000000/approve",
-                                    {"revision": 1, "plan_hash": "0" * 64})
+    response = api["reviewer"].post(
+        "/workflows/00000000-0000-0000-0000-000000000000/approve", {"revision": 1, "plan_hash": "0" * 64}
+    )
     assert response.status_code == 404
 
 

@@ -23,13 +23,13 @@ from durableconsole import proof
 from tests.conftest import console_jwks_file, manage, run_until, ticket_plan
 from tests.desk import TicketDesk, TicketDeskError
 from tests.receiver import Receiver
+from tests.support import deciding as decide
 from workflows.actions import ActionError, PerformContext
 from workflows.actions.context import performing
 from workflows.actions.transport import call
 from workflows.audit import signing
 from workflows.models import Attempt, DeadLetter
 from workflows.operations import compensation, deadletters, plans
-from tests.support import deciding as decide
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DESK = "http://127.0.0.1:8100"
@@ -43,10 +43,26 @@ def b64(raw: bytes) -> str:
 
 def claims(**changes) -> dict:
     now = int(time.time())
-    return {"iss": "http://console", "aud": DESK, "jti": "j-1", "iat": now, "exp": now + 300, "wf": "wf-1", "rev": 1,
-            "plan_hash": "h" * 64, "step": "open", "action": "ticket.create", "op": "op-1", "htm": "POST",
-            "htu": URL, "body_sha256": hashlib.sha256(BODY).hexdigest(), "args_sha256": "a" * 64,
-            "approvers": [{"sub": "7", "at": "2026-12-02T04:00:00Z"}], "policy_version": 1, **changes}
+    return {
+        "iss": "http://console",
+        "aud": DESK,
+        "jti": "j-1",
+        "iat": now,
+        "exp": now + 300,
+        "wf": "wf-1",
+        "rev": 1,
+        "plan_hash": "h" * 64,
+        "step": "open",
+        "action": "ticket.create",
+        "op": "op-1",
+        "htm": "POST",
+        "htu": URL,
+        "body_sha256": hashlib.sha256(BODY).hexdigest(),
+        "args_sha256": "a" * 64,
+        "approvers": [{"sub": "7", "at": "2026-12-02T04:00:00Z"}],
+        "policy_version": 1,
+        **changes,
+    }
 
 
 def compact(header: dict, payload: dict, private: Ed25519PrivateKey | None) -> str:
@@ -60,19 +76,37 @@ def compact(header: dict, payload: dict, private: Ed25519PrivateKey | None) -> s
 def key():
     private = Ed25519PrivateKey.generate()
     raw = private.public_key().public_bytes_raw()
-    return {"private": private, "kid": "k-1",
-            "jwks": {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": b64(raw), "kid": "k-1", "alg": "EdDSA",
-                               "use": "sig"}]}}
+    return {
+        "private": private,
+        "kid": "k-1",
+        "jwks": {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": b64(raw), "kid": "k-1", "alg": "EdDSA", "use": "sig"}]},
+    }
 
 
 def okp(private: Ed25519PrivateKey) -> OKPKey:
-    return OKPKey.import_key({"kty": "OKP", "crv": "Ed25519", "x": b64(private.public_key().public_bytes_raw()),
-                              "d": b64(private.private_bytes_raw())})
+    return OKPKey.import_key(
+        {
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": b64(private.public_key().public_bytes_raw()),
+            "d": b64(private.private_bytes_raw()),
+        }
+    )
 
 
 def verify(token, key, **request):
-    return proof.verify(token, **{"method": "POST", "url": URL, "body": BODY, "idempotency_key": "op-1",
-                                  "jwks": key["jwks"], "audience": DESK, **request})
+    return proof.verify(
+        token,
+        **{
+            "method": "POST",
+            "url": URL,
+            "body": BODY,
+            "idempotency_key": "op-1",
+            "jwks": key["jwks"],
+            "audience": DESK,
+            **request,
+        },
+    )
 
 
 # --- the verifier ------------------------------------------------------------------
@@ -140,13 +174,16 @@ def test_an_expired_proof_is_refused_past_the_leeway(key):
         verify(just_expired, key, leeway=0)
 
 
-@pytest.mark.parametrize("changed, match", [
-    ({"body": b'{"title":"Printer fine"}'}, "body_sha256"),
-    ({"url": f"{DESK}/tickets/1/close"}, "htu"),
-    ({"url": f"{URL}?title=other"}, "htu"),
-    ({"method": "PUT"}, "htm"),
-    ({"audience": "http://127.0.0.1:8101"}, "aud"),
-])
+@pytest.mark.parametrize(
+    "changed, match",
+    [
+        ({"body": b'{"title":"Printer fine"}'}, "body_sha256"),
+        ({"url": f"{DESK}/tickets/1/close"}, "htu"),
+        ({"url": f"{URL}?title=other"}, "htu"),
+        ({"method": "PUT"}, "htm"),
+        ({"audience": "http://127.0.0.1:8101"}, "aud"),
+    ],
+)
 def test_a_request_changed_after_signing_is_refused(key, changed, match):
     token = proof.sign(claims(), key=okp(key["private"]), kid="k-1")
     with pytest.raises(proof.InvalidProof, match=match):
@@ -192,26 +229,47 @@ def test_each_write_carries_a_proof_of_exactly_that_request(people, settings):
     and names the workflow, step, operation key, approvers and policy."""
     with Receiver() as receiver:
         url = f"{receiver.url}/hooks/deploy?env=prod"
-        plan = {"name": "Tell the deploy hook", "submission_key": "hook-1", "steps": [
-            {"key": "notify", "action": "http.post",
-             "args": {"url": url, "json": {"version": "2.3", "note": "ünïcode"}}}]}
+        plan = {
+            "name": "Tell the deploy hook",
+            "submission_key": "hook-1",
+            "steps": [
+                {
+                    "key": "notify",
+                    "action": "http.post",
+                    "args": {"url": url, "json": {"version": "2.3", "note": "ünïcode"}},
+                }
+            ],
+        }
         workflow = _submit(people, plan)
         run_until(workflow.pk, "COMPLETE")
         [got] = receiver.requests
     step = workflow.steps.get()
     attempt = step.attempts.get()
     approval = workflow.approvals.get()
-    claims_ = proof.verify(got["headers"]["approval-proof"], method="POST", url=url, body=got["body"],
-                           idempotency_key=got["headers"]["idempotency-key"], jwks=signing.jwks(),
-                           audience=proof.origin(receiver.url))
+    claims_ = proof.verify(
+        got["headers"]["approval-proof"],
+        method="POST",
+        url=url,
+        body=got["body"],
+        idempotency_key=got["headers"]["idempotency-key"],
+        jwks=signing.jwks(),
+        audience=proof.origin(receiver.url),
+    )
     assert claims_["op"] == step.operation_key == got["headers"]["idempotency-key"]
     assert (claims_["wf"], claims_["rev"], claims_["plan_hash"]) == (str(workflow.pk), 1, workflow.plan_hash)
-    assert (claims_["step"], claims_["action"], claims_["policy_version"]) == ("notify", "http.post",
-                                                                              attempt.policy_version)
+    assert (claims_["step"], claims_["action"], claims_["policy_version"]) == (
+        "notify",
+        "http.post",
+        attempt.policy_version,
+    )
     assert claims_["approvers"] == [{"sub": str(people["reviewer"].pk), "at": _at(approval.created_at)}]
     assert claims_["iss"] == settings.CONSOLE_URL and claims_["exp"] - claims_["iat"] == 300
-    assert claims_["args_sha256"] == hashlib.sha256(json.dumps(
-        step.args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    assert (
+        claims_["args_sha256"]
+        == hashlib.sha256(
+            json.dumps(step.args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+    )
     # The attempt records the proof's key id, unique id and approvers, not the token.
     assert (attempt.proof_kid, attempt.proof_jti) == (signing.current().kid, claims_["jti"])
     assert attempt.proof_approvers == claims_["approvers"]
@@ -220,8 +278,17 @@ def test_each_write_carries_a_proof_of_exactly_that_request(people, settings):
 
 def test_reads_carry_no_proof_and_writes_outside_an_effect_none_either():
     with Receiver() as receiver:
-        context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="s", action="a",
-                                 operation_key="op", approvers=[], policy_version=1, args_sha256="x")
+        context = PerformContext(
+            workflow_id="w",
+            revision=1,
+            plan_hash="h",
+            step="s",
+            action="a",
+            operation_key="op",
+            approvers=[],
+            policy_version=1,
+            args_sha256="x",
+        )
         with performing(context):
             with pytest.raises(ActionError):
                 call("GET", f"{receiver.url}/read")  # the receiver answers GET with 501
@@ -239,8 +306,12 @@ def test_the_ticket_desk_ledger_records_the_proof_of_every_change(people, proof_
     assert [entry["path"].split("/")[-1] for entry in ledger] == ["tickets", "comments", "close"]
     for entry in ledger:
         attempt = attempts[entry["idempotency_key"]]
-        assert entry["proof"] == {"wf": str(workflow.pk), "approvers": attempt.proof_approvers,
-                                  "kid": attempt.proof_kid, "jti": attempt.proof_jti}
+        assert entry["proof"] == {
+            "wf": str(workflow.pk),
+            "approvers": attempt.proof_approvers,
+            "kid": attempt.proof_kid,
+            "jti": attempt.proof_jti,
+        }
         assert entry["proof"]["approvers"][0]["sub"] == str(people["reviewer"].pk)
     assert len({entry["proof"]["jti"] for entry in ledger}) == 3
 
@@ -251,17 +322,27 @@ def test_the_desk_refuses_a_write_without_a_valid_proof_and_changes_nothing(proo
     assert refused.json()["error"]["code"] == "approval_proof_invalid"
     assert "no Approval-Proof header" in refused.json()["error"]["message"]
     forged = compact({"alg": "none", "typ": proof.TYP, "kid": signing.current().kid}, claims(), None)
-    refused = proof_desk.request("POST", "/tickets", json={"title": "t"},
-                                 headers={"Idempotency-Key": "k", "Approval-Proof": forged})
+    refused = proof_desk.request(
+        "POST", "/tickets", json={"title": "t"}, headers={"Idempotency-Key": "k", "Approval-Proof": forged}
+    )
     assert refused.status_code == 403 and "alg 'none'" in refused.json()["error"]["message"]
     assert proof_desk.tickets() == [] and proof_desk.ledger() == []  # reads need no proof
 
 
 def test_gate_approvals_are_among_the_approvers_of_the_gated_step(people, proof_desk):
-    plan = {"name": "Open, then close once looked at", "submission_key": "gated-proof", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}},
-        {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}},
-         "gate": {"approvals": 1, "note": "look first"}}]}
+    plan = {
+        "name": "Open, then close once looked at",
+        "submission_key": "gated-proof",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}},
+            {
+                "key": "close",
+                "action": "ticket.close",
+                "args": {"ticket_id": {"$from": "open.result.id"}},
+                "gate": {"approvals": 1, "note": "look first"},
+            },
+        ],
+    }
     workflow = _submit(people, plan)
     run_until(workflow.pk, "WAITING_GATE")
     decide.gate_approve(workflow, "close", by=people["reviewer2"])
@@ -274,16 +355,24 @@ def test_gate_approvals_are_among_the_approvers_of_the_gated_step(people, proof_
 
 
 def test_a_compensation_names_its_requester_and_its_authorizer(people, proof_desk):
-    workflow = _submit(people, ticket_plan("undo-proof", steps=[
-        {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]))
+    workflow = _submit(
+        people,
+        ticket_plan(
+            "undo-proof", steps=[{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]
+        ),
+    )
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")
     decide.authorize(comp, by=people["reviewer2"])
     run_until(workflow.pk, "COMPENSATED")
     undo = Attempt.objects.get(step__workflow=workflow, step__lane__gt=0)
     assert [a["sub"] for a in undo.proof_approvers] == [str(people["operator"].pk), str(people["reviewer2"].pk)]
-    assert proof_desk.ledger()[-1]["proof"] == {"wf": str(workflow.pk), "approvers": undo.proof_approvers,
-                                                "kid": undo.proof_kid, "jti": undo.proof_jti}
+    assert proof_desk.ledger()[-1]["proof"] == {
+        "wf": str(workflow.pk),
+        "approvers": undo.proof_approvers,
+        "kid": undo.proof_kid,
+        "jti": undo.proof_jti,
+    }
 
 
 def test_a_refused_proof_is_dead_lettered_unretried_and_a_replay_sends_a_fresh_one(people, settings, tmp_path):
@@ -293,12 +382,19 @@ def test_a_refused_proof_is_dead_lettered_unretried_and_a_replay_sends_a_fresh_o
     operation key, and the ticket is made once."""
     wrong = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
     wrong_jwks = tmp_path / "wrong-jwks.json"
-    wrong_jwks.write_text(json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": b64(wrong),
-                                                "kid": signing.current().kid, "alg": "EdDSA"}]}))
+    wrong_jwks.write_text(
+        json.dumps(
+            {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": b64(wrong), "kid": signing.current().kid, "alg": "EdDSA"}]}
+        )
+    )
     with TicketDesk(tmp_path / "desk.sqlite3", require_proofs=wrong_jwks) as desk:
         settings.TICKET_DESK_URL = desk.url
-        workflow = _submit(people, ticket_plan("refused", steps=[
-            {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]))
+        workflow = _submit(
+            people,
+            ticket_plan(
+                "refused", steps=[{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]
+            ),
+        )
         run_until(workflow.pk, "FAILED")
         step = workflow.steps.get()
         [first] = step.attempts.all()
@@ -326,8 +422,18 @@ def test_key_rotation_keeps_the_retired_key_verifying_during_the_overlap(setting
     call_command("signing_key", "--new")
     old_kid = signing.current().kid
     # An attempt requested under the old key...
-    context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="s", action="ticket.create",
-                             operation_key="op-1", approvers=[], policy_version=1, args_sha256="x", kid=old_kid)
+    context = PerformContext(
+        workflow_id="w",
+        revision=1,
+        plan_hash="h",
+        step="s",
+        action="ticket.create",
+        operation_key="op-1",
+        approvers=[],
+        policy_version=1,
+        args_sha256="x",
+        kid=old_kid,
+    )
     before = context.proof("POST", URL, BODY)
     call_command("signing_key", "--new")
     new_kid = signing.current().kid
@@ -350,16 +456,25 @@ def test_key_rotation_keeps_the_retired_key_verifying_during_the_overlap(setting
 def test_the_desk_takes_the_console_jwks_url_on_loopback_only(live_server, tmp_path):
     desk = TicketDesk(tmp_path / "desk.sqlite3", require_proofs=f"{live_server.url}/.well-known/jwks.json")
     with desk:
-        context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="s", action="ticket.create",
-                                 operation_key="op-9", approvers=[], policy_version=1, args_sha256="x")
+        context = PerformContext(
+            workflow_id="w",
+            revision=1,
+            plan_hash="h",
+            step="s",
+            action="ticket.create",
+            operation_key="op-9",
+            approvers=[],
+            policy_version=1,
+            args_sha256="x",
+        )
         body = json.dumps({"title": "By hand"}).encode()
         token = context.proof("POST", f"{desk.url}/tickets", body)
-        made = desk.request("POST", "/tickets", data=body, headers={"Idempotency-Key": "op-9",
-                                                                     "Approval-Proof": token})
+        made = desk.request("POST", "/tickets", data=body, headers={"Idempotency-Key": "op-9", "Approval-Proof": token})
         assert made.status_code == 201, made.text
         assert desk.ledger()[0]["proof"]["jti"] == context.jti
-    far = TicketDesk(tmp_path / "far.sqlite3", require_proofs="http://console.example.com/.well-known/jwks.json",
-                     start_timeout=20)
+    far = TicketDesk(
+        tmp_path / "far.sqlite3", require_proofs="http://console.example.com/.well-known/jwks.json", start_timeout=20
+    )
     with pytest.raises(TicketDeskError, match="plain http"):
         far.start()
     done = manage("ticketdesk", "--jwks", "jwks.json")
@@ -373,10 +488,23 @@ def test_the_desk_learns_a_rotated_in_key_without_a_restart(settings, tmp_path):
     with TicketDesk(tmp_path / "desk.sqlite3", require_proofs=jwks) as desk:
         call_command("signing_key", "--new")  # the console rotates; the desk's file follows
         console_jwks_file(jwks)
-        context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="s", action="ticket.create",
-                                 operation_key="op-r", approvers=[], policy_version=1, args_sha256="x")
+        context = PerformContext(
+            workflow_id="w",
+            revision=1,
+            plan_hash="h",
+            step="s",
+            action="ticket.create",
+            operation_key="op-r",
+            approvers=[],
+            policy_version=1,
+            args_sha256="x",
+        )
         body = json.dumps({"title": "After rotation"}).encode()
-        made = desk.request("POST", "/tickets", data=body, headers={
-            "Idempotency-Key": "op-r", "Approval-Proof": context.proof("POST", f"{desk.url}/tickets", body)})
+        made = desk.request(
+            "POST",
+            "/tickets",
+            data=body,
+            headers={"Idempotency-Key": "op-r", "Approval-Proof": context.proof("POST", f"{desk.url}/tickets", body)},
+        )
         assert made.status_code == 201, made.text
         assert desk.ledger()[0]["proof"]["kid"] == signing.current().kid

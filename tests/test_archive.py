@@ -17,24 +17,33 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
 from tests.processes import PROJECT_DIR
-from workflows.audit import archive, journal
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import Outcome
+from workflows.audit import archive, journal
 from workflows.engine import execution, outcomes, recovery
 from workflows.models import (
-    Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Compensation, DeadLetter, Step, Team, Workflow,
+    Archive,
+    ArchivedWorkflow,
+    Attempt,
+    AuditEvent,
+    AuditHead,
+    Compensation,
+    DeadLetter,
+    Step,
+    Team,
+    Workflow,
 )
 from workflows.operations import cancellation, compensation, deadletters, plans
 from workflows.ops.processes import database_url
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints
 from workflows.webhooks.models import WebhookDelivery
-from tests.support import deciding as decide
 
 OLD = timedelta(days=200)
 
@@ -84,8 +93,7 @@ def archived(people, desk, tmp_path):
     run("audit_checkpoint")
     directory = tmp_path / "archive"
     output = run("archive", "--older-than", "90d", "--to", directory, "--batch", 1)
-    return {"done": done, "dropped": dropped, "waiting": waiting, "recent": recent, "dir": directory,
-            "output": output}
+    return {"done": done, "dropped": dropped, "waiting": waiting, "recent": recent, "dir": directory, "output": output}
 
 
 def test_archive_moves_old_finished_workflows_out_and_the_live_chain_still_verifies(archived):
@@ -128,20 +136,31 @@ def test_a_stream_deleted_outside_an_archive_is_still_reported(archived, people)
     with transaction.atomic():
         fake = Archive.objects.create(by="mallory", location="-", manifest_digest="0" * 64, workflows=1)
         head = AuditHead.objects.get(stream=str(other.pk))
-        ArchivedWorkflow.objects.create(workflow_id=other.pk, archive=fake, team_id=other.team_id,
-                                        submitted_by=people["agent"], name="x", status="CANCELLED",
-                                        created_at=other.created_at, seq=head.seq, head=head.hash)
+        ArchivedWorkflow.objects.create(
+            workflow_id=other.pk,
+            archive=fake,
+            team_id=other.team_id,
+            submitted_by=people["agent"],
+            name="x",
+            status="CANCELLED",
+            created_at=other.created_at,
+            seq=head.seq,
+            head=head.hash,
+        )
         archive.purge(fake, [other.pk])
     assert "deleted stream" in refused("verify_audit")
 
 
-@pytest.mark.parametrize("tamper, expected", [
-    ("steps", "steps.jsonl.gz: modified"),
-    ("events", "audit_events.jsonl.gz: modified"),
-    ("manifest", "manifest: the signature does not verify"),
-    ("missing", "attempts.jsonl.gz: missing"),
-    ("rehashed", "manifest: the signature does not verify"),
-])
+@pytest.mark.parametrize(
+    "tamper, expected",
+    [
+        ("steps", "steps.jsonl.gz: modified"),
+        ("events", "audit_events.jsonl.gz: modified"),
+        ("manifest", "manifest: the signature does not verify"),
+        ("missing", "attempts.jsonl.gz: missing"),
+        ("rehashed", "manifest: the signature does not verify"),
+    ],
+)
 def test_any_change_to_an_archive_is_detected_with_a_clear_message(archived, tamper, expected):
     directory = archived["dir"]
     if tamper in ("steps", "events"):
@@ -174,8 +193,14 @@ def test_any_change_to_an_archive_is_detected_with_a_clear_message(archived, tam
 def test_verify_archive_run_as_a_command_exits_non_zero_on_a_changed_file(transactional_db, archived):
     def verify_archive():
         env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "1"}
-        return subprocess.run([sys.executable, "manage.py", "verify_archive", str(archived["dir"])], cwd=PROJECT_DIR,
-                              env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "manage.py", "verify_archive", str(archived["dir"])],
+            cwd=PROJECT_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     intact = verify_archive()
     assert intact.returncode == 0 and "archive OK" in intact.stdout, intact.stdout + intact.stderr
@@ -195,8 +220,10 @@ def test_an_archive_the_live_chain_never_recorded_does_not_verify(archived):
     from workflows.models import canonical_json
 
     key = signing.current()
-    checkpoints.save({"statement": statement, "signature": key.sign(canonical_json(statement).encode())},
-                     archived["dir"] / "manifest.json")
+    checkpoints.save(
+        {"statement": statement, "signature": key.sign(canonical_json(statement).encode())},
+        archived["dir"] / "manifest.json",
+    )
     assert "does not join the live audit chain" in refused("verify_archive", archived["dir"])
 
 
@@ -266,8 +293,7 @@ def test_only_the_archive_path_deletes_audit_events(people):
         table = AuditEvent._meta.db_table
         # Raw SQL is refused, even with the archive's setting, unless the stream was recorded as archived.
         for setting in ("", f"SELECT set_config('{archive.SETTING}', gen_random_uuid()::text, true);"):
-            with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
-                    connection.cursor() as cursor:
+            with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"{setting} DELETE FROM {table} WHERE stream = %s", [stream])
     assert AuditEvent.objects.filter(stream=stream).exists()
 
@@ -322,11 +348,18 @@ def test_archive_runs_beside_a_working_worker_and_never_takes_unfinished_work(pe
 
 # --- finished, yet someone may still act on it: never archived ------------------------
 
+
 def with_open_dead_letter(people):
     """A run that failed (its dead letter still open), then cancelled: an
     operator may still replay or discard the entry."""
-    workflow = plans.submit(people["agent"], {"name": "missing ticket", "submission_key": "dead", "steps": [
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}).workflow
+    workflow = plans.submit(
+        people["agent"],
+        {
+            "name": "missing ticket",
+            "submission_key": "dead",
+            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+        },
+    ).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, WorkflowStatus.FAILED)
     workflow = cancellation.cancel(Workflow.objects.get(pk=workflow.pk), by=people["operator"], reason="stop")
@@ -353,6 +386,7 @@ def with_attempt_in_flight(people):
     def answered():
         outcomes.record_outcome(step, attempt, Outcome(result={}), step.fence, AttemptStatus.SUCCEEDED)
         outcomes.verify(step, actions.get(step.action), step.fence)
+
     return workflow, answered
 
 
@@ -368,22 +402,39 @@ def with_outcome_to_learn(people):
     recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
     assert Step.objects.get(pk=step.pk).status == StepStatus.WAITING_RETRY  # no step left running: only the attempt
     # Settled as a reconciliation settles it once the lookup answered.
-    return workflow, lambda: Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.RECONCILED,
-                                                                         finished_at=timezone.now())
+    return workflow, lambda: Attempt.objects.filter(pk=attempt.pk).update(
+        status=AttemptStatus.RECONCILED, finished_at=timezone.now()
+    )
 
 
 def with_pending_delivery(people):
     """Cancelled, its webhook event not delivered yet (the endpoint was down)."""
     workflow = cancelled(people, "undelivered")
     endpoint, _ = endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
-    delivery = WebhookDelivery.objects.create(event="workflow.cancelled", workflow=workflow, endpoint=endpoint,
-                                              body="{}", attempts=2, next_attempt_at=timezone.now())
+    delivery = WebhookDelivery.objects.create(
+        event="workflow.cancelled",
+        workflow=workflow,
+        endpoint=endpoint,
+        body="{}",
+        attempts=2,
+        next_attempt_at=timezone.now(),
+    )
     return workflow, lambda: WebhookDelivery.objects.filter(pk=delivery.pk).update(
-        status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now())
+        status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
+    )
 
 
-@pytest.mark.parametrize("make", [with_open_dead_letter, with_pending_compensation, with_attempt_in_flight,
-                                  with_outcome_to_learn, with_pending_delivery], ids=lambda make: make.__name__)
+@pytest.mark.parametrize(
+    "make",
+    [
+        with_open_dead_letter,
+        with_pending_compensation,
+        with_attempt_in_flight,
+        with_outcome_to_learn,
+        with_pending_delivery,
+    ],
+    ids=lambda make: make.__name__,
+)
 def test_an_old_finished_workflow_someone_may_still_act_on_is_never_archived(make, people, desk, tmp_path):
     workflow, settle = make(people)
     assert Workflow.objects.get(pk=workflow.pk).status in {WorkflowStatus.COMPLETE, WorkflowStatus.CANCELLED}

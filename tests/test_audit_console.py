@@ -13,14 +13,14 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
-from tests.support.seeing import Client
 
 from tests.conftest import ticket_plan
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows.audit import journal, keys
 from workflows.models import AuditEvent, AuditVerification
 from workflows.operations import plans
 from workflows.web.views_audit import FIELDS
-from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -60,8 +60,14 @@ def trail(people):
 def add_events(count, *, actor="bot", verb="test.tick", workflow_id=None, data=None):
     with transaction.atomic():
         return [
-            journal.append(actor=actor, verb=verb, obj_type="test", obj_id=i, workflow_id=workflow_id,
-                         data=data if data is not None else {"i": i})
+            journal.append(
+                actor=actor,
+                verb=verb,
+                obj_type="test",
+                obj_id=i,
+                workflow_id=workflow_id,
+                data=data if data is not None else {"i": i},
+            )
             for i in range(count)
         ]
 
@@ -71,8 +77,9 @@ def row_ids(response) -> list[int]:
 
 
 def older_link(response) -> str | None:
-    match = re.search(r'<a href="([^"]+)"\s+hx-get="[^"]+"\s+hx-target="#audit-results"[^>]*>Older…</a>',
-                      response.content.decode())
+    match = re.search(
+        r'<a href="([^"]+)"\s+hx-get="[^"]+"\s+hx-target="#audit-results"[^>]*>Older…</a>', response.content.decode()
+    )
     return match.group(1).replace("&amp;", "&") if match else None
 
 
@@ -181,8 +188,9 @@ def test_the_time_range_is_from_inclusive_to_exclusive(auditor, api, people):
 
     page = auditor.get(LIST, {"since": "2020-01-01T11:00", "until": "2020-01-01T12:00"})
     assert row_ids(page) == [eleven.pk]
-    assert row_ids(auditor.get(LIST, {"since": "2020-01-01T10:30:00"})) == \
-        list(AuditEvent.objects.filter(at__gte=stamps[1]).order_by("-id").values_list("id", flat=True))
+    assert row_ids(auditor.get(LIST, {"since": "2020-01-01T10:30:00"})) == list(
+        AuditEvent.objects.filter(at__gte=stamps[1]).order_by("-id").values_list("id", flat=True)
+    )
     assert row_ids(auditor.get(LIST, {"until": "2020-01-01T11:00"})) == [events[0].pk]
 
     items = api["auditor"].get("/audit", since="2020-01-01T11:00:00", until="2020-01-01T12:00:00Z").json()["items"]
@@ -197,15 +205,19 @@ def utc(*args):
     return datetime(*args, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("since, until, low, high", [
-    ("2020-01-01T11:30:00+00:30", "2020-01-01T12:30:00+00:30", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
-    # Beyond PostgreSQL's ±15:59.
-    ("2020-01-02T03:00:00+16:00", "2020-01-02T04:00:00+16:00", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
-    ("2020-01-01T00:00:00-23:59", None, utc(2020, 1, 1, 23, 59), None),
-    # Before the calendar's first instant in UTC, and after its last.
-    ("0001-01-01T00:00:00+23:00", "2020-01-01T11:00:00Z", None, utc(2020, 1, 1, 11)),
-    ("2020-01-01T12:00:00Z", "9999-12-31T23:00:00-05:00", utc(2020, 1, 1, 12), None),
-], ids=["half-hour", "plus-16", "minus-23:59", "before-year-1", "after-9999"])
+@pytest.mark.parametrize(
+    "since, until, low, high",
+    [
+        ("2020-01-01T11:30:00+00:30", "2020-01-01T12:30:00+00:30", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
+        # Beyond PostgreSQL's ±15:59.
+        ("2020-01-02T03:00:00+16:00", "2020-01-02T04:00:00+16:00", utc(2020, 1, 1, 11), utc(2020, 1, 1, 12)),
+        ("2020-01-01T00:00:00-23:59", None, utc(2020, 1, 1, 23, 59), None),
+        # Before the calendar's first instant in UTC, and after its last.
+        ("0001-01-01T00:00:00+23:00", "2020-01-01T11:00:00Z", None, utc(2020, 1, 1, 11)),
+        ("2020-01-01T12:00:00Z", "9999-12-31T23:00:00-05:00", utc(2020, 1, 1, 12), None),
+    ],
+    ids=["half-hour", "plus-16", "minus-23:59", "before-year-1", "after-9999"],
+)
 def test_any_iso_offset_filters_by_the_instant_it_names(api, since, until, low, high):
     for hour in (10, 11, 12):
         with mock.patch("django.utils.timezone.now", return_value=utc(2020, 1, 1, hour)):
@@ -288,7 +300,8 @@ def test_an_htmx_filter_gets_the_rows_partial_only(auditor, trail):
     assert "<html" not in html and 'role="search"' not in html
     assert 'id="audit-chain"' in html and 'data-testid="audit-row"' in html
     assert row_ids(response) == list(
-        AuditEvent.objects.filter(actor="reviewer").order_by("-id").values_list("id", flat=True))
+        AuditEvent.objects.filter(actor="reviewer").order_by("-id").values_list("id", flat=True)
+    )
     full = auditor.get(LIST, {"actor": "reviewer"}).content.decode()
     assert "<html" in full and 'hx-push-url="true"' in full
 
@@ -334,7 +347,8 @@ def test_csv_export_applies_the_filter(auditor, trail):
     response = auditor.get(CSV, {"workflow": str(trail["second"].pk)})
     rows = list(csv.reader(io.StringIO(streamed(response))))[1:]
     assert [int(row[0]) for row in rows] == list(
-        AuditEvent.objects.filter(workflow_id=trail["second"].pk).order_by("id").values_list("id", flat=True))
+        AuditEvent.objects.filter(workflow_id=trail["second"].pk).order_by("id").values_list("id", flat=True)
+    )
 
 
 def test_jsonl_export_is_one_event_per_line(auditor, trail):
@@ -350,8 +364,10 @@ def test_jsonl_export_is_one_event_per_line(auditor, trail):
 
 def rehash(item: dict) -> str:
     """What an auditor holding the audit key recomputes."""
-    fields = {name: item[name] for name in ("stream", "seq", "actor", "verb", "object_type", "object_id",
-                                            "workflow_id", "data")}
+    fields = {
+        name: item[name]
+        for name in ("stream", "seq", "actor", "verb", "object_type", "object_id", "workflow_id", "data")
+    }
     key = keys.by_id(item["key_id"])
     return journal.event_hash(item["prev_hash"], key=key, at=datetime.fromisoformat(item["at"]), **fields)
 

@@ -10,32 +10,41 @@ from datetime import datetime
 import pytest
 from django.db import transaction
 from django.test import RequestFactory
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from tests.test_audit_console import streamed, tamper
 from workflows.audit import identity, journal, keys
 from workflows.models import AuditEvent
 from workflows.operations import plans, tokens
 from workflows.web.identity import SSO_SESSION_KEY, client_address
-from tests.support import deciding as decide
 
 ISSUER = "https://id.example.com"
 
 
-@pytest.mark.parametrize("trusted, peer, forwarded, client", [
-    ([], "203.0.113.7", "198.51.100.1", "203.0.113.7"),  # not from a trusted proxy: the header is ignored
-    (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1", "198.51.100.1"),
-    (["10.0.0.0/8"], "10.1.2.3", "6.6.6.6, 198.51.100.1", "198.51.100.1"),  # the client's own prefix is not believed
-    (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1, 10.9.9.9", "198.51.100.1"),  # through two trusted proxies
-    (["10.0.0.0/8"], "10.1.2.3", "", "10.1.2.3"),
-    (["10.0.0.0/8"], "10.1.2.3", "garbage", "10.1.2.3"),
-    (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1, garbage", "10.1.2.3"),
-    (["10.0.0.1/32"], "10.0.0.2", "198.51.100.1", "10.0.0.2"),
-    (["2001:db8::/32"], "2001:db8::1", "2001:db8:ffff::1, 2a00::5", "2a00::5"),
-])
-def test_the_client_address_believes_forwarded_for_only_from_trusted_proxies(settings, trusted, peer, forwarded,
-                                                                            client):
+@pytest.mark.parametrize(
+    "trusted, peer, forwarded, client",
+    [
+        ([], "203.0.113.7", "198.51.100.1", "203.0.113.7"),  # not from a trusted proxy: the header is ignored
+        (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1", "198.51.100.1"),
+        (
+            ["10.0.0.0/8"],
+            "10.1.2.3",
+            "6.6.6.6, 198.51.100.1",
+            "198.51.100.1",
+        ),  # the client's own prefix is not believed
+        (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1, 10.9.9.9", "198.51.100.1"),  # through two trusted proxies
+        (["10.0.0.0/8"], "10.1.2.3", "", "10.1.2.3"),
+        (["10.0.0.0/8"], "10.1.2.3", "garbage", "10.1.2.3"),
+        (["10.0.0.0/8"], "10.1.2.3", "198.51.100.1, garbage", "10.1.2.3"),
+        (["10.0.0.1/32"], "10.0.0.2", "198.51.100.1", "10.0.0.2"),
+        (["2001:db8::/32"], "2001:db8::1", "2001:db8:ffff::1, 2a00::5", "2a00::5"),
+    ],
+)
+def test_the_client_address_believes_forwarded_for_only_from_trusted_proxies(
+    settings, trusted, peer, forwarded, client
+):
     settings.TRUSTED_PROXIES = trusted
     request = RequestFactory().get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=forwarded)
     assert client_address(request) == client
@@ -45,12 +54,12 @@ def test_an_agents_events_name_its_token_and_address(people, settings):
     settings.TRUSTED_PROXIES = ["127.0.0.1"]
     token = tokens.issue(people["agent"])
     agent = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    response = agent.post("/api/v1/workflows", ticket_plan("who"), content_type="application/json",
-                          HTTP_X_FORWARDED_FOR="198.51.100.20")
+    response = agent.post(
+        "/api/v1/workflows", ticket_plan("who"), content_type="application/json", HTTP_X_FORWARDED_FOR="198.51.100.20"
+    )
     assert response.status_code == 201, response.content
     event = AuditEvent.objects.filter(actor="agent").latest("id")
-    assert (event.token_id, event.client_address, event.subject, event.issuer) == (
-        token[:10], "198.51.100.20", "", "")
+    assert (event.token_id, event.client_address, event.subject, event.issuer) == (token[:10], "198.51.100.20", "", "")
     assert tokens.authenticate(token) and token[:10].startswith(tokens.PREFIX)
 
 
@@ -79,19 +88,31 @@ def test_only_the_requesters_own_events_carry_the_identity(people):
     """Events of another actor in the same request (the system's), and every
     event written outside a request, carry none."""
     workflow = plans.submit(people["agent"], ticket_plan("mixed")).workflow
-    token = identity.begin(identity.Requester(username="reviewer", subject="s", issuer=ISSUER,
-                                              client_address="192.0.2.1"))
+    token = identity.begin(
+        identity.Requester(username="reviewer", subject="s", issuer=ISSUER, client_address="192.0.2.1")
+    )
     try:
         with transaction.atomic():
-            own = journal.append(actor=people["reviewer"], verb="test.own", obj_type="workflow", obj_id=workflow.pk,
-                                 workflow_id=workflow.pk)
-            other = journal.append(actor=None, verb="test.system", obj_type="workflow", obj_id=workflow.pk,
-                                   workflow_id=workflow.pk)
+            own = journal.append(
+                actor=people["reviewer"],
+                verb="test.own",
+                obj_type="workflow",
+                obj_id=workflow.pk,
+                workflow_id=workflow.pk,
+            )
+            other = journal.append(
+                actor=None, verb="test.system", obj_type="workflow", obj_id=workflow.pk, workflow_id=workflow.pk
+            )
     finally:
         identity.end(token)
     with transaction.atomic():
-        outside = journal.append(actor=people["reviewer"], verb="test.outside", obj_type="workflow",
-                                 obj_id=workflow.pk, workflow_id=workflow.pk)
+        outside = journal.append(
+            actor=people["reviewer"],
+            verb="test.outside",
+            obj_type="workflow",
+            obj_id=workflow.pk,
+            workflow_id=workflow.pk,
+        )
     assert journal.identity_of(own) == {"subject": "s", "issuer": ISSUER, "client_address": "192.0.2.1"}
     assert journal.identity_of(other) == {} and journal.identity_of(outside) == {}
 
@@ -99,8 +120,9 @@ def test_only_the_requesters_own_events_carry_the_identity(people):
 def _trail_with_identities(people):
     """Events without identity (as written before it was recorded) and with."""
     workflow = plans.submit(people["agent"], ticket_plan("chain")).workflow
-    token = identity.begin(identity.Requester(username="reviewer", subject="00u1", issuer=ISSUER,
-                                              client_address="192.0.2.9"))
+    token = identity.begin(
+        identity.Requester(username="reviewer", subject="00u1", issuer=ISSUER, client_address="192.0.2.9")
+    )
     try:
         decide.approve(workflow, by=people["reviewer"])
     finally:
@@ -115,9 +137,17 @@ def test_identity_is_hashed_and_older_events_still_verify(people):
     assert plain is not None and marked is not None
     assert journal.verify().ok
     # An event without identity hashes exactly as before identity existed.
-    fields = dict(stream=plain.stream, seq=plain.seq, at=plain.at, actor=plain.actor, verb=plain.verb,
-                  object_type=plain.object_type, object_id=plain.object_id, workflow_id=plain.workflow_id,
-                  data=plain.data)
+    fields = dict(
+        stream=plain.stream,
+        seq=plain.seq,
+        at=plain.at,
+        actor=plain.actor,
+        verb=plain.verb,
+        object_type=plain.object_type,
+        object_id=plain.object_id,
+        workflow_id=plain.workflow_id,
+        data=plain.data,
+    )
     assert journal.event_hash(plain.prev_hash, key=keys.by_id(plain.key_id), **fields) == plain.hash
 
     tamper(marked, subject="someone-else")
@@ -125,8 +155,9 @@ def test_identity_is_hashed_and_older_events_still_verify(people):
     assert not result.ok and any("was altered" in problem for problem in result.problems)
 
 
-@pytest.mark.parametrize("column, value", [("client_address", "10.6.6.6"), ("issuer", "https://evil.example"),
-                                           ("token_id", "dc_forged")])
+@pytest.mark.parametrize(
+    "column, value", [("client_address", "10.6.6.6"), ("issuer", "https://evil.example"), ("token_id", "dc_forged")]
+)
 def test_rewriting_any_identity_field_breaks_the_chain(people, column, value):
     _trail_with_identities(people)
     tamper(AuditEvent.objects.filter(subject="00u1").first(), **{column: value})
@@ -144,12 +175,21 @@ def test_the_audit_page_and_exports_show_who(people):
     marked = [line for line in lines if line["subject"] == "00u1"]
     assert marked and all(line["issuer"] == ISSUER and line["client_address"] == "192.0.2.9" for line in marked)
     for line in lines:  # what an auditor holding the key recomputes, identity included
-        fields = {name: line[name] for name in ("stream", "seq", "actor", "verb", "object_type", "object_id",
-                                                "workflow_id", "data")}
+        fields = {
+            name: line[name]
+            for name in ("stream", "seq", "actor", "verb", "object_type", "object_id", "workflow_id", "data")
+        }
         identity_fields = {name: line[name] for name in journal.IDENTITY_FIELDS}
-        assert journal.event_hash(line["prev_hash"], key=keys.by_id(line["key_id"]),
-                                  at=datetime.fromisoformat(line["at"]), identity=identity_fields,
-                                  **fields) == line["hash"]
+        assert (
+            journal.event_hash(
+                line["prev_hash"],
+                key=keys.by_id(line["key_id"]),
+                at=datetime.fromisoformat(line["at"]),
+                identity=identity_fields,
+                **fields,
+            )
+            == line["hash"]
+        )
 
     csv_text = streamed(auditor.get("/audit/export.csv"))
     header = csv_text.splitlines()[0].split(",")

@@ -19,10 +19,10 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.operations import AddField
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.processes import PROJECT_DIR
+from tests.support.seeing import Client
 from workflows.audit import journal, keys, signing
 from workflows.models import AuditCheckpoint, AuditEvent, AuditHead, sha256_hex
 from workflows.ops.processes import database_url
@@ -32,9 +32,9 @@ CHECKPOINTS = AuditCheckpoint._meta.db_table
 HEADS = AuditHead._meta.db_table
 SQLITE_GUARDS = {
     EVENTS: f"CREATE TRIGGER IF NOT EXISTS workflows_auditevent_no_update BEFORE UPDATE ON {EVENTS} "
-            "BEGIN SELECT RAISE(ABORT, 'audit events are append-only (UPDATE refused)'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'audit events are append-only (UPDATE refused)'); END;",
     CHECKPOINTS: f"CREATE TRIGGER IF NOT EXISTS workflows_auditcheckpoint_no_update BEFORE UPDATE ON {CHECKPOINTS} "
-                 "BEGIN SELECT RAISE(ABORT, 'audit checkpoints are append-only (UPDATE refused)'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'audit checkpoints are append-only (UPDATE refused)'); END;",
 }
 PG_GUARDS = {EVENTS: "workflows_auditevent_append_only", CHECKPOINTS: "workflows_auditcheckpoint_append_only"}
 
@@ -42,8 +42,14 @@ PG_GUARDS = {EVENTS: "workflows_auditevent_append_only", CHECKPOINTS: "workflows
 def manage(command, *args, **env):
     """A management command in its own process, on the test database."""
     full = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "1", "PYTHONUNBUFFERED": "1", **env}
-    return subprocess.run([sys.executable, "manage.py", command, *args], cwd=PROJECT_DIR, env=full,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "manage.py", command, *args],
+        cwd=PROJECT_DIR,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def intact(*args, **env) -> str:
@@ -98,13 +104,25 @@ def rewrite(stream, *, key=None, from_seq=1, actor="mallory"):
     the first rewritten event gets a new actor, the head follows."""
     events = stream_of(stream)
     prev = events[from_seq - 2].hash if from_seq > 1 else journal.GENESIS
-    for event in events[from_seq - 1:]:
+    for event in events[from_seq - 1 :]:
         event.actor = actor if event.seq == from_seq else event.actor
-        digest = journal.event_hash(prev, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
-                                  verb=event.verb, object_type=event.object_type, object_id=event.object_id,
-                                  workflow_id=event.workflow_id, data=event.data)
-        sql(f"UPDATE {EVENTS} SET actor = %s, prev_hash = %s, hash = %s, hash_alg = %s, key_id = %s WHERE id = %s",
-            [event.actor, prev, digest, "hmac-sha256" if key else "sha256", key.kid if key else "", event.pk])
+        digest = journal.event_hash(
+            prev,
+            key=key,
+            stream=event.stream,
+            seq=event.seq,
+            at=event.at,
+            actor=event.actor,
+            verb=event.verb,
+            object_type=event.object_type,
+            object_id=event.object_id,
+            workflow_id=event.workflow_id,
+            data=event.data,
+        )
+        sql(
+            f"UPDATE {EVENTS} SET actor = %s, prev_hash = %s, hash = %s, hash_alg = %s, key_id = %s WHERE id = %s",
+            [event.actor, prev, digest, "hmac-sha256" if key else "sha256", key.kid if key else "", event.pk],
+        )
         prev = digest
     sql(f"UPDATE {HEADS} SET hash = %s WHERE stream = %s", [prev, str(stream)])
 
@@ -126,9 +144,17 @@ def test_new_events_are_hmac_under_the_current_audit_key(trail):
     key = keys.current()
     assert {(event.hash_alg, event.key_id) for event in events} == {("hmac-sha256", key.kid)}
     first = events[0]
-    fields = dict(stream=first.stream, seq=first.seq, at=first.at, actor=first.actor, verb=first.verb,
-                  object_type=first.object_type, object_id=first.object_id, workflow_id=first.workflow_id,
-                  data=first.data)
+    fields = dict(
+        stream=first.stream,
+        seq=first.seq,
+        at=first.at,
+        actor=first.actor,
+        verb=first.verb,
+        object_type=first.object_type,
+        object_id=first.object_id,
+        workflow_id=first.workflow_id,
+        data=first.data,
+    )
     assert first.hash == journal.event_hash(first.prev_hash, key=key, **fields)
     assert first.hash != journal.event_hash(first.prev_hash, **fields)  # not plain SHA-256
     assert "audit chain OK: 7 events in 2 chains" in intact()
@@ -138,10 +164,23 @@ def test_rows_written_before_keyed_audit_still_verify_as_sha256(transactional_db
     stream = uuid.uuid4()
     prev, at = journal.GENESIS, timezone.now()
     for seq in (1, 2):
-        fields = dict(stream=str(stream), seq=seq, at=at, actor="agent", verb="old.event", object_type="test",
-                      object_id=str(seq), workflow_id=stream, data={"seq": seq})
-        digest = sha256_hex(prev + json.dumps({**fields, "at": at.isoformat(), "workflow_id": str(stream)},
-                                              sort_keys=True, separators=(",", ":")))
+        fields = dict(
+            stream=str(stream),
+            seq=seq,
+            at=at,
+            actor="agent",
+            verb="old.event",
+            object_type="test",
+            object_id=str(seq),
+            workflow_id=stream,
+            data={"seq": seq},
+        )
+        digest = sha256_hex(
+            prev
+            + json.dumps(
+                {**fields, "at": at.isoformat(), "workflow_id": str(stream)}, sort_keys=True, separators=(",", ":")
+            )
+        )
         AuditEvent.objects.create(prev_hash=prev, hash=digest, hash_alg="sha256", **fields)
         prev = digest
     AuditHead.objects.create(stream=str(stream), seq=2, hash=prev)
@@ -154,18 +193,33 @@ def test_rows_written_before_keyed_audit_still_verify_as_sha256(transactional_db
 def test_the_migration_keeps_earlier_rows_as_sha256_and_the_guard_in_place(transactional_db):
     executor = MigrationExecutor(connection)
     graph = executor.loader.graph
-    keyed = next(key for key, migration in graph.nodes.items() if key[0] == "workflows" and any(
-        isinstance(op, AddField) and op.name == "hash_alg" for op in migration.operations))
+    keyed = next(
+        key
+        for key, migration in graph.nodes.items()
+        if key[0] == "workflows"
+        and any(isinstance(op, AddField) and op.name == "hash_alg" for op in migration.operations)
+    )
     before = next(parent.key for parent in graph.node_map[keyed].parents if parent.key[0] == "workflows")
     leaves = graph.leaf_nodes()
     executor.migrate([before])
     stream, at = str(uuid.uuid4()), timezone.now()
-    fields = dict(stream=stream, seq=1, at=at.isoformat(), actor="agent", verb="old.event", object_type="test",
-                  object_id="1", workflow_id=stream, data={})
+    fields = dict(
+        stream=stream,
+        seq=1,
+        at=at.isoformat(),
+        actor="agent",
+        verb="old.event",
+        object_type="test",
+        object_id="1",
+        workflow_id=stream,
+        data={},
+    )
     digest = sha256_hex(journal.GENESIS + json.dumps(fields, sort_keys=True, separators=(",", ":")))
-    sql(f"INSERT INTO {EVENTS} (stream, seq, at, actor, verb, object_type, object_id, workflow_id, data, prev_hash, "
+    sql(
+        f"INSERT INTO {EVENTS} (stream, seq, at, actor, verb, object_type, object_id, workflow_id, data, prev_hash, "
         "hash) VALUES (%s, 1, %s, 'agent', 'old.event', 'test', '1', %s, '{}', %s, %s)",
-        [stream, at, stream.replace("-", "") if connection.vendor == "sqlite" else stream, journal.GENESIS, digest])
+        [stream, at, stream.replace("-", "") if connection.vendor == "sqlite" else stream, journal.GENESIS, digest],
+    )
     sql(f"INSERT INTO {HEADS} (stream, seq, hash) VALUES (%s, 1, %s)", [stream, digest])
 
     executor = MigrationExecutor(connection)
@@ -247,7 +301,9 @@ def test_a_chain_rewritten_with_a_wrong_key_is_detected(trail, dba):
 def test_an_unknown_key_id_is_reported(trail, dba):
     rewrite(trail[1], key=keys.AuditKey("stolen", b"a-key-of-their-own-making"), from_seq=2)
     errors = broken()
-    assert f"unknown key: {trail[1]}:" in errors and "sealed with key 'stolen', which AUDIT_KEYS does not list" in errors
+    assert (
+        f"unknown key: {trail[1]}:" in errors and "sealed with key 'stolen', which AUDIT_KEYS does not list" in errors
+    )
 
 
 # --- rotation -------------------------------------------------------------------
@@ -307,8 +363,9 @@ def test_a_checkpoint_file_verifies_with_the_public_key_and_a_tampered_one_fails
     assert f"held to checkpoint file {out}" in intact("--checkpoint", str(out), "--jwks", str(jwks))
 
     document = json.loads(out.read_text())
-    assert document["statement"]["heads"] == sorted([[str(trail[0]), 4, stream_of(trail[0])[3].hash],
-                                                     [str(trail[1]), 3, stream_of(trail[1])[2].hash]])
+    assert document["statement"]["heads"] == sorted(
+        [[str(trail[0]), 4, stream_of(trail[0])[3].hash], [str(trail[1]), 3, stream_of(trail[1])[2].hash]]
+    )
     document["statement"]["heads"][0][1] = 2  # claim less than was seen
     tampered = tmp_path / "tampered.json"
     tampered.write_text(json.dumps(document))
@@ -366,7 +423,8 @@ def test_signing_keys_rotate_and_the_jwks_lists_them(trail, keyfile, capsys):
     first = signing.current().kid
     call_command("audit_checkpoint")
     assert [(key["kid"], key["kty"], key["crv"], key["alg"], key["use"]) for key in published()] == [
-        (first, "OKP", "Ed25519", "EdDSA", "sig")]
+        (first, "OKP", "Ed25519", "EdDSA", "sig")
+    ]
 
     call_command("signing_key", "--new")
     second = signing.current().kid
@@ -399,8 +457,17 @@ def test_the_jwks_needs_no_login_and_holds_no_private_key(db):
 def test_processes_starting_at_once_share_one_generated_key_set(tmp_path):
     env = {**os.environ, "DEBUG": "1", "VAR_DIR": str(tmp_path), "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3"}
     env.pop("SIGNING_KEYS_FILE", None)
-    starts = [subprocess.Popen([sys.executable, "manage.py", "signing_key"], cwd=PROJECT_DIR, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "signing_key"],
+            cwd=PROJECT_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     listings = [process.communicate(timeout=120) for process in starts]
     assert all(process.returncode == 0 for process in starts), listings
     keyset = json.loads((tmp_path / "signing-keys.json").read_text())

@@ -39,9 +39,34 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     monkeypatch.setenv("DATABASE_URL", database_url())  # the clusters it starts work on the test database
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--steps", "200", "--clusters", "1", "--raw-seconds", "1", "--raw-clients", "1,2",
-                 "--skip", "g,h,i,j", "--latency-samples", "5", "--recovery-runs", "1", "--seed-workflows", "200",
-                 "--seed-events", "2000", "--page-requests", "3", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--steps",
+        "200",
+        "--clusters",
+        "1",
+        "--raw-seconds",
+        "1",
+        "--raw-clients",
+        "1,2",
+        "--skip",
+        "g,h,i,j",
+        "--latency-samples",
+        "5",
+        "--recovery-runs",
+        "1",
+        "--seed-workflows",
+        "200",
+        "--seed-events",
+        "2000",
+        "--page-requests",
+        "3",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     # The table puts the durable rate beside the raw ceiling of the same run.
@@ -89,8 +114,11 @@ def sampled(workers: dict[int, list[float]]) -> RssSampler:
 def test_the_pool_rate_is_told_before_and_after_and_a_result_of_an_older_bench_still_reads():
     pool = {"threads": 128, "calls_per_s": 200.0}
     assert report._pool_rate({"thread_pool": pool}) == "200.0/s"
-    ceilings = {"thread_pool": pool, "thread_pool_after": {"threads": 128, "calls_per_s": 300.0},
-                "thread_pool_mean_calls_per_s": 250.0}
+    ceilings = {
+        "thread_pool": pool,
+        "thread_pool_after": {"threads": 128, "calls_per_s": 300.0},
+        "thread_pool_mean_calls_per_s": 250.0,
+    }
     assert report._pool_rate(ceilings) == "200.0/s before, 300.0/s after, mean 250.0/s"
 
 
@@ -198,13 +226,28 @@ def test_list_pages_run_the_same_queries_at_ten_times_the_data(db, client, peopl
 
 
 @pytest.mark.live
-def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_ceiling(transactional_db, tmp_path,
-                                                                                     monkeypatch):
+def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_ceiling(
+    transactional_db, tmp_path, monkeypatch
+):
     monkeypatch.setenv("DATABASE_URL", database_url())
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,h,i,j", "--clusters", "1", "--remote-latency-ms", "0,50",
-                 "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,h,i,j",
+        "--clusters",
+        "1",
+        "--remote-latency-ms",
+        "0,50",
+        "--remote-steps",
+        "10",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     assert result["errors"] == {}
@@ -214,7 +257,9 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
         # Every step was a real ticket on the desk (the part checks its ledger), made through the protocol.
         assert run["steps"] == 10 and run["workflows"] == 2
         pool, desk = run["ceilings"]["thread_pool"], run["ceilings"]["desk"]
-        assert pool["threads"] == result["remote"]["concurrency_per_worker"] * 2 and desk["threads"] == 2 * pool["threads"]
+        assert (
+            pool["threads"] == result["remote"]["concurrency_per_worker"] * 2 and desk["threads"] == 2 * pool["threads"]
+        )
         assert pool["calls_per_s"] > 0 and desk["calls_per_s"] > 0 and run["steps_per_s"] > 0
         # Judged against the pool's mean rate before and after the engine's run (the host's speed drifts).
         after = run["ceilings"]["thread_pool_after"]
@@ -239,16 +284,20 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     # The desk really held the latency fault of each run, as it reported it.
     assert runs[0]["desk_faults"] == []
     assert [(fault["mode"], fault["ms"]) for fault in runs[1]["desk_faults"]] == [("latency", 50)]
-    assert re.search(r"\(g\) remote steps/s, 50 ms desk, 1 cluster\(s\) +[\d,.]+ = [\d.]+ x thread pool of \d+ "
-                     r"\([\d,.]+/s before, [\d,.]+/s after, mean [\d,.]+/s;", report), report
+    assert re.search(
+        r"\(g\) remote steps/s, 50 ms desk, 1 cluster\(s\) +[\d,.]+ = [\d.]+ x thread pool of \d+ "
+        r"\([\d,.]+/s before, [\d,.]+/s after, mean [\d,.]+/s;",
+        report,
+    ), report
     goals = [goal for goal in result["goals"] if goal["part"] == "g"]
     # No 300 ms run here, and far fewer than 100k steps: only the 0 ms ratio is judged.
     assert [goal["met"] is None for goal in goals] == [False, True]
 
 
 @pytest.mark.live
-def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_run(transactional_db, tmp_path,
-                                                                                  monkeypatch):
+def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_run(
+    transactional_db, tmp_path, monkeypatch
+):
     """A busy host can time an answer out. The engine settles that attempt by
     lookup, as it should; the run still counts each step once at the desk and
     says how many attempts did not simply succeed."""
@@ -256,15 +305,30 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     engine_run = remote.RemotePart.engine_run
 
     def with_a_lost_answer(part, desk, latency, count):
-        requests.post(f"{desk.url}/_faults", json={"mode": "commit_then_drop", "count": 1},
-                      timeout=5).raise_for_status()
+        requests.post(
+            f"{desk.url}/_faults", json={"mode": "commit_then_drop", "count": 1}, timeout=5
+        ).raise_for_status()
         return engine_run(part, desk, latency, count)
 
     monkeypatch.setattr(remote.RemotePart, "engine_run", with_a_lost_answer)
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,f,h,i,j", "--clusters", "1", "--remote-latency-ms", "0",
-                 "--remote-steps", "10", "--workdir", str(tmp_path), "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,f,h,i,j",
+        "--clusters",
+        "1",
+        "--remote-latency-ms",
+        "0",
+        "--remote-steps",
+        "10",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     assert result["errors"] == {}
@@ -276,13 +340,24 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
 
 
 @pytest.mark.live
-def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real_web_server(transactional_db, tmp_path,
-                                                                                           monkeypatch):
+def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real_web_server(
+    transactional_db, tmp_path, monkeypatch
+):
     monkeypatch.setenv("DATABASE_URL", database_url())  # the web server it starts serves the test database
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,g,i,j", "--waiters", "8", "--workdir", str(tmp_path),
-                 "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,i,j",
+        "--waiters",
+        "8",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     assert result["errors"] == {}
@@ -306,8 +381,18 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
     json_path, out = tmp_path / "bench.json", StringIO()
 
-    call_command("bench", "--skip", "a,b,c,d,e,g,h,j", "--dead-letters", "12", "--workdir", str(tmp_path),
-                 "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,j",
+        "--dead-letters",
+        "12",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     assert result["errors"] == {}
@@ -320,8 +405,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     assert goal["met"] is True
 
 
-def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(transactional_db, tmp_path,
-                                                                              monkeypatch):
+def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(transactional_db, tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
     json_path, out = tmp_path / "bench.json", StringIO()
     began, delete = timezone.now(), archive._delete
@@ -338,8 +422,18 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
         return delete(*args)
 
     monkeypatch.setattr(archive, "_delete", once_workers_moved)
-    call_command("bench", "--skip", "a,b,c,d,e,g,h,i", "--archive-workflows", "200", "--workdir", str(tmp_path),
-                 "--json", str(json_path), stdout=out)
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i",
+        "--archive-workflows",
+        "200",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
 
     result, report = json.loads(json_path.read_text()), out.getvalue()
     assert result["errors"] == {}

@@ -12,6 +12,7 @@ from workflows.operations import plans
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+
 def _new_page(browser, **context_options):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_options)
     context.set_default_timeout(10_000)
@@ -75,7 +76,9 @@ def test_reviewer_approves_with_an_htmx_swap(live_server, people, page):
 
     approval = Approval.objects.get(workflow=workflow)
     assert (approval.reviewer.username, approval.decision, approval.comment) == (
-        "reviewer", "APPROVE", "Ticket text checked in the browser",
+        "reviewer",
+        "APPROVE",
+        "Ticket text checked in the browser",
     )
     assert Workflow.objects.get(pk=workflow.pk).status == "APPROVED"
 
@@ -102,8 +105,11 @@ def test_reviewer_approves_without_javascript(live_server, people, page_without_
 def test_hostile_plan_text_executes_nothing(live_server, people, page):
     name = '<script>window.__xss=1</script><script>alert(1)</script>"><img src=x onerror=alert(2)>'
     workflow = _submit(
-        people["agent"], "browser-hostile", name=name,
-        title="<script>window.__xss=3</script>", body='"><img src=x onerror=alert(4)>',
+        people["agent"],
+        "browser-hostile",
+        name=name,
+        title="<script>window.__xss=3</script>",
+        body='"><img src=x onerror=alert(4)>',
     )
     dialogs = []
 

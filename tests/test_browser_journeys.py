@@ -19,14 +19,14 @@ from playwright.sync_api import expect
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.oidc_mock import running_provider, set_person
+from tests.support import deciding as decide
 from tests.test_compensation import failed_workflow
-from workflows.engine import policy
 from workflows import roles, teams
+from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import plans
 from workflows.web import sso
 from workflows.web.views_audit import FIELDS
-from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -102,8 +102,12 @@ def signing_in_through(issuer, settings, people):
         ProviderIdentity.objects.create(user=user, issuer=issuer, subject=name)
         if user.groups.exists():  # as their sign-ins will make them: role holders of the one team
             teams.default_team().members.add(user)
-        set_person(issuer, name, email=f"{name}@example.com",
-                   groups=[f"idp-{group}" for group in user.groups.values_list("name", flat=True)])
+        set_person(
+            issuer,
+            name,
+            email=f"{name}@example.com",
+            groups=[f"idp-{group}" for group in user.groups.values_list("name", flat=True)],
+        )
 
 
 @pytest.fixture(params=["local", "sso"])
@@ -223,9 +227,13 @@ def test_a_reviewer_logs_in_and_approves_with_the_keyboard_alone(browsing, peopl
 
 
 def test_an_operator_replays_a_dead_letter_through_its_preview(browsing, people, desk):
-    body = {"name": "Comment on a missing ticket", "submission_key": "journey-dead-letter", "steps": [
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
-    ]}
+    body = {
+        "name": "Comment on a missing ticket",
+        "submission_key": "journey-dead-letter",
+        "steps": [
+            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+        ],
+    }
     workflow = plans.submit(people["agent"], body).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
@@ -260,13 +268,17 @@ def test_an_operator_replays_a_dead_letter_through_its_preview(browsing, people,
 
     dead_letter.refresh_from_db()
     assert (dead_letter.status, dead_letter.resolved_by.username, dead_letter.resolution_reason) == (
-        "REPLAYED", "operator", reason,
+        "REPLAYED",
+        "operator",
+        reason,
     )
     step.refresh_from_db()
     assert step.status == "PENDING"
     replayed = AuditEvent.objects.get(workflow_id=workflow.pk, verb="step.replayed")
     assert (replayed.actor, replayed.data["reason"], replayed.data["operation_key"]) == (
-        "operator", reason, step.operation_key,
+        "operator",
+        reason,
+        step.operation_key,
     )
 
 

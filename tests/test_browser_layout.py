@@ -17,12 +17,12 @@ from django.utils import timezone
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until
+from tests.support import deciding as decide
 from workflows import actions, tasks
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes, recovery
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans, policies
-from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -32,9 +32,12 @@ NARROWEST_BOX = 80  # px: about ten characters of the console's text
 
 UNBROKEN = "INC-" + "0123456789abcdef" * 12  # 196 characters without a break opportunity
 EMAIL_BODY = "\n\n".join(
-    [f"Dear customer {n},\n\nWe are writing about your order. " + "The refund is on its way. " * 12
-     for n in range(1, 7)]
-    + ["Details: https://billing.example.com/refunds/" + "r" * 240 + "?confirm=1"])
+    [
+        f"Dear customer {n},\n\nWe are writing about your order. " + "The refund is on its way. " * 12
+        for n in range(1, 7)
+    ]
+    + ["Details: https://billing.example.com/refunds/" + "r" * 240 + "?confirm=1"]
+)
 NESTED = {
     "customer": {
         "address": {"lines": ["Flat 4", "1 Long Street", UNBROKEN[:120]], "postcode": "AB1 2CD"},
@@ -124,50 +127,108 @@ def world(people, desk, settings, tmp_path):
     a bulk job; a pending policy change."""
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     settings.EMAIL_FILE_PATH = str(tmp_path)
-    body = {"name": "Refund the customer and tell them " + UNBROKEN[:60], "submission_key": "layout-planned",
-            "steps": [
-                {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN, "body": EMAIL_BODY}},
-                {"key": "tell", "action": "email.send", "args": {
+    body = {
+        "name": "Refund the customer and tell them " + UNBROKEN[:60],
+        "submission_key": "layout-planned",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN, "body": EMAIL_BODY}},
+            {
+                "key": "tell",
+                "action": "email.send",
+                "args": {
                     "to": [f"customer.{n}.with.a.long.address@subdomain.example.com" for n in range(4)],
-                    "subject": "Your refund " + UNBROKEN[:80], "body": EMAIL_BODY}},
-                {"key": "notify", "action": "http.post", "args": {
-                    "url": "https://hooks.example.com/" + "a" * 200, "json": NESTED}},
-            ]}
+                    "subject": "Your refund " + UNBROKEN[:80],
+                    "body": EMAIL_BODY,
+                },
+            },
+            {
+                "key": "notify",
+                "action": "http.post",
+                "args": {"url": "https://hooks.example.com/" + "a" * 200, "json": NESTED},
+            },
+        ],
+    }
     planned = plans.submit(people["agent"], body).workflow
-    decide.revise(planned, by=people["reviewer2"], comment="Shorter subject, " + UNBROKEN[:40],
-                     steps=[{"key": "tell", "args": {**body["steps"][1]["args"], "subject": "Your refund <b>now</b>"}},
-                            {"key": "notify", "args": {"url": "https://hooks.example.com/" + "b" * 200,
-                                                       "json": {**NESTED, "flags": {"priority": False}}}}])
+    decide.revise(
+        planned,
+        by=people["reviewer2"],
+        comment="Shorter subject, " + UNBROKEN[:40],
+        steps=[
+            {"key": "tell", "args": {**body["steps"][1]["args"], "subject": "Your refund <b>now</b>"}},
+            {
+                "key": "notify",
+                "args": {
+                    "url": "https://hooks.example.com/" + "b" * 200,
+                    "json": {**NESTED, "flags": {"priority": False}},
+                },
+            },
+        ],
+    )
     tasks.compute_previews(str(planned.pk))
 
-    failed_body = {"name": "half done", "submission_key": "layout-failed", "steps": [
-        {"key": "first", "action": "ticket.create", "args": {"title": UNBROKEN},
-         "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "first.result.id"}}}},
-        {"key": "second", "action": "ticket.create", "args": {"title": "t", "body": EMAIL_BODY}}]}
+    failed_body = {
+        "name": "half done",
+        "submission_key": "layout-failed",
+        "steps": [
+            {
+                "key": "first",
+                "action": "ticket.create",
+                "args": {"title": UNBROKEN},
+                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "first.result.id"}}},
+            },
+            {"key": "second", "action": "ticket.create", "args": {"title": "t", "body": EMAIL_BODY}},
+        ],
+    }
     failed = plans.submit(people["agent"], failed_body).workflow
     decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(step, attempt, actions.get(step.action),
-                            ActionError("PERMISSION_DENIED", "HTTP 403 " + UNBROKEN), step.fence)
+    outcomes.record_failure(
+        step, attempt, actions.get(step.action), ActionError("PERMISSION_DENIED", "HTTP 403 " + UNBROKEN), step.fence
+    )
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo " + UNBROKEN)
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
-    policies.change("ticket.create", by=people["operator"], reason="slow remote " + UNBROKEN,
-                    changes={"max_in_flight": 4})
+    policies.change(
+        "ticket.create", by=people["operator"], reason="slow remote " + UNBROKEN, changes={"max_in_flight": 4}
+    )
     dead = DeadLetter.objects.get(workflow=failed)
 
-    gated = plans.submit(people["agent"], {"name": "Look before closing", "submission_key": "layout-gated", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN}},
-        {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}},
-         "gate": {"approvals": 1, "note": "Check " + UNBROKEN}}]}).workflow
+    gated = plans.submit(
+        people["agent"],
+        {
+            "name": "Look before closing",
+            "submission_key": "layout-gated",
+            "steps": [
+                {"key": "open", "action": "ticket.create", "args": {"title": UNBROKEN}},
+                {
+                    "key": "close",
+                    "action": "ticket.close",
+                    "args": {"ticket_id": {"$from": "open.result.id"}},
+                    "gate": {"approvals": 1, "note": "Check " + UNBROKEN},
+                },
+            ],
+        },
+    ).workflow
     decide.approve(gated, by=people["reviewer2"])
     run_until(gated.pk, "WAITING_GATE")
 
     # An email whose worker died after the REQUESTED checkpoint: an operator resolves it.
-    doubtful = plans.submit(people["agent"], {"name": "Tell them", "submission_key": "layout-doubt", "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": EMAIL_BODY}},
-        {"key": "after", "action": "noop", "args": {}}]}).workflow
+    doubtful = plans.submit(
+        people["agent"],
+        {
+            "name": "Tell them",
+            "submission_key": "layout-doubt",
+            "steps": [
+                {
+                    "key": "mail",
+                    "action": "email.send",
+                    "args": {"to": "ops@example.com", "subject": "s", "body": EMAIL_BODY},
+                },
+                {"key": "after", "action": "noop", "args": {}},
+            ],
+        },
+    ).workflow
     decide.approve(doubtful, by=people["reviewer2"])
     step = execution.claim(doubtful.pk)
     execution._request_attempt(step, step.fence)
@@ -175,27 +236,52 @@ def world(people, desk, settings, tmp_path):
     execution.run_workflow(doubtful.pk)
     assert Workflow.objects.get(pk=doubtful.pk).status == "NEEDS_ATTENTION"
     link = links.url(links.make(Workflow.objects.get(pk=planned.pk), people["reviewer"], "approve"))
-    return {"planned": Workflow.objects.get(pk=planned.pk), "failed": failed.pk, "comp": comp.pk, "job": job.pk,
-            "dead": dead.pk, "gated": gated.pk, "doubtful": doubtful.pk, "link": link.split("://", 1)[-1].partition("/")[2]}
+    return {
+        "planned": Workflow.objects.get(pk=planned.pk),
+        "failed": failed.pk,
+        "comp": comp.pk,
+        "job": job.pk,
+        "dead": dead.pk,
+        "gated": gated.pk,
+        "doubtful": doubtful.pk,
+        "link": link.split("://", 1)[-1].partition("/")[2],
+    }
 
 
 def persona_pages(w) -> dict[str, list[str]]:
     planned = w["planned"].pk
     return {
-        "reviewer": ["/", "/workflows/", f"/workflows/{planned}/", f"/workflows/{planned}/revise",
-                     "/compensations/", f"/compensations/{w['comp']}/", "/dashboard/", f"/{w['link']}",
-                     f"/workflows/{w['gated']}/"],
-        "operator": ["/attention/", "/dead-letters/", f"/dead-letters/{w['dead']}/", f"/workflows/{w['failed']}/",
-                     f"/workflows/{w['failed']}/compensate", f"/workflows/{w['doubtful']}/", f"/jobs/{w['job']}/",
-                     "/actions/",
-                     "/actions/ticket.create/policy"],
+        "reviewer": [
+            "/",
+            "/workflows/",
+            f"/workflows/{planned}/",
+            f"/workflows/{planned}/revise",
+            "/compensations/",
+            f"/compensations/{w['comp']}/",
+            "/dashboard/",
+            f"/{w['link']}",
+            f"/workflows/{w['gated']}/",
+        ],
+        "operator": [
+            "/attention/",
+            "/dead-letters/",
+            f"/dead-letters/{w['dead']}/",
+            f"/workflows/{w['failed']}/",
+            f"/workflows/{w['failed']}/compensate",
+            f"/workflows/{w['doubtful']}/",
+            f"/jobs/{w['job']}/",
+            "/actions/",
+            "/actions/ticket.create/policy",
+        ],
         "auditor": ["/audit/", "/dead-letters/", "/compensations/", "/actions/ticket.create/policy"],
     }
 
 
 # Pages that answer a form: the page, and the button that asks.
-ANSWER_PAGES = {"auditor": ("/audit/", "Verify now (whole chain)"),
-                "operator": ("/dead-letters/?action=ticket.create", "Preview replay of all matching")}
+ANSWER_PAGES = {
+    "auditor": ("/audit/", "Verify now (whole chain)"),
+    "operator": ("/dead-letters/?action=ticket.create", "Preview replay of all matching"),
+}
 
 
 def log_in(browser, base_url, username, width):
@@ -281,18 +367,22 @@ def test_the_layout_checks_catch_what_they_look_for(browser):
     button and an approve form without its revision are each caught."""
     context = browser.new_context(viewport={"width": 390, "height": 900})
     page = context.new_page()
-    page.set_content('<div style="width:600px">wide</div>'
-                     '<input name="q" style="width:40px">'
-                     '<table><tr><td style="width:1px;word-break:break-all">abcdefghijklmnopqrstuvwxyz</td>'
-                     '<td style="width:100%">other</td></tr></table>'
-                     '<form action="/workflows/1/approve" method="post"><button style="height:20px">Approve</button>'
-                     '</form>')
+    page.set_content(
+        '<div style="width:600px">wide</div>'
+        '<input name="q" style="width:40px">'
+        '<table><tr><td style="width:1px;word-break:break-all">abcdefghijklmnopqrstuvwxyz</td>'
+        '<td style="width:100%">other</td></tr></table>'
+        '<form action="/workflows/1/approve" method="post"><button style="height:20px">Approve</button>'
+        "</form>"
+    )
     found = page.evaluate(LAYOUT_PROBLEMS, [TAP, NARROWEST_BOX, True])
     assert set(found) == {"overflow", "narrow_text_boxes", "squeezed_text", "small_tap_targets"}, found
     assert "input[name=q]: 40 px wide" in found["narrow_text_boxes"]
     assert any("Approve" in item for item in found["small_tap_targets"])
     assert page.evaluate(APPROVE_FORM) == {"revision": None, "plan_hash": None, "text": "Approve"}
-    page.set_content('<p style="width:360px">' + "word " * 40 + '</p><input name="q">'
-                     '<button style="min-height:44px;min-width:44px">Go</button>')
+    page.set_content(
+        '<p style="width:360px">' + "word " * 40 + '</p><input name="q">'
+        '<button style="min-height:44px;min-width:44px">Go</button>'
+    )
     assert page.evaluate(LAYOUT_PROBLEMS, [TAP, NARROWEST_BOX, True]) == {}
     context.close()

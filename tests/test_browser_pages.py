@@ -16,13 +16,13 @@ from django.urls.converters import UUIDConverter
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support import deciding as decide
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans
 from workflows.web import urls as console_urls
-from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -108,45 +108,90 @@ def world(people, desk):
     plan = ticket_plan("pages-planned")
     plan["steps"][0]["args"] = {"title": "A long title that wraps " * 6, "body": "Line one\nLine two\n" * 20}
     planned = plans.submit(people["agent"], plan).workflow
-    body = {"name": "half done", "submission_key": "pages-failed", "steps": [
-        {"key": "first", "action": "ticket.create", "args": {"title": "opened"},
-         "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "first.result.id"}}}},
-        {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
+    body = {
+        "name": "half done",
+        "submission_key": "pages-failed",
+        "steps": [
+            {
+                "key": "first",
+                "action": "ticket.create",
+                "args": {"title": "opened"},
+                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "first.result.id"}}},
+            },
+            {"key": "open", "action": "ticket.create", "args": {"title": "t"}},
+        ],
+    }
     failed = plans.submit(people["agent"], body).workflow
     decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(step, attempt, actions.get(step.action),
-                            ActionError("PERMISSION_DENIED", "HTTP 403"), step.fence)
+    outcomes.record_failure(
+        step, attempt, actions.get(step.action), ActionError("PERMISSION_DENIED", "HTTP 403"), step.fence
+    )
     for failure_class in ("RATE_LIMITED", "TIMEOUT", "INVALID_ARGUMENTS", "DEPENDENCY_UNAVAILABLE", "UNKNOWN"):
-        Attempt.objects.create(step=step, number=Attempt.objects.filter(step=step).count() + 1,
-                               operation_key=step.operation_key, status="FAILED", failure_class=failure_class,
-                               fence=step.fence, worker="pages")
+        Attempt.objects.create(
+            step=step,
+            number=Attempt.objects.filter(step=step).count() + 1,
+            operation_key=step.operation_key,
+            status="FAILED",
+            failure_class=failure_class,
+            fence=step.fence,
+            worker="pages",
+        )
     failed.refresh_from_db()
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo it")
     dead = DeadLetter.objects.get(workflow=failed)
     job, _ = bulk.reconcile(people["admin"], {"ids": [dead.pk]}, shown_filter={"ids": [str(dead.pk)]}, dry_run=True)
-    return {"planned": planned.pk, "failed": failed.pk, "comp": comp.pk, "dead": dead.pk, "job": job.pk,
-            # The confirmation page of a review link sent to the admin, who signs in for the pages.
-            "link": links.make(planned, people["admin"], "approve")}
+    return {
+        "planned": planned.pk,
+        "failed": failed.pk,
+        "comp": comp.pk,
+        "dead": dead.pk,
+        "job": job.pk,
+        # The confirmation page of a review link sent to the admin, who signs in for the pages.
+        "link": links.make(planned, people["admin"], "approve"),
+    }
 
 
 def pages(w):
-    return ["/", "/workflows/", f"/workflows/{w['planned']}/", f"/workflows/{w['planned']}/revise",
-            f"/workflows/{w['planned']}/changed",
-            f"/workflows/{w['failed']}/", f"/workflows/{w['failed']}/compensate", "/compensations/",
-            f"/compensations/{w['comp']}/", "/dead-letters/", f"/dead-letters/{w['dead']}/", f"/jobs/{w['job']}/",
-            f"/review/link/{w['link']}/", "/attention/", "/dashboard/", "/audit/", "/actions/",
-            "/actions/ticket.create/policy"]
+    return [
+        "/",
+        "/workflows/",
+        f"/workflows/{w['planned']}/",
+        f"/workflows/{w['planned']}/revise",
+        f"/workflows/{w['planned']}/changed",
+        f"/workflows/{w['failed']}/",
+        f"/workflows/{w['failed']}/compensate",
+        "/compensations/",
+        f"/compensations/{w['comp']}/",
+        "/dead-letters/",
+        f"/dead-letters/{w['dead']}/",
+        f"/jobs/{w['job']}/",
+        f"/review/link/{w['link']}/",
+        "/attention/",
+        "/dashboard/",
+        "/audit/",
+        "/actions/",
+        "/actions/ticket.create/policy",
+    ]
 
 
 # Routes of the console that are not pages to look at: sign-in plumbing
 # (tests/test_browser_sso.py runs it in the browser), the detail page's own
 # partial, files, and machine endpoints. Every other route is a page, checked
 # below, or a form's action, which answers a GET with 405.
-NOT_PAGES = {"logout", "oidc_authentication_init", "oidc_authentication_callback", "workflow_steps",
-             "audit_export_csv", "audit_export_jsonl", "jwks", "healthz", "metrics"}
+NOT_PAGES = {
+    "logout",
+    "oidc_authentication_init",
+    "oidc_authentication_callback",
+    "workflow_steps",
+    "audit_export_csv",
+    "audit_export_jsonl",
+    "jwks",
+    "healthz",
+    "metrics",
+}
 
 
 def test_every_console_page_is_among_the_pages_checked(world, people, client):
@@ -156,8 +201,10 @@ def test_every_console_page_is_among_the_pages_checked(world, people, client):
     for pattern in console_urls.urlpatterns:
         if pattern.name in checked or pattern.name in NOT_PAGES:
             continue
-        values = {name: ZERO_UUID if isinstance(converter, UUIDConverter) else "x"
-                  for name, converter in pattern.pattern.converters.items()}
+        values = {
+            name: ZERO_UUID if isinstance(converter, UUIDConverter) else "x"
+            for name, converter in pattern.pattern.converters.items()
+        }
         if client.get(reverse(pattern.name, kwargs=values)).status_code != 405:
             left_out.append(pattern.name)
     assert left_out == [], "pages no browser check visits"
@@ -183,12 +230,17 @@ def check(browser, live_server, path, width, axe_source, login=True):
             page.fill("#id_password", PASSWORD)
             page.click("button[type=submit]")
             page.wait_for_url(f"{live_server.url}/")
-        page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
-                if msg.type == "error" else None)
+        page.on(
+            "console", lambda msg: problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+        )
         page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
         page.on("requestfailed", failed)
-        page.on("response", lambda response: problems.append(f"HTTP {response.status}: {response.url}")
-                if response.status >= 400 else None)
+        page.on(
+            "response",
+            lambda response: (
+                problems.append(f"HTTP {response.status}: {response.url}") if response.status >= 400 else None
+            ),
+        )
         page.goto(f"{live_server.url}{path}")
         page.wait_for_load_state("networkidle")
         overlaps = page.evaluate(OVERLAPPING_TEXT)
@@ -207,8 +259,9 @@ def test_every_page_at_desktop_and_phone_width_is_clean(browser, live_server, wo
     found = {}
     for path in pages(world):
         for label, width in WIDTHS.items():
-            result = {kind: items for kind, items in check(browser, live_server, path, width, axe_source).items()
-                      if items}
+            result = {
+                kind: items for kind, items in check(browser, live_server, path, width, axe_source).items() if items
+            }
             if result:
                 found[f"{path} at {width} px ({label})"] = result
     if found:
@@ -227,8 +280,10 @@ def test_the_checks_catch_text_drawn_over_text(browser, live_server, people, axe
     each other (as the dashboard's chart labels did) is caught."""
     context = browser.new_context(viewport={"width": 390, "height": 900})
     page = context.new_page()
-    page.set_content('<svg width="300" height="40"><text x="0" y="20">DEPENDENCY_UNAVAILABLE (3)</text>'
-                     '<text x="40" y="20">RATE_LIMITED (5)</text></svg>')
+    page.set_content(
+        '<svg width="300" height="40"><text x="0" y="20">DEPENDENCY_UNAVAILABLE (3)</text>'
+        '<text x="40" y="20">RATE_LIMITED (5)</text></svg>'
+    )
     assert page.evaluate(OVERLAPPING_TEXT)
     page.set_content('<main><h1>Title</h1><img src="x.png"><button></button></main>')
     page.evaluate(axe_source)

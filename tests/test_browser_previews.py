@@ -10,10 +10,10 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, wait_for_status
+from tests.support import deciding as decide
 from workflows import tasks
 from workflows.models import Approval, Step, Workflow
 from workflows.operations import approvals, plans
-from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -40,8 +40,11 @@ def open_ticket(desk, title) -> dict:
 
 
 def close_plan(ticket_id, key) -> dict:
-    return {"name": f"Close the printer ticket ({key})", "submission_key": key,
-            "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket_id}}]}
+    return {
+        "name": f"Close the printer ticket ({key})",
+        "submission_key": key,
+        "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket_id}}],
+    }
 
 
 def test_the_preview_a_worker_took_is_shown_before_the_approve_button(page, people, start_worker, desk):
@@ -89,7 +92,8 @@ def test_a_preview_taken_again_while_the_page_was_open_is_refused_and_shown(page
 
 
 def test_a_ticket_closed_after_approval_shows_both_previews_until_the_new_one_is_approved(
-        page, people, start_worker, desk):
+    page, people, start_worker, desk
+):
     ticket = open_ticket(desk, "Printer on fire")
     workflow = plans.submit(people["agent"], close_plan(ticket["id"], "preview-binding")).workflow
     tasks.compute_previews(str(workflow.pk))

@@ -6,9 +6,9 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
+from tests.support import deciding as decide
 from workflows.models import Attempt
 from workflows.operations import compensation, plans
-from tests.support import deciding as decide
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -22,8 +22,9 @@ def page(browser):
 
 
 def test_the_workflow_page_shows_each_attempts_proof_key_and_approvers(live_server, people, proof_desk, page):
-    plan = ticket_plan("proof-page", steps=[{"key": "open", "action": "ticket.create",
-                                             "args": {"title": "Printer on fire"}}])
+    plan = ticket_plan(
+        "proof-page", steps=[{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}}]
+    )
     workflow = decide.approve(plans.submit(people["agent"], plan).workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     comp = compensation.request(workflow, by=people["operator"], reason="opened by mistake")

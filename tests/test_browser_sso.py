@@ -24,9 +24,11 @@ CLIENT_ID = "durable-console"
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory):
-    with running_provider(tmp_path_factory.mktemp("oidc-mock"),
-                          '{"sub": "rita", "email": "rita@example.com", "groups": ["idp-reviewers"]}',
-                          '{"sub": "sam", "email": "sam@example.com", "groups": ["idp-marketing"]}') as issuer:
+    with running_provider(
+        tmp_path_factory.mktemp("oidc-mock"),
+        '{"sub": "rita", "email": "rita@example.com", "groups": ["idp-reviewers"]}',
+        '{"sub": "sam", "email": "sam@example.com", "groups": ["idp-marketing"]}',
+    ) as issuer:
         yield issuer
 
 
@@ -78,8 +80,9 @@ def test_a_reviewer_signs_in_through_the_provider_and_decides(live_server, peopl
     assert (decided.subject, decided.issuer, decided.client_address) == ("rita", sso_settings, "127.0.0.1")
 
 
-def test_a_person_without_a_mapped_group_is_signed_in_sees_nothing_and_is_told_why(live_server, people,
-                                                                                   sso_settings, page):
+def test_a_person_without_a_mapped_group_is_signed_in_sees_nothing_and_is_told_why(
+    live_server, people, sso_settings, page
+):
     plans.submit(people["agent"], ticket_plan("sso-hidden", name="Hidden from sam"))
     _sign_in_at_provider(page, live_server.url, "sam")
     notice = page.locator("#no-role")

@@ -8,27 +8,40 @@ even when a worker is killed mid-replay."""
 import time
 
 import pytest
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, run_job, run_until, wait_for_status
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from tests.test_crash_matrix import CRASH_ENV, _alive
 from workflows.engine import failpoints, policy
 from workflows.models import AuditEvent, DeadLetter, Job, Step, Workflow
 from workflows.operations import bulk, plans
-from tests.support import deciding as decide
 
 
 def create(people, key, title=None):
-    workflow = plans.submit(people["agent"], {"name": "open a ticket", "submission_key": key, "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": title or key}}]}).workflow
+    workflow = plans.submit(
+        people["agent"],
+        {
+            "name": "open a ticket",
+            "submission_key": key,
+            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": title or key}}],
+        },
+    ).workflow
     decide.approve(workflow, by=people["reviewer"])
     return workflow
 
 
 def hook(people, desk, key):
     """A webhook that neither honours the key nor can be looked up."""
-    workflow = plans.submit(people["agent"], {"name": "hook", "submission_key": key, "steps": [
-        {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": key}}}]}
+    workflow = plans.submit(
+        people["agent"],
+        {
+            "name": "hook",
+            "submission_key": key,
+            "steps": [
+                {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": key}}}
+            ],
+        },
     ).workflow
     decide.approve(workflow, by=people["reviewer"])
     return workflow
@@ -75,8 +88,7 @@ def test_reconcile_sorts_applied_safe_and_in_doubt_and_settles_only_the_applied(
     landed = landed_keys(desk)
     ledger = len(desk.ledger())
 
-    answer = api["operator"].post("/dead-letters/reconcile", {
-        "filter": {"action": "ticket.create"}, "dry_run": False})
+    answer = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"}, "dry_run": False})
     assert answer.status_code == 202, answer.text
     body = answer.json()
     # Sorted from the flags at once; the lookups are the worker's.
@@ -101,8 +113,11 @@ def test_reconcile_sorts_applied_safe_and_in_doubt_and_settles_only_the_applied(
     assert DeadLetter.objects.open().count() == 4
 
     # The webhook, alone: no lookup, not idempotent: in doubt, left alone.
-    alone = api["operator"].post("/dead-letters/reconcile", {"filter": {"workflow": str(doubtful.pk)},
-                                                              "dry_run": False}).json()
+    alone = (
+        api["operator"]
+        .post("/dead-letters/reconcile", {"filter": {"workflow": str(doubtful.pk)}, "dry_run": False})
+        .json()
+    )
     assert (alone["in_doubt"], alone["pending"]) == (1, 0)
     assert Job.objects.get(pk=alone["job"]).status == "DONE"
     assert DeadLetter.objects.get(workflow=doubtful).status == "OPEN"
@@ -132,8 +147,9 @@ def test_replay_of_the_safe_group_runs_each_key_once_and_leaves_the_doubtful(peo
     # Had a landed create been run again, this desk would open a second ticket.
     desk.fault(mode="ignore_idempotency")
 
-    answer = api["operator"].post("/dead-letters/replay", {"filter": {"failure_class": "TRANSIENT"},
-                                                           "dry_run": False, "reason": "desk is back"})
+    answer = api["operator"].post(
+        "/dead-letters/replay", {"filter": {"failure_class": "TRANSIENT"}, "dry_run": False, "reason": "desk is back"}
+    )
     assert answer.status_code == 202, answer.text
     assert answer.json()["matched"] == 6
     job = run_job(answer.json()["job"])
@@ -154,8 +170,10 @@ def test_only_all_replays_the_doubtful_too(people, desk, api):
     desk.fault(mode="error", status=502, count=1)
     doubtful = hook(people, desk, "hook-3")
     run_until(doubtful.pk, "FAILED")
-    answer = api["operator"].post("/dead-letters/replay", {"filter": {"workflow": str(doubtful.pk)}, "only": "all",
-                                                           "dry_run": False, "reason": "checked by hand"})
+    answer = api["operator"].post(
+        "/dead-letters/replay",
+        {"filter": {"workflow": str(doubtful.pk)}, "only": "all", "dry_run": False, "reason": "checked by hand"},
+    )
     job = run_job(answer.json()["job"])
     assert bulk.counts(job)["replayed"] == 1
     assert DeadLetter.objects.get(workflow=doubtful).status == "REPLAYED"
@@ -164,8 +182,11 @@ def test_only_all_replays_the_doubtful_too(people, desk, api):
 def test_pause_and_resume_keep_progress_in_the_database(people, desk, api, settings):
     settings.BULK_BATCH_SIZE = 2
     outage(people, desk, landed=0, lost=5, run=run_until)
-    job_id = api["operator"].post("/dead-letters/replay", {"filter": {"action": "ticket.create"}, "dry_run": False,
-                                                           "reason": "r"}).json()["job"]
+    job_id = (
+        api["operator"]
+        .post("/dead-letters/replay", {"filter": {"action": "ticket.create"}, "dry_run": False, "reason": "r"})
+        .json()["job"]
+    )
     job = Job.objects.get(pk=job_id)
     assert bulk.advance(job.pk, job.batch) == 2
     assert api["operator"].post(f"/jobs/{job_id}/pause").json()["status"] == "PAUSED"
@@ -183,20 +204,23 @@ def test_pause_and_resume_keep_progress_in_the_database(people, desk, api, setti
     assert verbs == ["job.replay", "job.paused", "job.resumed", "job.finished"]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"dry_run": True}, "filter"),
-    ({"filter": {}, "dry_run": True}, "filter"),
-    ({"filter": {"status": "OPEN"}, "dry_run": True}, "filter"),
-    ({"filter": {"action": "ticket.create", "status": "REPLAYED"}, "dry_run": True}, "filter.status"),
-    ({"filter": {"older_than": "ninety days"}, "dry_run": True}, "filter.older_than"),
-    ({"filter": {"older_than": "0d"}, "dry_run": True}, "filter.older_than"),
-    ({"filter": {"ids": []}, "dry_run": True}, "filter.ids"),
-    ({"filter": {"ids": ["x"]}, "dry_run": True}, "filter.ids.0"),
-    ({"filter": {"job": "nope"}, "dry_run": True}, "filter.job"),
-    ({"filter": {"team": ""}, "dry_run": True}, "filter.team"),
-    ({"filter": {"action": "ticket.create"}}, "dry_run"),
-    ({"filter": {"action": "ticket.create"}, "dry_run": 1}, "dry_run"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"dry_run": True}, "filter"),
+        ({"filter": {}, "dry_run": True}, "filter"),
+        ({"filter": {"status": "OPEN"}, "dry_run": True}, "filter"),
+        ({"filter": {"action": "ticket.create", "status": "REPLAYED"}, "dry_run": True}, "filter.status"),
+        ({"filter": {"older_than": "ninety days"}, "dry_run": True}, "filter.older_than"),
+        ({"filter": {"older_than": "0d"}, "dry_run": True}, "filter.older_than"),
+        ({"filter": {"ids": []}, "dry_run": True}, "filter.ids"),
+        ({"filter": {"ids": ["x"]}, "dry_run": True}, "filter.ids.0"),
+        ({"filter": {"job": "nope"}, "dry_run": True}, "filter.job"),
+        ({"filter": {"team": ""}, "dry_run": True}, "filter.team"),
+        ({"filter": {"action": "ticket.create"}}, "dry_run"),
+        ({"filter": {"action": "ticket.create"}, "dry_run": 1}, "dry_run"),
+    ],
+)
 def test_a_bad_reconcile_is_refused_with_its_field_and_changes_nothing(people, desk, api, body, field):
     outage(people, desk, landed=1, lost=0, run=run_until)
     events, jobs = AuditEvent.objects.count(), Job.objects.count()
@@ -209,8 +233,9 @@ def test_a_bad_reconcile_is_refused_with_its_field_and_changes_nothing(people, d
 
 def test_a_bad_replay_only_is_refused(people, desk, api):
     outage(people, desk, landed=1, lost=0, run=run_until)
-    answer = api["operator"].post("/dead-letters/replay", {"filter": {"action": "ticket.create"}, "only": "most",
-                                                           "dry_run": False, "reason": "r"})
+    answer = api["operator"].post(
+        "/dead-letters/replay", {"filter": {"action": "ticket.create"}, "only": "most", "dry_run": False, "reason": "r"}
+    )
     assert answer.status_code == 400 and "only" in answer.json()["error"]["fields"]
     assert Job.objects.count() == 0
 
@@ -218,10 +243,17 @@ def test_a_bad_replay_only_is_refused(people, desk, api):
 @pytest.mark.parametrize("persona", ["reviewer", "auditor", "agent"])
 def test_only_operators_reconcile_and_run_jobs(people, desk, api, persona):
     outage(people, desk, landed=1, lost=0, run=run_until)
-    assert api[persona].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
-                                                         "dry_run": True}).status_code == 403
-    job = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
-                                                           "dry_run": True}).json()["job"]
+    assert (
+        api[persona]
+        .post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"}, "dry_run": True})
+        .status_code
+        == 403
+    )
+    job = (
+        api["operator"]
+        .post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"}, "dry_run": True})
+        .json()["job"]
+    )
     # Auditors may follow a job of their team; only operators act on it.
     assert api[persona].get(f"/jobs/{job}").status_code == (200 if persona == "auditor" else 403)
     assert api[persona].post(f"/jobs/{job}/pause").status_code == 403
@@ -238,8 +270,11 @@ def test_a_job_stays_within_its_team(people, desk, api):
     other.groups.add(Group.objects.get(name="operators"))
     Team.objects.create(name="payments").members.add(other)
     outage(people, desk, landed=1, lost=0, run=run_until)
-    job = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
-                                                           "dry_run": True}).json()["job"]
+    job = (
+        api["operator"]
+        .post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"}, "dry_run": True})
+        .json()["job"]
+    )
     assert ApiClient(other).get(f"/jobs/{job}").status_code == 404
     assert ApiClient(other).post(f"/jobs/{job}/pause").status_code == 404
     assert Job.objects.get(pk=job).team.name == "default"
@@ -295,15 +330,18 @@ def wait_for_job(job_id, timeout=60.0) -> Job:
 
 @pytest.mark.parametrize("killed", [False, True], ids=["clean", "worker-killed-mid-replay"])
 def test_after_a_desk_outage_reconcile_and_replay_put_each_key_on_the_desk_once(
-        people, desk, api, start_worker, tmp_path, killed):
+    people, desk, api, start_worker, tmp_path, killed
+):
     landed, lost = 12, 12
     first = start_worker(name="during-outage", **CRASH_ENV)
     workflows = outage(people, desk, landed, lost, run=lambda pk, status: wait_for_status(pk, status, timeout=60))
     assert {ticket["idempotency_key"] for ticket in desk.tickets()} <= {
-        Step.objects.get(workflow=w).operation_key for w in workflows}
+        Step.objects.get(workflow=w).operation_key for w in workflows
+    }
 
-    reconciled = api["operator"].post("/dead-letters/reconcile", {"filter": {"action": "ticket.create"},
-                                                                  "dry_run": False})
+    reconciled = api["operator"].post(
+        "/dead-letters/reconcile", {"filter": {"action": "ticket.create"}, "dry_run": False}
+    )
     assert reconciled.status_code == 202, reconciled.text
     job = wait_for_job(reconciled.json()["job"])
     counts = bulk.counts(job)
@@ -318,12 +356,12 @@ def test_after_a_desk_outage_reconcile_and_replay_put_each_key_on_the_desk_once(
     env = {**CRASH_ENV, "BULK_BATCH_SIZE": "3"}
     marker = tmp_path / "failpoints.log"
     if killed:
-        doomed = start_worker(name="doomed", FAILPOINTS=failpoints.IN_BULK_BATCH, FAILPOINT_MARKER=str(marker),
-                              **env)
+        doomed = start_worker(name="doomed", FAILPOINTS=failpoints.IN_BULK_BATCH, FAILPOINT_MARKER=str(marker), **env)
     else:
         start_worker(name="after-outage", **env)
-    replay = api["operator"].post("/dead-letters/replay", {"filter": {"job": str(job.pk)}, "dry_run": False,
-                                                           "reason": "the desk is back"})
+    replay = api["operator"].post(
+        "/dead-letters/replay", {"filter": {"job": str(job.pk)}, "dry_run": False, "reason": "the desk is back"}
+    )
     assert replay.status_code == 202, replay.text
     assert replay.json()["matched"] == lost
     if killed:

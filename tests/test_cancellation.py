@@ -9,13 +9,13 @@ import pytest
 from django.db import connection, connections, transaction
 
 from tests.conftest import PASSWORD, ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from workflows import states
 from workflows.engine import execution, locks
 from workflows.engine.transitions import move
 from workflows.models import Attempt, AuditEvent, Step, Workflow
 from workflows.operations import cancellation, plans
 from workflows.states import AttemptStatus, WorkflowStatus
-from tests.support import deciding as decide
 
 
 def planned(people, key="cancel-1"):
@@ -50,8 +50,7 @@ def test_before_approval_only_the_submitter_may_cancel(people, api, persona):
     assert not AuditEvent.objects.filter(verb="workflow.cancelled").exists()
 
 
-@pytest.mark.parametrize("persona, expected", [("agent", 403), ("reviewer", 403), ("auditor", 403),
-                                               ("operator", 200)])
+@pytest.mark.parametrize("persona, expected", [("agent", 403), ("reviewer", 403), ("auditor", 403), ("operator", 200)])
 def test_once_approved_only_an_operator_may_cancel(people, api, persona, expected):
     workflow = approved(people)
     answer = api[persona].post(f"/workflows/{workflow.pk}/cancel", {"reason": "incident over"})
@@ -65,13 +64,23 @@ def test_another_agents_plan_is_not_found_and_an_unknown_one_neither(people, api
 
     stranger = ApiClient(django_user_model.objects.create_user("stranger", password=PASSWORD))
     assert stranger.post(f"/workflows/{workflow.pk}/cancel", {"reason": "mine now"}).status_code == 404
-    assert api["operator"].post("/workflows/00000000-0000-0000-0000-000000000000/cancel",
-                                {"reason": "x"}).status_code == 404
+    assert (
+        api["operator"].post("/workflows/00000000-0000-0000-0000-000000000000/cancel", {"reason": "x"}).status_code
+        == 404
+    )
     assert status_of(workflow) == "PLANNED"
 
 
-@pytest.mark.parametrize("body, field", [({}, "reason"), ({"reason": ""}, "reason"), ({"reason": "   "}, "reason"),
-                                         ({"reason": 7}, "reason"), ({"reason": "x" * 2001}, "reason")])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "reason"),
+        ({"reason": ""}, "reason"),
+        ({"reason": "   "}, "reason"),
+        ({"reason": 7}, "reason"),
+        ({"reason": "x" * 2001}, "reason"),
+    ],
+)
 def test_a_cancel_without_a_proper_reason_is_refused_with_the_field_and_changes_nothing(people, api, body, field):
     workflow = planned(people)
     answer = api["agent"].post(f"/workflows/{workflow.pk}/cancel", body)
@@ -83,8 +92,9 @@ def test_a_cancel_without_a_proper_reason_is_refused_with_the_field_and_changes_
 
 def test_a_credential_in_the_reason_is_refused(people, api):
     workflow = planned(people)
-    answer = api["agent"].post(f"/workflows/{workflow.pk}/cancel",
-                               {"reason": "token ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa leaked"})
+    answer = api["agent"].post(
+        f"/workflows/{workflow.pk}/cancel", {"reason": "token ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa leaked"}
+    )
     assert answer.status_code == 400 and "reason" in answer.json()["error"]["fields"]
     assert status_of(workflow) == "PLANNED"
 
@@ -210,8 +220,13 @@ def test_an_attempt_requested_while_a_cancel_commits_waits_and_sees_it(people, d
 
     def cancel_in_progress():  # the cancel's transaction, before its commit
         locked = locks.plan(workflow.pk)
-        move(locked, WorkflowStatus.CANCELLED, actor=people["operator"], verb="workflow.cancelled",
-             data={"reason": "stop", "in_flight": []})
+        move(
+            locked,
+            WorkflowStatus.CANCELLED,
+            actor=people["operator"],
+            verb="workflow.cancelled",
+            data={"reason": "stop", "in_flight": []},
+        )
 
     cancel = holding(cancel_in_progress, release)
     requesting, result = in_thread(lambda: execution._request_attempt(step, step.fence))
@@ -254,7 +269,8 @@ def _wait(condition, timeout=60.0, explain=lambda: ""):
 
 @pytest.mark.live
 def test_cancel_with_an_effect_in_flight_records_it_starts_nothing_else_then_compensates(
-        people, api, start_worker, desk):
+    people, api, start_worker, desk
+):
     """A real worker sends the first step to the real desk, which holds it;
     an operator cancels meanwhile. The ticket's creation is recorded, the
     comment and the close never start, and an authorized compensation then
@@ -264,8 +280,10 @@ def test_cancel_with_an_effect_in_flight_records_it_starts_nothing_else_then_com
     start_worker("cancel")
     requested = Attempt.objects.filter(step__workflow=workflow, status=AttemptStatus.REQUESTED)
     _wait(requested.exists, explain=lambda: "the first step never went out")
-    _wait(lambda: desk.concurrency()["in_flight"].get("POST /tickets", 0) == 1,
-          explain=lambda: "the desk never held the request")
+    _wait(
+        lambda: desk.concurrency()["in_flight"].get("POST /tickets", 0) == 1,
+        explain=lambda: "the desk never held the request",
+    )
 
     answer = api["operator"].post(f"/workflows/{workflow.pk}/cancel", {"reason": "incident resolved"})
     assert answer.status_code == 200, answer.text
@@ -275,8 +293,10 @@ def test_cancel_with_an_effect_in_flight_records_it_starts_nothing_else_then_com
     assert early.status_code == 409 and "in flight" in early.json()["error"]["message"]
 
     desk.clear_faults()
-    _wait(lambda: Step.objects.get(workflow=workflow, key="open").status == "COMPLETE",
-          explain=lambda: f"open is {Step.objects.get(workflow=workflow, key='open').status}")
+    _wait(
+        lambda: Step.objects.get(workflow=workflow, key="open").status == "COMPLETE",
+        explain=lambda: f"open is {Step.objects.get(workflow=workflow, key='open').status}",
+    )
     time.sleep(1.5)  # long enough for a worker to have started the next step, were it going to
     steps = {s.key: s for s in Step.objects.filter(workflow=workflow)}
     assert steps["open"].external_ref and steps["open"].attempts.get().status == "SUCCEEDED"
@@ -296,5 +316,7 @@ def test_cancel_with_an_effect_in_flight_records_it_starts_nothing_else_then_com
     assert desk.ticket(tickets[0]["id"])["status"] == "closed"
     verbs = list(AuditEvent.objects.filter(workflow_id=workflow.pk, object_type="workflow").values_list("verb", "data"))
     assert [(v, d["to"]) for v, d in verbs if "to" in d][-3:] == [
-        ("workflow.cancelled", "CANCELLED"), ("workflow.compensating", "COMPENSATING"),
-        ("workflow.compensated", "COMPENSATED")]
+        ("workflow.cancelled", "CANCELLED"),
+        ("workflow.compensating", "COMPENSATING"),
+        ("workflow.compensated", "COMPENSATED"),
+    ]

@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
+from tests.support import deciding as decide
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import plans
 from workflows.ops import chaos, processes
 from workflows.states import AttemptStatus, StepStatus
-from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -28,8 +28,9 @@ def desk(proof_desk):
 def start_clusters(start_worker, *names, **env):
     """Clusters as the soak wants them: short leases and task timeouts, and
     PostgreSQL sessions named so that only theirs are terminated."""
-    return [start_worker(name, **{**chaos.CLUSTER_ENV, "PGAPPNAME": processes.session_name(name), **env})
-            for name in names]
+    return [
+        start_worker(name, **{**chaos.CLUSTER_ENV, "PGAPPNAME": processes.session_name(name), **env}) for name in names
+    ]
 
 
 def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_effects(start_worker, desk):
@@ -38,8 +39,17 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     # Slow effects, so that kills land mid-effect; and a desk that ignores
     # idempotency keys, so that only reconciliation prevents a second ticket.
     desk_faults = [{"mode": "latency", "ms": 300}, {"mode": "ignore_idempotency"}]
-    result = chaos.soak(clusters, desk_url=desk.url, workflows=48, seconds=20, kill_every=1.5, seed=7,
-                        settle_seconds=45, desk_faults=desk_faults, log=print)
+    result = chaos.soak(
+        clusters,
+        desk_url=desk.url,
+        workflows=48,
+        seconds=20,
+        kill_every=1.5,
+        seed=7,
+        settle_seconds=45,
+        desk_faults=desk_faults,
+        log=print,
+    )
 
     print(result.report())
     assert result.unsettled == [], "every workflow ends terminal or waiting for an operator"
@@ -60,8 +70,9 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
         assert result.terminated_sessions > 0
     assert result.unrecovered == 0
     ledger = desk.ledger()
-    assert ledger and all(entry["proof"] and entry["proof"]["approvers"] for entry in ledger), \
+    assert ledger and all(entry["proof"] and entry["proof"]["approvers"] for entry in ledger), (
         "every effect came with an approval proof the desk verified"
+    )
 
 
 def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):
@@ -85,8 +96,13 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         assert time.monotonic() < deadline, list(steps.exclude(status="COMPLETE").values_list("key", "status"))
         time.sleep(0.2)
     attempts = Attempt.objects.filter(step__in=steps)
-    assert not attempts.filter(status=AttemptStatus.SUCCEEDED).values("step").annotate(
-        n=Count("id")).filter(n__gt=1).exists(), "no step succeeded twice"
+    assert (
+        not attempts.filter(status=AttemptStatus.SUCCEEDED)
+        .values("step")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .exists()
+    ), "no step succeeded twice"
     tickets = desk.tickets()
     for key in steps.filter(action="ticket.create").values_list("operation_key", flat=True):
         assert [t["idempotency_key"] for t in tickets].count(key) == 1
@@ -103,7 +119,8 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
 
 
 def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_desk_without_idempotency(
-        start_worker, desk):
+    start_worker, desk
+):
     """The desk ignores Idempotency-Key (an API without idempotency whose
     lookup by key still works), so only reconciliation stands between a crash
     and a second ticket. The worker dies after sending its POST, which the
@@ -114,8 +131,11 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
     desk.fault(mode="ignore_idempotency")
     start_clusters(start_worker, "lonely", ACTION_TIMEOUT_SECONDS="6")
     agent, reviewers = chaos.personas()
-    plan = {"name": "one ticket", "submission_key": "in-flight",
-            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Lift stuck", "body": "B2"}}]}
+    plan = {
+        "name": "one ticket",
+        "submission_key": "in-flight",
+        "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Lift stuck", "body": "B2"}}],
+    }
     workflow = decide.approve(plans.submit(agent, plan).workflow, by=reviewers[0])
     step = workflow.steps.get()
     deadline = time.monotonic() + 20
@@ -141,7 +161,8 @@ def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_de
         time.sleep(0.2)
     assert [entry["path"] for entry in desk.ledger()][:1] == ["/tickets"], "the killed worker's request landed"
     assert len(desk.tickets(idempotency_key=step.operation_key)) == 1, list(
-        Attempt.objects.filter(step=step).values_list("number", "status", "worker", "started_at", "finished_at"))
+        Attempt.objects.filter(step=step).values_list("number", "status", "worker", "started_at", "finished_at")
+    )
 
 
 def _freeze_holding_a_step(steps, cluster, timeout=60.0, settle=15.0):
@@ -157,8 +178,13 @@ def _freeze_holding_a_step(steps, cluster, timeout=60.0, settle=15.0):
             os.killpg(group, signal.SIGSTOP)
             pids = processes.group_pids(group)
             _wait_until_quiet(pids, processes.session_name(cluster.name), time.monotonic() + settle)
-            held = [pk for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
-                    .values_list("pk", "lease_owner") if processes.owner_pid(owner) in pids]
+            held = [
+                pk
+                for pk, owner in steps.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).values_list(
+                    "pk", "lease_owner"
+                )
+                if processes.owner_pid(owner) in pids
+            ]
             if held:
                 return pids, held
             os.killpg(group, signal.SIGCONT)
@@ -176,9 +202,12 @@ def _wait_until_quiet(pids, session_name: str, deadline: float) -> None:
     while True:
         stopped = all(_state(pid) in ("T", None) for pid in pids)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                           "AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock' "
-                           "AND wait_event_type IS DISTINCT FROM 'Client'", [session_name])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock' "
+                "AND wait_event_type IS DISTINCT FROM 'Client'",
+                [session_name],
+            )
             (busy,) = cursor.fetchone()
         if stopped and not busy:
             return

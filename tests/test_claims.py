@@ -6,10 +6,10 @@ holder's activity, and it never blocks another reviewer's decision."""
 from datetime import timedelta
 
 import pytest
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support.seeing import Client
 from workflows.models import AuditEvent, Workflow
 from workflows.operations import claims, plans
 
@@ -28,7 +28,8 @@ def console(persona):
 def lapse(workflow, settings, by_minutes=1):
     """Move the claim's last activity back past REVIEW_CLAIM_MINUTES."""
     Workflow.objects.filter(pk=workflow.pk).update(
-        claimed_at=timezone.now() - timedelta(minutes=settings.REVIEW_CLAIM_MINUTES + by_minutes))
+        claimed_at=timezone.now() - timedelta(minutes=settings.REVIEW_CLAIM_MINUTES + by_minutes)
+    )
 
 
 def test_a_reviewer_claims_a_plan_and_the_api_shows_who_until_when(api, planned, settings):
@@ -37,8 +38,11 @@ def test_a_reviewer_claims_a_plan_and_the_api_shows_who_until_when(api, planned,
     body = answer.json()
     assert body["claimed_by"] == "reviewer"
     expires = timezone.datetime.fromisoformat(body["claim_expires_at"])
-    assert timedelta(minutes=settings.REVIEW_CLAIM_MINUTES - 1) < expires - timezone.now() <= timedelta(
-        minutes=settings.REVIEW_CLAIM_MINUTES)
+    assert (
+        timedelta(minutes=settings.REVIEW_CLAIM_MINUTES - 1)
+        < expires - timezone.now()
+        <= timedelta(minutes=settings.REVIEW_CLAIM_MINUTES)
+    )
     assert api["agent"].get(f"/workflows/{planned.pk}").json()["claimed_by"] == "reviewer"
     event = AuditEvent.objects.get(verb="workflow.claimed", workflow_id=planned.pk)
     assert event.actor == "reviewer" and event.data == {"renewed": False}
@@ -69,15 +73,19 @@ def test_claiming_ones_own_claim_again_renews_it(api, planned, settings):
     lapse(planned, settings, by_minutes=-5)  # five minutes left
     renewed = api["reviewer"].post(f"/workflows/{planned.pk}/claim").json()
     assert timezone.datetime.fromisoformat(renewed["claim_expires_at"]) - timezone.now() > timedelta(
-        minutes=settings.REVIEW_CLAIM_MINUTES - 1)
+        minutes=settings.REVIEW_CLAIM_MINUTES - 1
+    )
     assert AuditEvent.objects.filter(verb="workflow.claimed").last().data == {"renewed": True}
 
 
-@pytest.mark.parametrize("to, why", [
-    ("nobody", "Not an active reviewer."),
-    ("operator", "Not an active reviewer."),
-    ("agent", "Not an active reviewer."),
-])
+@pytest.mark.parametrize(
+    "to, why",
+    [
+        ("nobody", "Not an active reviewer."),
+        ("operator", "Not an active reviewer."),
+        ("agent", "Not an active reviewer."),
+    ],
+)
 def test_assigning_to_someone_who_cannot_review_is_refused_with_the_field(api, planned, to, why):
     answer = api["reviewer"].post(f"/workflows/{planned.pk}/assign", {"to": to})
     assert answer.status_code == 400
@@ -98,7 +106,8 @@ def test_only_reviewers_other_than_the_submitter_claim(api, people, planned):
     own = plans.submit(people["reviewer"], ticket_plan("own-plan")).workflow
     assert api["reviewer"].post(f"/workflows/{own.pk}/claim").status_code == 403
     assert api["reviewer2"].post(f"/workflows/{own.pk}/assign", {"to": "reviewer"}).json()["error"]["fields"] == {
-        "to": "The plan's submitter cannot review it."}
+        "to": "The plan's submitter cannot review it."
+    }
 
 
 def test_a_claim_never_blocks_another_reviewers_decision(api, planned):
@@ -113,8 +122,7 @@ def test_a_claim_lapses_without_activity_and_anyone_may_claim_then(api, planned,
     api["reviewer"].post(f"/workflows/{planned.pk}/claim")
     lapse(planned, settings)
     assert api["agent"].get(f"/workflows/{planned.pk}").json()["claimed_by"] is None
-    assert [w["id"] for w in api["reviewer2"].get("/workflows", claim="unclaimed").json()["items"]] == [
-        str(planned.pk)]
+    assert [w["id"] for w in api["reviewer2"].get("/workflows", claim="unclaimed").json()["items"]] == [str(planned.pk)]
     assert api["reviewer2"].post(f"/workflows/{planned.pk}/claim").json()["claimed_by"] == "reviewer2"
 
 
@@ -126,7 +134,9 @@ def test_the_holder_opening_the_plan_renews_the_claim_and_nobody_elses_look_does
     console("reviewer2").get(f"/workflows/{planned.pk}/")
     assert Workflow.objects.get(pk=planned.pk).claimed_at == before
     console("reviewer").get(f"/workflows/{planned.pk}/")
-    assert Workflow.objects.get(pk=planned.pk).claimed_at > before + timedelta(minutes=settings.REVIEW_CLAIM_MINUTES - 3)
+    assert Workflow.objects.get(pk=planned.pk).claimed_at > before + timedelta(
+        minutes=settings.REVIEW_CLAIM_MINUTES - 3
+    )
 
 
 def test_the_api_filters_mine_and_unclaimed(api, people, planned):

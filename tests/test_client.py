@@ -103,8 +103,9 @@ class RelayHandler(BaseHTTPRequestHandler):
             self.wfile.write(b'{"error": {"code": "unavailable", "message": "try again"}}')
             return
         headers = {name: self.headers[name] for name in ("Authorization", "Content-Type") if self.headers[name]}
-        upstream = requests.request(self.command, self.server.upstream + self.path, headers=headers, data=body,
-                                    timeout=90)
+        upstream = requests.request(
+            self.command, self.server.upstream + self.path, headers=headers, data=body, timeout=90
+        )
         self.server.seen.append((self.command, self.path, body, upstream.status_code))
         if fault == "drop":
             self.close_connection = True
@@ -121,10 +122,13 @@ class RelayHandler(BaseHTTPRequestHandler):
 
 def test_the_client_imports_without_django_or_settings():
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    script = ("import sys, durableconsole.client; "
-              "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'workflows', 'ninja', 'pydantic'}))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, env=env, capture_output=True,
-                          text=True, timeout=60)
+    script = (
+        "import sys, durableconsole.client; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'workflows', 'ninja', 'pydantic'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -135,8 +139,9 @@ def test_an_agent_submits_then_waits_for_the_decision_and_the_end(console, http_
     agent = console("agent")
     plan = ticket_plan("client-1")
 
-    submitted = agent.submit(plan["name"], plan["steps"], submission_key="client-1", context={"why": "test"},
-                             deadline=3600)
+    submitted = agent.submit(
+        plan["name"], plan["steps"], submission_key="client-1", context={"why": "test"}, deadline=3600
+    )
     assert submitted["status"] == "PLANNED" and agent.get(submitted["id"])["status"] == "PLANNED"
 
     def decide():
@@ -158,9 +163,10 @@ def test_an_agent_submits_then_waits_for_the_decision_and_the_end(console, http_
 
 def test_a_bad_plan_raises_invalid_with_the_field_errors_and_stores_nothing(console):
     agent = console("agent")
-    steps = [{"key": "open", "action": "ticket.create",
-              "args": {"title": "t", "body": "password=hunter2secret"}},
-             {"key": "open", "action": "noop", "args": {}}]
+    steps = [
+        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "password=hunter2secret"}},
+        {"key": "open", "action": "noop", "args": {}},
+    ]
 
     with pytest.raises(Invalid) as refused:
         agent.submit("leaks a password", steps, deadline=60)
@@ -269,8 +275,7 @@ def test_wait_answers_with_the_current_state_at_its_own_timeout(console):
         agent.wait(workflow["id"], until="approved")
 
 
-def test_wait_asks_again_until_the_decision_when_the_server_answers_first(console, http_api, live_server,
-                                                                          monkeypatch):
+def test_wait_asks_again_until_the_decision_when_the_server_answers_first(console, http_api, live_server, monkeypatch):
     monkeypatch.setattr(client_module, "SERVER_WAIT_SECONDS", 1)
     workflow = console("agent").submit("decided after a few server waits", NOOP)
     threading.Timer(2.5, lambda: http_api["reviewer"].post(f"/workflows/{workflow['id']}/approve")).start()
@@ -288,8 +293,10 @@ def test_dead_letters_are_listed_by_filter_across_pages(console, http_api, start
     agent, operator = console("agent"), console("operator")
     ids = []
     for n in range(2):
-        workflow = agent.submit(f"comment on a missing ticket {n}", [
-            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hello"}}])
+        workflow = agent.submit(
+            f"comment on a missing ticket {n}",
+            [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hello"}}],
+        )
         assert http_api["reviewer"].post(f"/workflows/{workflow['id']}/approve").ok
         ids.append(agent.wait(workflow["id"], until="terminal", timeout=60)["id"])
     assert DeadLetter.objects.count() == 2
@@ -325,8 +332,13 @@ def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server
     with Relay(live_server.url) as relay:
         agent = console("agent", url=relay.url)
         agent.submit("plain", NOOP, submission_key="plain")
-        agent.submit("with a callback", NOOP, submission_key="called-back",
-                     callback_url="https://agent.example.com/hooks", deadline=timedelta(hours=2))
+        agent.submit(
+            "with a callback",
+            NOOP,
+            submission_key="called-back",
+            callback_url="https://agent.example.com/hooks",
+            deadline=timedelta(hours=2),
+        )
 
     plain, called_back = (json.loads(body) for _, _, body, _ in relay.seen)
     assert set(plain) == {"name", "submission_key", "steps"}
@@ -338,8 +350,9 @@ def test_callback_url_and_deadline_are_sent_only_when_given(console, live_server
 def test_errors_say_what_failed_without_the_token(console, people, tmp_path, monkeypatch):
     token = tokens.issue(people["agent"])
     # A ~/.netrc login for the console's host must not replace the token.
-    (tmp_path / "netrc").write_text("machine 127.0.0.1 login agent password not-the-token\n"
-                                    "machine localhost login agent password not-the-token\n")
+    (tmp_path / "netrc").write_text(
+        "machine 127.0.0.1 login agent password not-the-token\nmachine localhost login agent password not-the-token\n"
+    )
     (tmp_path / "netrc").chmod(0o600)
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     agent = console("agent", token=token)

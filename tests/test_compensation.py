@@ -3,21 +3,25 @@
 import pytest
 
 from tests.conftest import HttpApi, run_until, wait_for_status
+from tests.support import deciding as decide
 from tests.test_crash_matrix import CRASH_ENV, crash_at
 from workflows.engine import policy
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import AuditEvent, Compensation, DeadLetter, Step
 from workflows.operations import compensation, deadletters, plans
-from tests.support import deciding as decide
 
 
 def three_steps(key="inc-1"):
     """Two tickets, then a step that cannot succeed: the main use case."""
-    return {"name": "Open two tickets, then note on a missing one", "submission_key": key, "steps": [
-        {"key": "first", "action": "ticket.create", "args": {"title": "First", "body": "1"}},
-        {"key": "second", "action": "ticket.create", "args": {"title": "Second", "body": "2"}},
-        {"key": "third", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
-    ]}
+    return {
+        "name": "Open two tickets, then note on a missing one",
+        "submission_key": key,
+        "steps": [
+            {"key": "first", "action": "ticket.create", "args": {"title": "First", "body": "1"}},
+            {"key": "second", "action": "ticket.create", "args": {"title": "Second", "body": "2"}},
+            {"key": "third", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+        ],
+    }
 
 
 def failed_workflow(people, body=None):
@@ -39,7 +43,8 @@ def closes_per_ticket(desk):
 @pytest.mark.live
 @pytest.mark.parametrize("crash", [None, "compensation:after_perform", "compensation:after_requested"])
 def test_step_three_dead_letters_and_an_authorized_compensation_closes_one_and_two(
-        people, live_server, start_worker, desk, tmp_path, crash):
+    people, live_server, start_worker, desk, tmp_path, crash
+):
     operator, reviewer2 = HttpApi(live_server.url, people["operator"]), HttpApi(live_server.url, people["reviewer2"])
     workflow = plans.submit(people["agent"], three_steps()).workflow
     decide.approve(workflow, by=people["reviewer"])
@@ -113,11 +118,15 @@ def test_requests_need_a_reason_completed_steps_and_a_settled_workflow(people, d
 
 
 def test_irreversible_steps_are_listed_not_skipped_silently(people, desk, api, settings):
-    body = {"name": "ticket and mail", "submission_key": "mixed", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
-        {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
-        {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
-    ]}
+    body = {
+        "name": "ticket and mail",
+        "submission_key": "mixed",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
+            {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
+            {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+        ],
+    }
     workflow = failed_workflow(people, body)
     comp = api["operator"].post(f"/workflows/{workflow.pk}/compensations", {"reason": "undo"}).json()
     assert [s["compensates"] for s in comp["steps"]] == ["open"]
@@ -132,8 +141,10 @@ def test_irreversible_steps_are_listed_not_skipped_silently(people, desk, api, s
 
 def test_a_subset_and_a_plan_step_own_compensation(people, desk):
     body = three_steps("subset")
-    body["steps"][0]["compensation"] = {"action": "ticket.comment",
-                                        "args": {"ticket_id": {"$from": "first.result.id"}, "body": "undone"}}
+    body["steps"][0]["compensation"] = {
+        "action": "ticket.comment",
+        "args": {"ticket_id": {"$from": "first.result.id"}, "body": "undone"},
+    }
     workflow = failed_workflow(people, body)
     comp = compensation.request(workflow, by=people["operator"], reason="only the first", step_keys=["first"])
     assert [(p["compensates"], p["action"]) for p in comp.plan] == [("first", "ticket.comment")]

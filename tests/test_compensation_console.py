@@ -3,14 +3,14 @@ steps, a reviewer other than the requester authorizes or declines it, and
 everyone allowed can watch it run. Every refusal changes nothing."""
 
 import pytest
-from tests.support.seeing import Client
 
 from tests.conftest import run_until
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from tests.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from workflows.models import Compensation, Step
 from workflows.operations import compensation
 from workflows.web import views_compensation
-from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -20,11 +20,15 @@ LIST = "/compensations/"
 
 def mixed_plan(key="mixed"):
     """A ticket, a mail that cannot be unsent, then a step that cannot succeed."""
-    return {"name": "Ticket and mail", "submission_key": key, "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
-        {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
-        {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
-    ]}
+    return {
+        "name": "Ticket and mail",
+        "submission_key": key,
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
+            {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
+            {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+        ],
+    }
 
 
 @pytest.fixture
@@ -99,9 +103,13 @@ def test_the_workflow_page_lists_its_compensations_and_hides_the_link_while_one_
 
 
 def test_no_request_link_when_no_step_completed(people, desk, as_user):
-    nothing_done = {"name": "Fails at once", "submission_key": "at-once", "steps": [
-        {"key": "only", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
-    ]}
+    nothing_done = {
+        "name": "Fails at once",
+        "submission_key": "at-once",
+        "steps": [
+            {"key": "only", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+        ],
+    }
     workflow = failed_workflow(people, nothing_done)
     assert _request_page(workflow) not in _html(as_user("operator").get(f"/workflows/{workflow.pk}/"))
     html = _html(as_user("operator").get(_request_page(workflow)))

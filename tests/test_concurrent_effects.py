@@ -12,12 +12,12 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
+from tests.support import deciding as decide
 from workflows.engine import failpoints
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import plans
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
-from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
@@ -25,15 +25,23 @@ pytestmark = pytest.mark.live
 # be counted and killed; the leases live on by the heartbeat. A lookup's
 # "not found" counts once a request can no longer land: ACTION_TIMEOUT +
 # grace after it was sent.
-SLOW = {"STEP_LEASE_SECONDS": "3", "ACTION_TIMEOUT_SECONDS": "6", "RECONCILE_GRACE_SECONDS": "0.5",
-        "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2"}
+SLOW = {
+    "STEP_LEASE_SECONDS": "3",
+    "ACTION_TIMEOUT_SECONDS": "6",
+    "RECONCILE_GRACE_SECONDS": "0.5",
+    "RETRY_BASE_SECONDS": "0.05",
+    "RETRY_CAP_SECONDS": "0.2",
+}
 
 
 def approved_creates(people, count: int, prefix: str, action: str = "ticket.create", args=None) -> list:
     workflows = []
     for n in range(count):
-        body = {"name": f"{prefix} {n}", "submission_key": f"{prefix}-{n}",
-                "steps": [{"key": "open", "action": action, "args": args or {"title": f"{prefix} {n}", "body": "x"}}]}
+        body = {
+            "name": f"{prefix} {n}",
+            "submission_key": f"{prefix}-{n}",
+            "steps": [{"key": "open", "action": action, "args": args or {"title": f"{prefix} {n}", "body": "x"}}],
+        }
         workflows.append(decide.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
     return workflows
 
@@ -52,9 +60,14 @@ def wait_until(condition, timeout: float, explain):
 def wait_for_in_flight(workflows, count: int, timeout: float = 60.0, cluster=None) -> list:
     """Until `count` attempts are REQUESTED at once (committed, their effect
     sent, no outcome yet): the effects in flight, seen from the database."""
-    wait_until(lambda: open_attempts(workflows).count() >= count, timeout,
-               lambda: f"{open_attempts(workflows).count()} in flight, wanted {count}\n"
-                       + (cluster.log()[-3000:] if cluster else ""))
+    wait_until(
+        lambda: open_attempts(workflows).count() >= count,
+        timeout,
+        lambda: (
+            f"{open_attempts(workflows).count()} in flight, wanted {count}\n"
+            + (cluster.log()[-3000:] if cluster else "")
+        ),
+    )
     return list(open_attempts(workflows))
 
 
@@ -67,8 +80,11 @@ def wait_for_desk_holding(desk, count: int, kind: str = "POST /tickets", timeout
 
 def wait_complete(workflows, timeout: float = 90.0):
     pks = [w.pk for w in workflows]
-    wait_until(lambda: not Workflow.objects.filter(pk__in=pks).exclude(status=WorkflowStatus.COMPLETE).exists(),
-               timeout, lambda: Counter(Workflow.objects.filter(pk__in=pks).values_list("status", flat=True)))
+    wait_until(
+        lambda: not Workflow.objects.filter(pk__in=pks).exclude(status=WorkflowStatus.COMPLETE).exists(),
+        timeout,
+        lambda: Counter(Workflow.objects.filter(pk__in=pks).values_list("status", flat=True)),
+    )
 
 
 def assert_one_ticket_per_key(workflows, desk):
@@ -96,7 +112,8 @@ def test_one_worker_keeps_64_effects_in_flight_and_each_is_checkpointed(people, 
 
 
 def test_four_workers_with_64_effects_each_in_flight_hold_a_small_fixed_number_of_connections(
-        people, start_worker, desk):
+    people, start_worker, desk
+):
     """256 effects in flight at once against a server whose max_connections
     is 100: an effect holds no connection of its own."""
     if connection.vendor != "postgresql":
@@ -108,15 +125,19 @@ def test_four_workers_with_64_effects_each_in_flight_hold_a_small_fixed_number_o
     # Each worker also claims three quarters of its room ahead: enough steps
     # for all four to fill their 64 places.
     workflows = approved_creates(people, 4 * 112, "budget")
-    clusters = [start_worker(name, Q_WORKERS="2", WORKER_CONCURRENCY="64", **{**SLOW, "ACTION_TIMEOUT_SECONDS": "30"})
-                for name in ("budget-a", "budget-b")]
+    clusters = [
+        start_worker(name, Q_WORKERS="2", WORKER_CONCURRENCY="64", **{**SLOW, "ACTION_TIMEOUT_SECONDS": "30"})
+        for name in ("budget-a", "budget-b")
+    ]
 
     in_flight = wait_for_in_flight(workflows, 256, timeout=90)
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND application_name = ANY(%s) GROUP BY 1",
-                       [[processes.session_name(c.name) for c in clusters]])
+        cursor.execute(
+            "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = ANY(%s) GROUP BY 1",
+            [[processes.session_name(c.name) for c in clusters]],
+        )
         sessions = dict(cursor.fetchall())
     workers = {attempt.worker for attempt in in_flight}
     assert len(workers) == 4, "four worker processes share the 256 effects"
@@ -171,12 +192,12 @@ def reconciled_found(attempts) -> dict:
     return {by_attempt[event.object_id]: event.data["found"] for event in events}
 
 
-def test_sigkill_with_64_undeclared_webhooks_in_flight_leaves_each_in_doubt_never_repeated(
-        people, start_worker, desk):
+def test_sigkill_with_64_undeclared_webhooks_in_flight_leaves_each_in_doubt_never_repeated(people, start_worker, desk):
     """No lookup and not idempotent: each interrupted effect waits IN_DOUBT."""
     desk.fault(mode="latency", ms=3000)
-    workflows = approved_creates(people, 64, "hooks", action="http.post",
-                                 args={"url": f"{desk.url}/tickets", "json": {"title": "hook"}})
+    workflows = approved_creates(
+        people, 64, "hooks", action="http.post", args={"url": f"{desk.url}/tickets", "json": {"title": "hook"}}
+    )
     doomed = start_worker("doomed", Q_WORKERS="1", WORKER_CONCURRENCY="64", **SLOW)
     wait_for_in_flight(workflows, 64, cluster=doomed)
     wait_for_desk_holding(desk, 64)
@@ -186,8 +207,11 @@ def test_sigkill_with_64_undeclared_webhooks_in_flight_leaves_each_in_doubt_neve
     desk.clear_faults()
     start_worker("after", Q_WORKERS="1", WORKER_CONCURRENCY="64", **SLOW)
     pks = [w.pk for w in workflows]
-    wait_until(lambda: Workflow.objects.filter(pk__in=pks, status=WorkflowStatus.NEEDS_ATTENTION).count() == 64, 60,
-               lambda: Counter(Workflow.objects.filter(pk__in=pks).values_list("status", flat=True)))
+    wait_until(
+        lambda: Workflow.objects.filter(pk__in=pks, status=WorkflowStatus.NEEDS_ATTENTION).count() == 64,
+        60,
+        lambda: Counter(Workflow.objects.filter(pk__in=pks).values_list("status", flat=True)),
+    )
     steps = Step.objects.filter(workflow__in=workflows)
     assert steps.filter(status=StepStatus.IN_DOUBT).count() == 64
     assert Attempt.objects.filter(step__in=steps).count() == 64, "none was sent a second time"
@@ -197,11 +221,12 @@ def test_sigkill_with_64_undeclared_webhooks_in_flight_leaves_each_in_doubt_neve
     assert Counter(e["idempotency_key"] for e in landed()) == Counter(steps.values_list("operation_key", flat=True))
 
 
-def test_a_frozen_worker_loses_its_leases_and_its_late_answers_are_refused_by_the_fence(
-        people, start_worker, desk):
+def test_a_frozen_worker_loses_its_leases_and_its_late_answers_are_refused_by_the_fence(people, start_worker, desk):
     if connection.vendor != "postgresql":
-        pytest.skip("SQLite has one writer: a worker frozen inside a write transaction holds the whole database, "
-                    "so no other worker can take over until it resumes (the single-host default)")
+        pytest.skip(
+            "SQLite has one writer: a worker frozen inside a write transaction holds the whole database, "
+            "so no other worker can take over until it resumes (the single-host default)"
+        )
     desk.fault(mode="latency", ms=3000)
     workflows = approved_creates(people, 16, "frozen")
     frozen = start_worker("frozen", Q_WORKERS="1", WORKER_CONCURRENCY="64", **SLOW)
@@ -217,16 +242,24 @@ def test_a_frozen_worker_loses_its_leases_and_its_late_answers_are_refused_by_th
 
     # The frozen worker now receives the desk's answers and tries to record
     # them: each is refused, because the step carries the rescuer's fence.
-    wait_until(lambda: len(re.findall(r"lease on step \d+ was taken over", frozen.log())) >= 16, 30,
-               lambda: frozen.log()[-3000:])
+    wait_until(
+        lambda: len(re.findall(r"lease on step \d+ was taken over", frozen.log())) >= 16,
+        30,
+        lambda: frozen.log()[-3000:],
+    )
     steps = Step.objects.filter(workflow__in=workflows)
     rescuer_pids = processes.group_pids(rescuer.process.pid)
     assert all(processes.owner_pid(owner) in rescuer_pids for owner in steps.values_list("lease_owner", flat=True))
     first = Attempt.objects.filter(step__in=steps, worker=first_owner)
     assert first.count() == 16
     assert set(first.values_list("status", flat=True)) == {AttemptStatus.RECONCILED}, "no late SUCCEEDED"
-    assert not Attempt.objects.filter(step__in=steps, status=AttemptStatus.SUCCEEDED).values("step").annotate(
-        n=Count("id")).filter(n__gt=1).exists()
+    assert (
+        not Attempt.objects.filter(step__in=steps, status=AttemptStatus.SUCCEEDED)
+        .values("step")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .exists()
+    )
     assert_one_ticket_per_key(workflows, desk)
 
 
@@ -272,9 +305,13 @@ def test_a_saturated_slow_action_does_not_delay_other_actions(people, start_work
     desk.reset_concurrency()
     slow = approved_creates(people, 30, "slow")
     with TicketDesk(tmp_path / "fast.sqlite3") as fast:
-        hooks = approved_creates(people, 20, "hook", action="http.post",
-                                 args={"url": f"{fast.url}/tickets", "json": {"title": "fast"},
-                                       "receiver_honours_idempotency_key": True})
+        hooks = approved_creates(
+            people,
+            20,
+            "hook",
+            action="http.post",
+            args={"url": f"{fast.url}/tickets", "json": {"title": "fast"}, "receiver_honours_idempotency_key": True},
+        )
         noops = approved_creates(people, 20, "noop", action="noop", args={"n": 1})
         start_worker("mixed", Q_WORKERS="2", WORKER_CONCURRENCY="64", **SLOW)
 
@@ -288,7 +325,8 @@ def test_a_saturated_slow_action_does_not_delay_other_actions(people, start_work
 
 @pytest.mark.parametrize("point", failpoints.ALL)
 def test_a_crash_at_each_checkpoint_with_16_effects_in_flight_recovers_each_with_one_effect(
-        people, start_worker, desk, tmp_path, point):
+    people, start_worker, desk, tmp_path, point
+):
     """The crash matrix with many effects in flight: sixteen one-step plans
     are claimed, requested and sent together, and the worker dies at the
     point with all of them in its hands. The desk ignores idempotency keys,
@@ -307,5 +345,10 @@ def test_a_crash_at_each_checkpoint_with_16_effects_in_flight_recovers_each_with
     attempts = Attempt.objects.filter(step__workflow__in=workflows)
     # Every attempt that was requested before the crash ended settled, never SUCCEEDED twice.
     assert not attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]).exists()
-    assert not attempts.filter(status=AttemptStatus.SUCCEEDED).values("step").annotate(
-        n=Count("id")).filter(n__gt=1).exists()
+    assert (
+        not attempts.filter(status=AttemptStatus.SUCCEEDED)
+        .values("step")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .exists()
+    )

@@ -2,9 +2,9 @@
 every decision works both as an htmx swap and as a plain form post."""
 
 import pytest
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support.seeing import Client
 from workflows.models import Approval, AuditEvent, Workflow
 from workflows.operations import plans
 
@@ -134,7 +134,9 @@ def test_approve_without_javascript_redirects_to_the_workflow(planned, as_user):
     assert Workflow.objects.get(pk=planned.pk).status == "APPROVED"
     approval = Approval.objects.get(workflow=planned)
     assert (approval.reviewer.username, approval.decision, approval.comment) == (
-        "reviewer", "APPROVE", "Ticket text checked",
+        "reviewer",
+        "APPROVE",
+        "Ticket text checked",
     )
     page = _html(client.get(response["Location"]))
     assert f"Approved: {planned.name}" in page
@@ -252,11 +254,24 @@ def test_inbox_shows_each_step_with_args_risk_and_how_it_would_be_undone(people,
     from workflows.operations import plans
 
     policy.update("email.send", by="admin", risk="HIGH")
-    settings.SECRETS_POLICY = {"DESK_KEY": {"actions": ["ticket.create"],
-                                            "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}}
-    plans.submit(people["agent"], {"name": "mixed", "submission_key": "mixed", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "<b>t</b>", "body": {"$secret": "DESK_KEY"}}},
-        {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}}]})
+    settings.SECRETS_POLICY = {
+        "DESK_KEY": {"actions": ["ticket.create"], "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}
+    }
+    plans.submit(
+        people["agent"],
+        {
+            "name": "mixed",
+            "submission_key": "mixed",
+            "steps": [
+                {
+                    "key": "open",
+                    "action": "ticket.create",
+                    "args": {"title": "<b>t</b>", "body": {"$secret": "DESK_KEY"}},
+                },
+                {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
+            ],
+        },
+    )
     assert client.login(username="reviewer", password=PASSWORD)
     html = client.get("/").content.decode()
     assert "compensated by <code>ticket.close</code>" in html

@@ -7,16 +7,21 @@ import time
 import pytest
 
 from tests.conftest import ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from workflows.audit import journal
 from workflows.engine import failpoints, policy
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
 from workflows.operations import plans, resolution
-from tests.support import deciding as decide
 
 pytestmark = pytest.mark.live
 
-CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2",
-             "ACTION_TIMEOUT_SECONDS": "2", "RECONCILE_GRACE_SECONDS": "0.5"}
+CRASH_ENV = {
+    "STEP_LEASE_SECONDS": "3",
+    "RETRY_BASE_SECONDS": "0.05",
+    "RETRY_CAP_SECONDS": "0.2",
+    "ACTION_TIMEOUT_SECONDS": "2",
+    "RECONCILE_GRACE_SECONDS": "0.5",
+}
 
 
 @pytest.fixture
@@ -88,8 +93,7 @@ def assert_exactly_once(workflow, desk):
 
 
 @pytest.mark.parametrize("point", failpoints.ALL)
-def test_a_crash_at_each_checkpoint_recovers_to_complete_with_one_effect(people, start_worker, desk, tmp_path,
-                                                                         point):
+def test_a_crash_at_each_checkpoint_recovers_to_complete_with_one_effect(people, start_worker, desk, tmp_path, point):
     workflow = submit_and_approve(people, ticket_plan())
     crash_at(start_worker, tmp_path, point)
     wait_for_status(workflow.pk, "COMPLETE")
@@ -139,8 +143,13 @@ def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
 @pytest.mark.parametrize("point", [failpoints.AFTER_REQUESTED, failpoints.AFTER_PERFORM])
 def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_worker, desk, tmp_path, point):
     mail_dir = tmp_path / "mail"
-    body = {"name": "notify", "submission_key": "mail", "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}]}
+    body = {
+        "name": "notify",
+        "submission_key": "mail",
+        "steps": [
+            {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}
+        ],
+    }
     workflow = submit_and_approve(people, body)
     crash_at(start_worker, tmp_path, point, EMAIL_FILE_PATH=str(mail_dir))
     wait_for_status(workflow.pk, "NEEDS_ATTENTION")
@@ -150,8 +159,13 @@ def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_work
     assert len(sent) == (1 if point == failpoints.AFTER_PERFORM else 0)  # never sent a second time
 
     if sent:
-        resolution.resolve(step, by=people["operator"], decision="happened", reason="found it in the outbox",
-                           external_ref=f"mail:{sent[0].name}")
+        resolution.resolve(
+            step,
+            by=people["operator"],
+            decision="happened",
+            reason="found it in the outbox",
+            external_ref=f"mail:{sent[0].name}",
+        )
     else:
         resolution.resolve(step, by=people["operator"], decision="not_happened", reason="not in the outbox")
     wait_for_status(workflow.pk, "COMPLETE")
@@ -162,12 +176,17 @@ def test_a_crash_mid_email_leaves_it_in_doubt_for_an_operator(people, start_work
 def webhook_plan(desk, **declared) -> dict:
     """An http.post to the desk's `POST /tickets`, which honours Idempotency-Key."""
     args = {"url": f"{desk.url}/tickets", "json": {"title": "Deploy finished", "body": "v2.3 is live"}, **declared}
-    return {"name": "webhook", "submission_key": "hook", "steps": [{"key": "hook", "action": "http.post", "args": args}]}
+    return {
+        "name": "webhook",
+        "submission_key": "hook",
+        "steps": [{"key": "hook", "action": "http.post", "args": args}],
+    }
 
 
 @pytest.mark.parametrize("receiver", ["honours keys", "ignores keys"])
-def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(people, start_worker, desk, tmp_path,
-                                                                             receiver):
+def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(
+    people, start_worker, desk, tmp_path, receiver
+):
     """Without `receiver_honours_idempotency_key: true` the engine may not
     assume the receiver drops a repeat, and it cannot look the call up: an
     effect that happened before the crash goes IN_DOUBT, whatever the
@@ -183,8 +202,13 @@ def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(p
     [ticket] = desk.tickets()  # the effect happened before the crash, once
     assert ticket["idempotency_key"] == step.operation_key
 
-    resolution.resolve(step, by=people["operator"], decision="happened", reason="the desk has the ticket",
-                       external_ref=f"ticket:{ticket['id']}")
+    resolution.resolve(
+        step,
+        by=people["operator"],
+        decision="happened",
+        reason="the desk has the ticket",
+        external_ref=f"ticket:{ticket['id']}",
+    )
     wait_for_status(workflow.pk, "COMPLETE")
     assert [entry["idempotency_key"] for entry in desk.ledger()] == [step.operation_key]
     assert len(desk.tickets()) == 1
@@ -193,8 +217,9 @@ def test_a_crash_after_an_undeclared_webhook_leaves_it_in_doubt_never_repeated(p
     assert journal.verify().ok
 
 
-def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_ticket(people, start_worker, desk,
-                                                                                    tmp_path):
+def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_ticket(
+    people, start_worker, desk, tmp_path
+):
     workflow = submit_and_approve(people, webhook_plan(desk, receiver_honours_idempotency_key=True))
     crash_at(start_worker, tmp_path, failpoints.AFTER_PERFORM)
     wait_for_status(workflow.pk, "COMPLETE")
@@ -213,8 +238,11 @@ def test_a_crash_after_a_declared_webhook_repeats_it_with_the_same_key_for_one_t
 
 
 def noop_plan(n: int, steps: int = 3) -> dict:
-    return {"name": f"batch {n}", "submission_key": f"batch-{n}",
-            "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)]}
+    return {
+        "name": f"batch {n}",
+        "submission_key": f"batch-{n}",
+        "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)],
+    }
 
 
 @pytest.mark.parametrize("point", failpoints.ALL)
@@ -233,8 +261,9 @@ def test_a_crash_inside_a_shared_batch_recovers_every_step(people, start_worker,
     doomed = Attempt.objects.filter(worker__endswith=f":{doomed_pid}")
     # The failpoint fired inside a shared batch: the doomed worker requested
     # attempts for several steps, all in the claim's one commit.
-    requested = AuditEvent.objects.filter(verb="attempt.requested",
-                                                object_id__in=[str(pk) for pk in doomed.values_list("pk", flat=True)])
+    requested = AuditEvent.objects.filter(
+        verb="attempt.requested", object_id__in=[str(pk) for pk in doomed.values_list("pk", flat=True)]
+    )
     assert requested.count() >= 2, "the batch held one step only"
     assert requested.values("at").distinct().count() == 1
     for step in Step.objects.filter(workflow__in=workflows):

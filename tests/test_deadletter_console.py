@@ -5,16 +5,16 @@ changes nothing."""
 from datetime import timedelta
 
 import pytest
-from tests.support.seeing import Client
 from django.utils import timezone
 
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes, policy
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import deadletters, plans
 from workflows.web import views_deadletters
-from tests.support import deciding as decide
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -37,8 +37,9 @@ def park(people):
     """Drive the first step of a fresh, approved workflow into DEAD_LETTERED
     with a classified, non-retryable failure, the way the worker would."""
 
-    def park_one(key, *, action="ticket.create", args=None, failure_class="INVALID_ARGUMENTS",
-                 error="HTTP 400: bad", name=None):
+    def park_one(
+        key, *, action="ticket.create", args=None, failure_class="INVALID_ARGUMENTS", error="HTTP 400: bad", name=None
+    ):
         body = {
             "name": name or f"Plan {key}",
             "submission_key": key,
@@ -48,8 +49,7 @@ def park(people):
         decide.approve(workflow, by=people["reviewer"])
         step = execution.claim(workflow.pk)
         attempt = execution._request_attempt(step, step.fence)
-        outcomes.record_failure(step, attempt, actions.get(step.action), ActionError(failure_class, error),
-                                  step.fence)
+        outcomes.record_failure(step, attempt, actions.get(step.action), ActionError(failure_class, error), step.fence)
         dead_letter = DeadLetter.objects.get(step=step)
         assert Step.objects.get(pk=step.pk).status == "DEAD_LETTERED"
         assert Workflow.objects.get(pk=workflow.pk).status == "FAILED"
@@ -232,8 +232,14 @@ def test_detail_shows_trace_and_replay_preview(entry, as_user):
     assert "INVALID_ARGUMENTS" in html
     assert f'<code data-testid="operation-key">{step.operation_key}</code>' in html
     assert "Printer on fire" in html
-    for check in ("action available", "action enabled", "workflow not cancelled", "deadline not passed",
-                  "plan as approved", "approvals still valid"):
+    for check in (
+        "action available",
+        "action enabled",
+        "workflow not cancelled",
+        "deadline not passed",
+        "plan as approved",
+        "approvals still valid",
+    ):
         assert check in html
     assert html.count('data-testid="check-result">✓ pass<') == 6
     assert "Will run</strong>" in html
@@ -366,9 +372,13 @@ def test_get_on_replay_is_not_allowed(entry, as_user):
 def test_bulk_preview_lists_exactly_the_selected_entries(park, as_user):
     picked = [park("a"), park("b")]
     left = park("c")
-    response = as_user("operator").post("/dead-letters/bulk/preview", {
-        "scope": "selected", "ids": [str(e.pk) for e in picked],
-    })
+    response = as_user("operator").post(
+        "/dead-letters/bulk/preview",
+        {
+            "scope": "selected",
+            "ids": [str(e.pk) for e in picked],
+        },
+    )
     assert response.status_code == 200
     html = _html(response)
     assert html.count('data-testid="bulk-preview-entry"') == 2
@@ -384,10 +394,18 @@ def test_bulk_preview_lists_exactly_the_selected_entries(park, as_user):
 
 def test_bulk_preview_by_filter_takes_only_matching_entries(two_kinds, as_user):
     invalid, denied = two_kinds
-    html = _html(as_user("operator").post("/dead-letters/bulk/preview", {
-        "scope": "filter", "failure_class": "PERMISSION_DENIED", "action": "", "age": "",
-        "ids": [str(invalid.pk)],  # a ticked row does not count when the filter is chosen
-    }))
+    html = _html(
+        as_user("operator").post(
+            "/dead-letters/bulk/preview",
+            {
+                "scope": "filter",
+                "failure_class": "PERMISSION_DENIED",
+                "action": "",
+                "age": "",
+                "ids": [str(invalid.pk)],  # a ticked row does not count when the filter is chosen
+            },
+        )
+    )
     assert html.count('data-testid="bulk-preview-entry"') == 1
     assert f'name="ids" value="{denied.pk}"' in html
     assert str(invalid.pk) not in html
@@ -421,9 +439,13 @@ def test_bulk_replay_replays_the_selected_entries_only(park, as_user):
     picked = [park("a"), park("b")]
     left = park("c")
     client = as_user("operator")
-    response = client.post("/dead-letters/bulk/replay", {
-        "ids": [str(e.pk) for e in picked], "reason": "desk is back",
-    })
+    response = client.post(
+        "/dead-letters/bulk/replay",
+        {
+            "ids": [str(e.pk) for e in picked],
+            "reason": "desk is back",
+        },
+    )
     assert response.status_code == 302
     assert response["Location"] == LIST
     for dead_letter in picked:
@@ -480,8 +502,13 @@ def test_bulk_replay_refuses_an_empty_selection(entry, as_user):
 
 
 def test_hostile_text_is_escaped(park, as_user):
-    hostile = park("hostile", action="noop", args={"title": SCRIPT, "note": ATTRIBUTE_BREAKOUT},
-                   error=f"HTTP 400: {SCRIPT}{ATTRIBUTE_BREAKOUT}", name=f"{SCRIPT}{ATTRIBUTE_BREAKOUT}")
+    hostile = park(
+        "hostile",
+        action="noop",
+        args={"title": SCRIPT, "note": ATTRIBUTE_BREAKOUT},
+        error=f"HTTP 400: {SCRIPT}{ATTRIBUTE_BREAKOUT}",
+        name=f"{SCRIPT}{ATTRIBUTE_BREAKOUT}",
+    )
     client = as_user("operator")
     for response in (
         client.get(LIST),

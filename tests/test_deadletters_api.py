@@ -6,12 +6,15 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.conftest import HttpApi, run_until
+from tests.support import deciding as decide
 from workflows.models import AuditEvent, DeadLetter, Step
 from workflows.operations import plans
-from tests.support import deciding as decide
 
-BAD = {"name": "comment on a missing ticket", "submission_key": "bad",
-       "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}
+BAD = {
+    "name": "comment on a missing ticket",
+    "submission_key": "bad",
+    "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+}
 
 
 def dead_letter(people, key="bad"):
@@ -25,8 +28,9 @@ def test_list_has_the_contract_shape_and_filters(people, desk, api):
     entry = dead_letter(people)
     page = api["operator"].get("/dead-letters", status="OPEN").json()
     item = page["items"][0]
-    assert {"id", "workflow_id", "step_key", "action", "failure_class", "attempt_count", "status",
-            "trace_id"} <= set(item)
+    assert {"id", "workflow_id", "step_key", "action", "failure_class", "attempt_count", "status", "trace_id"} <= set(
+        item
+    )
     assert item["id"] == str(entry.pk) and item["trace_id"] == str(entry.trace_id)
     assert item["failure_class"] == "INVALID_ARGUMENTS" and item["attempt_count"] == 1
     assert api["auditor"].get("/dead-letters", workflow=str(entry.workflow_id)).json()["items"][0]["id"] == item["id"]
@@ -66,8 +70,11 @@ def test_replay_records_actor_and_reason_and_keeps_the_operation_key(people, des
     response = api["operator"].post(f"/dead-letters/{entry.pk}/replay", {"reason": "ticket restored"})
     assert response.status_code == 202
     body = response.json()
-    assert (body["status"], body["resolved_by"], body["resolution_reason"]) == ("REPLAYED", "operator",
-                                                                              "ticket restored")
+    assert (body["status"], body["resolved_by"], body["resolution_reason"]) == (
+        "REPLAYED",
+        "operator",
+        "ticket restored",
+    )
     event = AuditEvent.objects.get(verb="step.replayed")
     assert event.actor == "operator"
     assert event.data["reason"] == "ticket restored"
@@ -86,7 +93,6 @@ def test_discard_closes_without_running(people, desk, api):
 @pytest.mark.django_db(transaction=True)
 def test_two_operators_replaying_at_once_cause_one_replay(live_server, desk):
     from django.contrib.auth.models import Group, User
-
 
     users = {}
     for name in ("agent", "reviewer", "operator", "operator2"):

@@ -62,19 +62,28 @@ def web(web_server, people):
 
 
 def submitted(people, key: str, action: str = "noop", args: dict | None = None) -> Workflow:
-    body = {"name": f"plan {key}", "submission_key": key,
-            "steps": [{"key": "open", "action": action, "args": args if args is not None else {}}]}
+    body = {
+        "name": f"plan {key}",
+        "submission_key": key,
+        "steps": [{"key": "open", "action": action, "args": args if args is not None else {}}],
+    }
     return plans.submit(people["agent"], body).workflow
 
 
 def decisions(workflow_id) -> list[tuple[str, str, dict]]:
-    return list(AuditEvent.objects.filter(workflow_id=workflow_id, verb__in=DECIDED).order_by("id")
-                .values_list("actor", "verb", "data"))
+    return list(
+        AuditEvent.objects.filter(workflow_id=workflow_id, verb__in=DECIDED)
+        .order_by("id")
+        .values_list("actor", "verb", "data")
+    )
 
 
 def approvers(workflow_id) -> list[str]:
-    return sorted(Approval.objects.filter(workflow_id=workflow_id, decision=Approval.Decision.APPROVE)
-                  .values_list("reviewer__username", flat=True))
+    return sorted(
+        Approval.objects.filter(workflow_id=workflow_id, decision=Approval.Decision.APPROVE).values_list(
+            "reviewer__username", flat=True
+        )
+    )
 
 
 def error_code(answer) -> str:
@@ -91,9 +100,14 @@ def test_two_reviewers_approving_one_plan_at_once_are_each_recorded_once_or_refu
     for n in range(ROUNDS):
         workflow = submitted(people, f"both-{required}-{n}")
         seen = [first.read(workflow.pk), second.read(workflow.pk)]
-        answers = [answer for answer, _ in at_once(partial(first.approve, workflow.pk, seen[0]),
-                                                   partial(second.approve, workflow.pk, seen[1]),
-                                                   delays=OFFSETS[n % len(OFFSETS)])]
+        answers = [
+            answer
+            for answer, _ in at_once(
+                partial(first.approve, workflow.pk, seen[0]),
+                partial(second.approve, workflow.pk, seen[1]),
+                delays=OFFSETS[n % len(OFFSETS)],
+            )
+        ]
         codes = [answer.status_code for answer in answers]
         won = sorted(person.name for person, answer in zip((first, second), answers) if answer.status_code == 200)
         where = (required, n, [answer.text for answer in answers])
@@ -118,9 +132,14 @@ def test_one_reviewer_double_clicking_approve_is_recorded_once(web, people, requ
     for n in range(ROUNDS):
         workflow = submitted(people, f"double-{required}-{n}")
         seen = click.read(workflow.pk)
-        answers = [answer for answer, _ in at_once(partial(click.approve, workflow.pk, seen),
-                                                   partial(again.approve, workflow.pk, seen),
-                                                   delays=OFFSETS[n % len(OFFSETS)])]
+        answers = [
+            answer
+            for answer, _ in at_once(
+                partial(click.approve, workflow.pk, seen),
+                partial(again.approve, workflow.pk, seen),
+                delays=OFFSETS[n % len(OFFSETS)],
+            )
+        ]
         codes = [answer.status_code for answer in answers]
         where = (required, n, [answer.text for answer in answers])
         assert sorted(codes) == [200, 409], where
@@ -153,21 +172,28 @@ def test_a_revision_landing_between_a_reviewers_read_and_click(web, people, desk
     policy.update("ticket.create", by="admin", approvals_required=required)
     start_worker()
     rounds = 8
-    workflows = [submitted(people, f"edit-{required}-{n}", "ticket.create", {"title": f"v1 of {n}"})
-                 for n in range(rounds)]
+    workflows = [
+        submitted(people, f"edit-{required}-{n}", "ticket.create", {"title": f"v1 of {n}"}) for n in range(rounds)
+    ]
     previews_ready([w.pk for w in workflows])
     a, b = web["reviewer"], web["reviewer2"]
     runs, outcomes = {}, set()
     for n, workflow in enumerate(workflows):
         seen = a.read(workflow.pk)
         assert seen["revision"] == 1 and set(seen["preview_digests"]) == {"open"}
-        calls = (partial(a.approve, workflow.pk, seen, comment="v1 looks right"),
-                 partial(b.post, f"/workflows/{workflow.pk}/revise",
-                         {"revision": 1, "steps": [{"key": "open", "args": {"title": f"v2 of {n}"}}]}))
+        calls = (
+            partial(a.approve, workflow.pk, seen, comment="v1 looks right"),
+            partial(
+                b.post,
+                f"/workflows/{workflow.pk}/revise",
+                {"revision": 1, "steps": [{"key": "open", "args": {"title": f"v2 of {n}"}}]},
+            ),
+        )
         # The first two rounds one after the other, so that both orders are
         # sure to be seen; the rest at once, or a hair apart.
-        (approved, _), (edited, _) = (in_turn(calls, [0, 1] if n == 0 else [1, 0]) if n < 2
-                                      else at_once(*calls, delays=OFFSETS[n % len(OFFSETS)]))
+        (approved, _), (edited, _) = (
+            in_turn(calls, [0, 1] if n == 0 else [1, 0]) if n < 2 else at_once(*calls, delays=OFFSETS[n % len(OFFSETS)])
+        )
         where = (required, n, approved.text, edited.text)
         fresh = Workflow.objects.get(pk=workflow.pk)
         mine = Approval.objects.filter(workflow=workflow, reviewer__username="reviewer")
@@ -235,7 +261,9 @@ def test_a_decision_arriving_while_an_agents_wait_is_set_up_answers_the_wait(web
         seen = reviewer.read(workflow.pk)
         (waited, waited_at), (approved, approved_at) = at_once(
             partial(agent.get, f"/workflows/{workflow.pk}/wait", until="decision", timeout=10),
-            partial(reviewer.approve, workflow.pk, seen), delays=offsets[n % len(offsets)])
+            partial(reviewer.approve, workflow.pk, seen),
+            delays=offsets[n % len(offsets)],
+        )
         where = (n, waited.text, approved.text)
         assert approved.status_code == 200, where
         assert waited.status_code == 200, where
@@ -253,8 +281,7 @@ def consoles(web_server, people):
     return {"reviewer": Console(web_server.url, people["reviewer"])}
 
 
-def test_approving_from_a_page_loaded_before_someone_rejected_is_refused_and_the_reload_shows_it(
-        web, people, consoles):
+def test_approving_from_a_page_loaded_before_someone_rejected_is_refused_and_the_reload_shows_it(web, people, consoles):
     page = consoles["reviewer"]
     workflow = submitted(people, "stale-page")
     detail = f"/workflows/{workflow.pk}/"
@@ -284,7 +311,9 @@ def test_a_console_approval_and_an_api_rejection_at_once_record_one_decision(web
         loaded, seen = page.page(detail), rejecter.read(workflow.pk)
         (clicked, _), (rejected, _) = at_once(
             partial(page.submit, loaded, f"/workflows/{workflow.pk}/approve"),
-            partial(rejecter.reject, workflow.pk, seen, comment="no"), delays=OFFSETS[n % len(OFFSETS)])
+            partial(rejecter.reject, workflow.pk, seen, comment="no"),
+            delays=OFFSETS[n % len(OFFSETS)],
+        )
         where = (n, rejected.text)
         status = Workflow.objects.get(pk=workflow.pk).status
         events = [(actor, verb) for actor, verb, _ in decisions(workflow.pk)]
@@ -305,8 +334,13 @@ def test_a_console_approval_and_an_api_rejection_at_once_record_one_decision(web
 # --- a retry after a crash --------------------------------------------------------
 
 
-CRASH_ENV = {"STEP_LEASE_SECONDS": "3", "RETRY_BASE_SECONDS": "0.05", "RETRY_CAP_SECONDS": "0.2",
-             "ACTION_TIMEOUT_SECONDS": "6", "RECONCILE_GRACE_SECONDS": "0.5"}
+CRASH_ENV = {
+    "STEP_LEASE_SECONDS": "3",
+    "RETRY_BASE_SECONDS": "0.05",
+    "RETRY_CAP_SECONDS": "0.2",
+    "ACTION_TIMEOUT_SECONDS": "6",
+    "RECONCILE_GRACE_SECONDS": "0.5",
+}
 KEPT = ("number", "operation_key", "fence", "worker", "started_at", "plan_hash", "proof_jti", "policy_version")
 
 
@@ -315,8 +349,9 @@ def test_a_retry_after_a_worker_was_killed_mid_effect_keeps_the_first_attempts_r
     # is in flight when its worker dies, and it takes no effect.
     desk.fault(mode="latency", ms=5000, count=1)
     desk.fault(mode="error", status=503, count=1)
-    workflow = decide.approve(submitted(people, "killed", "ticket.create", {"title": "Printer on fire"}),
-                              by=people["reviewer"])
+    workflow = decide.approve(
+        submitted(people, "killed", "ticket.create", {"title": "Printer on fire"}), by=people["reviewer"]
+    )
     doomed = start_worker(name="doomed", **CRASH_ENV)
     deadline = time.monotonic() + 30
     while not desk.concurrency()["in_flight"].get("POST /tickets"):
@@ -344,11 +379,17 @@ def test_a_retry_after_a_worker_was_killed_mid_effect_keeps_the_first_attempts_r
     second = Attempt.objects.get(step__workflow=workflow, number=2)
     assert second.status == "SUCCEEDED" and second.worker != first.worker and second.started_at > first.started_at
     assert Attempt.objects.filter(step__workflow=workflow).count() == 2
-    trail = list(AuditEvent.objects.filter(workflow_id=workflow.pk, object_type="attempt").order_by("id")
-                 .values_list("object_id", "verb", "data"))
+    trail = list(
+        AuditEvent.objects.filter(workflow_id=workflow.pk, object_type="attempt")
+        .order_by("id")
+        .values_list("object_id", "verb", "data")
+    )
     assert [(obj, verb) for obj, verb, _ in trail] == [
-        (str(first.pk), "attempt.requested"), (str(first.pk), "attempt.reconciled"),
-        (str(second.pk), "attempt.requested"), (str(second.pk), "attempt.succeeded")]
+        (str(first.pk), "attempt.requested"),
+        (str(first.pk), "attempt.reconciled"),
+        (str(second.pk), "attempt.requested"),
+        (str(second.pk), "attempt.succeeded"),
+    ]
     assert trail[0][2]["number"] == 1 and trail[1][2]["found"] is False and trail[2][2]["number"] == 2
     step = Step.objects.get(workflow=workflow)
     assert len(desk.tickets(step.operation_key)) == 1 and len(desk.ledger()) == 1

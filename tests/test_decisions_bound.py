@@ -16,13 +16,16 @@ from django.urls import reverse
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.support import deciding as decide
 from workflows.engine import policy
-from workflows.models import Approval, Compensation, GateApproval, Workflow
 from workflows.errors import NotAllowed
+from workflows.models import Approval, Compensation, GateApproval, Workflow
 from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen, SeenMissing
 
-NOOP = {"name": "Two noops", "submission_key": "noop-1",
-        "steps": [{"key": "a", "action": "noop", "args": {"n": 1}}, {"key": "b", "action": "noop", "args": {"n": 2}}]}
+NOOP = {
+    "name": "Two noops",
+    "submission_key": "noop-1",
+    "steps": [{"key": "a", "action": "noop", "args": {"n": 1}}, {"key": "b", "action": "noop", "args": {"n": 2}}],
+}
 
 
 def submitted(api, plan=NOOP) -> dict:
@@ -36,11 +39,14 @@ def raw_post(persona_api, path, body):
     return persona_api.client.post(f"/api/v1{path}", body, content_type="application/json")
 
 
-@pytest.mark.parametrize("body, missing", [
-    ({"comment": "ok"}, {"revision", "plan_hash"}),
-    ({"revision": 1}, {"plan_hash"}),
-    ({"plan_hash": "a" * 64}, {"revision"}),
-])
+@pytest.mark.parametrize(
+    "body, missing",
+    [
+        ({"comment": "ok"}, {"revision", "plan_hash"}),
+        ({"revision": 1}, {"plan_hash"}),
+        ({"plan_hash": "a" * 64}, {"revision"}),
+    ],
+)
 @pytest.mark.parametrize("verb", ["approve", "reject"])
 def test_a_decision_that_does_not_name_what_it_saw_is_400_naming_the_fields(api, body, missing, verb):
     plan = submitted(api)
@@ -52,13 +58,15 @@ def test_a_decision_that_does_not_name_what_it_saw_is_400_naming_the_fields(api,
 
 def test_a_decision_on_an_earlier_revision_is_409_with_the_current_one_and_records_nothing(api):
     plan = submitted(api)
-    edited = api["reviewer"].post(f"/workflows/{plan['id']}/revise",
-                                  {"steps": [{"key": "a", "args": {"n": 99}}], "revision": 1})
+    edited = api["reviewer"].post(
+        f"/workflows/{plan['id']}/revise", {"steps": [{"key": "a", "args": {"n": 99}}], "revision": 1}
+    )
     assert edited.status_code == 200, edited.content
     current = edited.json()
     for verb, more in (("approve", {"preview_digests": {}}), ("reject", {})):
-        answer = raw_post(api["reviewer2"], f"/workflows/{plan['id']}/{verb}",
-                          {"revision": 1, "plan_hash": plan["plan_hash"], **more})
+        answer = raw_post(
+            api["reviewer2"], f"/workflows/{plan['id']}/{verb}", {"revision": 1, "plan_hash": plan["plan_hash"], **more}
+        )
         assert answer.status_code == 409
         error = answer.json()["error"]
         assert error["code"] == "stale_revision"
@@ -68,8 +76,11 @@ def test_a_decision_on_an_earlier_revision_is_409_with_the_current_one_and_recor
 
 def test_the_current_revision_with_another_plan_hash_is_409(api):
     plan = submitted(api)
-    answer = raw_post(api["reviewer"], f"/workflows/{plan['id']}/approve",
-                      {"revision": 1, "plan_hash": "f" * 64, "preview_digests": {}})
+    answer = raw_post(
+        api["reviewer"],
+        f"/workflows/{plan['id']}/approve",
+        {"revision": 1, "plan_hash": "f" * 64, "preview_digests": {}},
+    )
     assert answer.status_code == 409 and answer.json()["error"]["code"] == "stale_revision"
     assert not Approval.objects.exists()
 
@@ -77,17 +88,25 @@ def test_the_current_revision_with_another_plan_hash_is_409(api):
 def test_the_previews_are_named_when_the_plan_has_previews(api, people):
     plan = submitted(api, ticket_plan("previewed"))
     workflow = Workflow.objects.get(pk=plan["id"])
-    workflow.steps.filter(key="open").update(preview_state="READY", preview_digest="d" * 64,
-                                             preview={"summary": "s", "details": {}})
-    answer = raw_post(api["reviewer"], f"/workflows/{plan['id']}/approve",
-                      {"revision": 1, "plan_hash": plan["plan_hash"]})
+    workflow.steps.filter(key="open").update(
+        preview_state="READY", preview_digest="d" * 64, preview={"summary": "s", "details": {}}
+    )
+    answer = raw_post(
+        api["reviewer"], f"/workflows/{plan['id']}/approve", {"revision": 1, "plan_hash": plan["plan_hash"]}
+    )
     assert answer.status_code == 400 and set(answer.json()["error"]["fields"]) == {"preview_digests"}
-    shown_none = raw_post(api["reviewer"], f"/workflows/{plan['id']}/approve",
-                          {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": {}})
+    shown_none = raw_post(
+        api["reviewer"],
+        f"/workflows/{plan['id']}/approve",
+        {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": {}},
+    )
     assert shown_none.status_code == 409 and shown_none.json()["error"]["code"] == "preview_changed"
     assert not Approval.objects.exists()
-    seen = raw_post(api["reviewer"], f"/workflows/{plan['id']}/approve",
-                    {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": {"open": "d" * 64}})
+    seen = raw_post(
+        api["reviewer"],
+        f"/workflows/{plan['id']}/approve",
+        {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": {"open": "d" * 64}},
+    )
     assert seen.status_code == 200, seen.content
 
 
@@ -99,8 +118,9 @@ def test_a_revision_names_the_revision_it_edits(api):
     first = raw_post(api["reviewer"], f"/workflows/{plan['id']}/revise", {**edit, "revision": 1})
     assert first.status_code == 200 and first.json()["revision"] == 2
     # A second editor who also read revision 1 does not overwrite the first edit.
-    second = raw_post(api["reviewer2"], f"/workflows/{plan['id']}/revise",
-                      {"steps": [{"key": "a", "args": {"n": 6}}], "revision": 1})
+    second = raw_post(
+        api["reviewer2"], f"/workflows/{plan['id']}/revise", {"steps": [{"key": "a", "args": {"n": 6}}], "revision": 1}
+    )
     assert second.status_code == 409
     assert second.json()["error"]["current"]["revision"] == 2
     assert Workflow.objects.get(pk=plan["id"]).plan[0]["args"] == {"n": 5}
@@ -151,8 +171,12 @@ def test_approvals_recorded_before_a_link_count_once_after_it(people):
 
 def test_an_editor_of_any_revision_never_approves_the_plan(api, people):
     plan = submitted(api)
-    assert decide.revise(Workflow.objects.get(pk=plan["id"]), by=people["reviewer"],
-                         steps=[{"key": "a", "args": {"n": 2}}]).revision == 2
+    assert (
+        decide.revise(
+            Workflow.objects.get(pk=plan["id"]), by=people["reviewer"], steps=[{"key": "a", "args": {"n": 2}}]
+        ).revision
+        == 2
+    )
     decide.revise(Workflow.objects.get(pk=plan["id"]), by=people["admin"], steps=[{"key": "a", "args": {"n": 3}}])
     refused = api["reviewer"].post(f"/workflows/{plan['id']}/approve", {})
     assert refused.status_code == 403 and "co-author" in refused.json()["error"]["message"]
@@ -167,10 +191,19 @@ def test_only_a_reviewer_eligible_to_approve_may_revise(api, people):
     assert Workflow.objects.get(pk=plan["id"]).revision == 1
 
 
-GATED = {"name": "Open a ticket, then close it once a person looked", "submission_key": "gated-1", "steps": [
-    {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}},
-    {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}},
-     "gate": {"approvals": 1, "note": "Look first"}}]}
+GATED = {
+    "name": "Open a ticket, then close it once a person looked",
+    "submission_key": "gated-1",
+    "steps": [
+        {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"}},
+        {
+            "key": "close",
+            "action": "ticket.close",
+            "args": {"ticket_id": {"$from": "open.result.id"}},
+            "gate": {"approvals": 1, "note": "Look first"},
+        },
+    ],
+}
 
 
 def test_an_editor_never_approves_a_gate_of_the_plan(people, desk):
@@ -217,23 +250,29 @@ def test_a_stale_pages_approve_shows_what_changed_and_approves_nothing(people):
     detail = page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
     assert 'name="revision" value="1"' in detail and f'name="plan_hash" value="{workflow.plan_hash}"' in detail
     decide.revise(workflow, by=people["reviewer"], steps=[{"key": "b", "args": {"n": 20}}])
-    answer = page.post(reverse("workflow_approve", args=[workflow.pk]),
-                       {"revision": "1", "plan_hash": workflow.plan_hash, "previews_shown": "1"}, follow=True)
+    answer = page.post(
+        reverse("workflow_approve", args=[workflow.pk]),
+        {"revision": "1", "plan_hash": workflow.plan_hash, "previews_shown": "1"},
+        follow=True,
+    )
     body = answer.content.decode()
     assert answer.redirect_chain[-1][0].endswith(f"/workflows/{workflow.pk}/changed?seen=1")
     assert 'data-testid="changes"' in body and "20" in body
     assert "Approve revision 2" in body and 'name="revision" value="2"' in body
     assert not Approval.objects.exists()
     fresh = Workflow.objects.get(pk=workflow.pk)
-    again = page.post(reverse("workflow_approve", args=[workflow.pk]),
-                      {"revision": "2", "plan_hash": fresh.plan_hash, "previews_shown": "1"})
+    again = page.post(
+        reverse("workflow_approve", args=[workflow.pk]),
+        {"revision": "2", "plan_hash": fresh.plan_hash, "previews_shown": "1"},
+    )
     assert again.status_code == 302 and Workflow.objects.get(pk=workflow.pk).status == "APPROVED"
 
 
 def test_a_console_decision_without_the_revision_is_refused(people):
     workflow = plans.submit(people["agent"], NOOP).workflow
-    answer = signed_in("reviewer").post(reverse("workflow_approve", args=[workflow.pk]), {"previews_shown": "1"},
-                                        follow=True)
+    answer = signed_in("reviewer").post(
+        reverse("workflow_approve", args=[workflow.pk]), {"previews_shown": "1"}, follow=True
+    )
     assert "revision, plan_hash missing" in answer.content.decode()
     assert not Approval.objects.exists()
 
@@ -249,7 +288,9 @@ def test_operations_refuse_a_decision_without_a_seen_plan(people):
 def test_the_page_says_what_changed_since_the_reviewer_last_looked(people):
     workflow = plans.submit(people["agent"], NOOP).workflow
     page = signed_in("reviewer2")
-    assert 'data-testid="changed-since"' not in page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
+    assert (
+        'data-testid="changed-since"' not in page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
+    )
     decide.revise(workflow, by=people["reviewer"], steps=[{"key": "a", "args": {"n": 11}}])
     decide.revise(workflow, by=people["admin"], steps=[{"key": "b", "args": {"n": 22}}])
     body = page.get(reverse("workflow_detail", args=[workflow.pk])).content.decode()
@@ -270,8 +311,10 @@ def test_the_changed_page_reads_any_seen_revision_without_a_server_error(people,
 @pytest.mark.parametrize("revision", ["abc", "-1", "1.0", "9" * 30])
 def test_a_console_decision_with_a_malformed_revision_records_nothing(people, revision):
     workflow = plans.submit(people["agent"], NOOP).workflow
-    answer = signed_in("reviewer").post(reverse("workflow_approve", args=[workflow.pk]),
-                                        {"revision": revision, "plan_hash": workflow.plan_hash,
-                                         "previews_shown": "1"}, follow=True)
+    answer = signed_in("reviewer").post(
+        reverse("workflow_approve", args=[workflow.pk]),
+        {"revision": revision, "plan_hash": workflow.plan_hash, "previews_shown": "1"},
+        follow=True,
+    )
     assert answer.status_code == 200 and "revision missing" in answer.content.decode()
     assert not Approval.objects.exists()

@@ -8,8 +8,14 @@ import os
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.test_concurrent_effects import SLOW, approved_creates, assert_one_ticket_per_key, wait_complete, \
-    wait_for_desk_holding, wait_for_in_flight
+from tests.test_concurrent_effects import (
+    SLOW,
+    approved_creates,
+    assert_one_ticket_per_key,
+    wait_complete,
+    wait_for_desk_holding,
+    wait_for_in_flight,
+)
 from workflows.models import Attempt, AuditEvent, Step
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus

@@ -9,15 +9,18 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
+from tests.support import deciding as decide
 from workflows.models import Attempt, Step
 from workflows.operations import plans
 from workflows.states import StepStatus
-from tests.support import deciding as decide
 
 
 def plan(key, *steps):
-    return {"name": key, "submission_key": key,
-            "steps": [{"key": f"s{n}", "action": action, "args": args} for n, (action, args) in enumerate(steps)]}
+    return {
+        "name": key,
+        "submission_key": key,
+        "steps": [{"key": f"s{n}", "action": action, "args": args} for n, (action, args) in enumerate(steps)],
+    }
 
 
 def approved(people, body):
@@ -35,8 +38,9 @@ def scrape(client) -> list[str]:
 @pytest.fixture
 def finished(people, desk):
     """Two noop steps and a ticket.create, run to COMPLETE by the engine."""
-    workflow = approved(people, plan("done", ("noop", {}), ("noop", {}),
-                                     ("ticket.create", {"title": "t", "body": "b"})))
+    workflow = approved(
+        people, plan("done", ("noop", {}), ("noop", {}), ("ticket.create", {"title": "t", "body": "b"}))
+    )
     run_until(workflow.pk, "COMPLETE")
     return workflow
 
@@ -63,7 +67,8 @@ def test_histogram_counts_each_finished_attempt_in_its_buckets(finished, client)
 def test_histogram_leaves_out_attempts_finished_over_an_hour_ago(finished, client):
     long_ago = timezone.now() - timedelta(hours=2)
     Attempt.objects.filter(step__workflow=finished, step__action="noop").update(
-        started_at=long_ago - timedelta(seconds=1), finished_at=long_ago)
+        started_at=long_ago - timedelta(seconds=1), finished_at=long_ago
+    )
     text = "\n".join(scrape(client))
     assert 'action="noop"' not in text
     assert 'durableconsole_effect_duration_seconds_count{action="ticket.create"} 1' in text

@@ -7,8 +7,8 @@ from django_q.models import OrmQ
 from django_q.tasks import async_task
 
 from tests.conftest import ticket_plan, wait_for_status
-from workflows.models import Attempt
 from tests.support import deciding as decide
+from workflows.models import Attempt
 
 pytestmark = pytest.mark.live
 

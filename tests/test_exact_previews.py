@@ -10,13 +10,12 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
+from django.core import mail
 
 from durableconsole import proof
-from django.core import mail
-from tests.support.seeing import Client
-
 from tests.conftest import PASSWORD, run_until, wait_for_status
 from tests.receiver import Receiver
+from tests.support.seeing import Client
 from tests.test_previews import approve_shown, wait_for_previews
 from tests.test_secrets import every_row_as_text
 from workflows import actions, tasks
@@ -29,8 +28,18 @@ DESK_NOTE = "desk-note-0b1c2d3e4f5a6b7c"
 # Headers the transport adds to every request, beside the action's own:
 # the console's (operation key, approval proof, trace context) and the HTTP
 # client's. Anything else a receiver gets must be in the template.
-TRANSPORT_HEADERS = {"host", "content-length", "user-agent", "accept", "accept-encoding", "connection",
-                     "idempotency-key", "approval-proof", "traceparent", "tracestate"}
+TRANSPORT_HEADERS = {
+    "host",
+    "content-length",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "connection",
+    "idempotency-key",
+    "approval-proof",
+    "traceparent",
+    "tracestate",
+}
 OPEN = "{{from:open.result.id}}"
 
 
@@ -44,16 +53,33 @@ def secrets_policy(*names, actions_=("http.post", "ticket.create", "ticket.comme
 
 
 def hook_plan(url: str, key="exact") -> dict:
-    return {"name": "Open a ticket and tell the hook", "submission_key": key, "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Printer", "body": {"$secret": "DESK_NOTE"}}},
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": {"$from": "open.result.id"},
-                                                             "body": "On it <b>now</b>"}},
-        {"key": "hook", "action": "http.post", "args": {
-            "url": url, "headers": {"X-Hook-Token": {"$secret": "HOOK_TOKEN"}},
-            # A string that looks like a placeholder is the plan's text: sent as it is, never filled.
-            "json": {"ticket": {"$from": "open.result.id"}, "token": {"$secret": "HOOK_TOKEN"},
-                     "note": f"literal {OPEN} and secret:HOOK_TOKEN", "tags": ["ü", 1.5, None]}}},
-    ]}
+    return {
+        "name": "Open a ticket and tell the hook",
+        "submission_key": key,
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Printer", "body": {"$secret": "DESK_NOTE"}}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.id"}, "body": "On it <b>now</b>"},
+            },
+            {
+                "key": "hook",
+                "action": "http.post",
+                "args": {
+                    "url": url,
+                    "headers": {"X-Hook-Token": {"$secret": "HOOK_TOKEN"}},
+                    # A string that looks like a placeholder is the plan's text: sent as it is, never filled.
+                    "json": {
+                        "ticket": {"$from": "open.result.id"},
+                        "token": {"$secret": "HOOK_TOKEN"},
+                        "note": f"literal {OPEN} and secret:HOOK_TOKEN",
+                        "tags": ["ü", 1.5, None],
+                    },
+                },
+            },
+        ],
+    }
 
 
 # --- what the preview shows ---------------------------------------------------------
@@ -68,9 +94,16 @@ def test_the_api_shows_the_request_template_of_each_built_in_action(api, desk, s
     plan = hook_plan(url)
     plan["steps"] += [
         {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
-        {"key": "mail", "action": "email.send", "args": {"to": ["ops@example.com"], "cc": "boss@example.com",
-                                                         "subject": "Ticket opened",
-                                                         "body": {"$from": "open.result.status"}}},
+        {
+            "key": "mail",
+            "action": "email.send",
+            "args": {
+                "to": ["ops@example.com"],
+                "cc": "boss@example.com",
+                "subject": "Ticket opened",
+                "body": {"$from": "open.result.status"},
+            },
+        },
         {"key": "mark", "action": "noop", "args": {"n": 1}},
     ]
     submitted = api["agent"].post("/workflows", plan)
@@ -81,22 +114,52 @@ def test_the_api_shows_the_request_template_of_each_built_in_action(api, desk, s
     shown = {step["key"]: step["preview"] for step in api["reviewer"].get(f"/workflows/{workflow_id}").json()["steps"]}
     json_headers = {"Content-Type": "application/json"}
     assert {key: preview["request"] for key, preview in shown.items()} == {
-        "open": template({"method": "POST", "url": f"{desk.url}/tickets", "headers": json_headers,
-                          "body": '{"body":secret:DESK_NOTE,"title":"Printer"}'}),
-        "note": template({"method": "POST", "url": f"{desk.url}/tickets/{OPEN}/comments", "headers": json_headers,
-                          "body": '{"body":"On it <b>now</b>"}'}),
-        "hook": template({"method": "POST", "url": url,
-                          "headers": {**json_headers, "X-Hook-Token": "secret:HOOK_TOKEN"},
-                          "body": f'{{"note":"literal {OPEN} and secret:HOOK_TOKEN","tags":["ü",1.5,null],'
-                                  f'"ticket":{OPEN},"token":secret:HOOK_TOKEN}}'}),
+        "open": template(
+            {
+                "method": "POST",
+                "url": f"{desk.url}/tickets",
+                "headers": json_headers,
+                "body": '{"body":secret:DESK_NOTE,"title":"Printer"}',
+            }
+        ),
+        "note": template(
+            {
+                "method": "POST",
+                "url": f"{desk.url}/tickets/{OPEN}/comments",
+                "headers": json_headers,
+                "body": '{"body":"On it <b>now</b>"}',
+            }
+        ),
+        "hook": template(
+            {
+                "method": "POST",
+                "url": url,
+                "headers": {**json_headers, "X-Hook-Token": "secret:HOOK_TOKEN"},
+                "body": f'{{"note":"literal {OPEN} and secret:HOOK_TOKEN","tags":["ü",1.5,null],'
+                f'"ticket":{OPEN},"token":secret:HOOK_TOKEN}}',
+            }
+        ),
         "close": template({"method": "POST", "url": f"{desk.url}/tickets/{OPEN}/close", "headers": {}, "body": ""}),
-        "mail": template({"from": settings.DEFAULT_FROM_EMAIL, "to": ["ops@example.com"], "cc": ["boss@example.com"],
-                          "subject": "Ticket opened", "body": "{{from:open.result.status}}"}),
+        "mail": template(
+            {
+                "from": settings.DEFAULT_FROM_EMAIL,
+                "to": ["ops@example.com"],
+                "cc": ["boss@example.com"],
+                "subject": "Ticket opened",
+                "body": "{{from:open.result.status}}",
+            }
+        ),
         "mark": None,
     }
     # Every step with a request has a preview to approve, `$from` or not, and its digest covers the request.
     assert {key: preview["state"] for key, preview in shown.items()} == {
-        "open": "READY", "note": "READY", "hook": "READY", "close": "READY", "mail": "READY", "mark": "NONE"}
+        "open": "READY",
+        "note": "READY",
+        "hook": "READY",
+        "close": "READY",
+        "mail": "READY",
+        "mark": "NONE",
+    }
     for preview in shown.values():
         if preview["request"] is not None:
             assert preview["digest"] == Preview(preview["summary"], preview["details"], preview["request"]).digest
@@ -127,8 +190,11 @@ def test_what_is_sent_is_the_template_filled_whatever_the_values():
     built from the args as submitted with each placeholder filled: a value
     of any JSON type, in a body, a header or a URL path."""
     hook, comment = actions.get("http.post"), actions.get("ticket.comment")
-    values = {"open.result.id": {"nested": ["ü", 2, None, {"a": True}]}, "TOKEN": 'quote " and \\ back',
-              "open.result.n": 42}
+    values = {
+        "open.result.id": {"nested": ["ü", 2, None, {"a": True}]},
+        "TOKEN": 'quote " and \\ back',
+        "open.result.n": 42,
+    }
 
     def value_of(reference):
         return values[reference.get("$from") or reference.get("$secret")]
@@ -143,9 +209,18 @@ def test_what_is_sent_is_the_template_filled_whatever_the_values():
         return value
 
     cases = [
-        (hook, {"url": "https://127.0.0.1:9/h", "headers": {"Authorization": {"$secret": "TOKEN"}},
-                "json": [{"$from": "open.result.id"}, {"deep": {"$secret": "TOKEN"}, "n": {"$from": "open.result.n"}},
-                         "{{from:open.result.id}}"]}),
+        (
+            hook,
+            {
+                "url": "https://127.0.0.1:9/h",
+                "headers": {"Authorization": {"$secret": "TOKEN"}},
+                "json": [
+                    {"$from": "open.result.id"},
+                    {"deep": {"$secret": "TOKEN"}, "n": {"$from": "open.result.n"}},
+                    "{{from:open.result.id}}",
+                ],
+            },
+        ),
         (hook, {"url": "https://127.0.0.1:9/h", "json": {"$from": "open.result.id"}}),
         (comment, {"ticket_id": {"$from": "open.result.n"}, "body": {"$secret": "TOKEN"}}),
     ]
@@ -158,8 +233,11 @@ def test_what_is_sent_is_the_template_filled_whatever_the_values():
 
 
 def test_a_plan_that_names_its_own_content_type_sends_only_that_one():
-    shown = actions.get("http.post").request(
-        {"url": "https://127.0.0.1:9/h", "headers": {"content-type": "text/plain"}, "json": {}}).shown()
+    shown = (
+        actions.get("http.post")
+        .request({"url": "https://127.0.0.1:9/h", "headers": {"content-type": "text/plain"}, "json": {}})
+        .shown()
+    )
     assert shown["headers"] == {"content-type": "text/plain"}
 
 
@@ -178,8 +256,10 @@ def test_the_receivers_get_the_approved_template_with_only_its_placeholders_fill
         workflow_id = submitted.json()["id"]
         start_worker(SECRETS_POLICY=json.dumps(policy), SECRET_HOOK_TOKEN=HOOK_TOKEN, SECRET_DESK_NOTE=DESK_NOTE)
         wait_for_previews(workflow_id)
-        approved = {step["key"]: step["preview"]["request"]
-                    for step in api["reviewer"].get(f"/workflows/{workflow_id}").json()["steps"]}
+        approved = {
+            step["key"]: step["preview"]["request"]
+            for step in api["reviewer"].get(f"/workflows/{workflow_id}").json()["steps"]
+        }
         approve_shown(api["reviewer"], workflow_id)
         wait_for_status(workflow_id, "COMPLETE")
         [got] = receiver.requests
@@ -187,22 +267,29 @@ def test_the_receivers_get_the_approved_template_with_only_its_placeholders_fill
     ticket_id = Step.objects.get(workflow_id=workflow_id, key="open").result["id"]
     hook = approved["hook"]
     # The body: the approved text with its two placeholders filled, and nothing else changed.
-    expected = (hook["body"].replace(f'"ticket":{OPEN}', f'"ticket":{ticket_id}', 1)
-                .replace('"token":secret:HOOK_TOKEN', f'"token":{json.dumps(HOOK_TOKEN)}', 1))
+    expected = (
+        hook["body"]
+        .replace(f'"ticket":{OPEN}', f'"ticket":{ticket_id}', 1)
+        .replace('"token":secret:HOOK_TOKEN', f'"token":{json.dumps(HOOK_TOKEN)}', 1)
+    )
     assert expected != hook["body"] and got["body"] == expected.encode()
     assert json.loads(got["body"])["note"] == f"literal {OPEN} and secret:HOOK_TOKEN"
     assert got["path"] == urlsplit(hook["url"]).path + "?" + urlsplit(hook["url"]).query
     # The headers: the template's, filled, and only the transport's besides.
     own = {name.lower(): value for name, value in hook["headers"].items()}
-    assert {name: got["headers"][name] for name in own} == {"content-type": "application/json",
-                                                           "x-hook-token": HOOK_TOKEN}
+    assert {name: got["headers"][name] for name in own} == {
+        "content-type": "application/json",
+        "x-hook-token": HOOK_TOKEN,
+    }
     assert set(got["headers"]) - set(own) <= TRANSPORT_HEADERS
     assert got["headers"]["idempotency-key"] == Step.objects.get(workflow_id=workflow_id, key="hook").operation_key
 
     # The desk: the paths and bodies of the approved templates, filled.
     ledger = [(entry["method"], entry["path"]) for entry in desk.ledger()]
-    assert ledger == [("POST", urlsplit(approved["open"]["url"]).path),
-                      ("POST", urlsplit(approved["note"]["url"].replace(OPEN, str(ticket_id))).path)]
+    assert ledger == [
+        ("POST", urlsplit(approved["open"]["url"]).path),
+        ("POST", urlsplit(approved["note"]["url"].replace(OPEN, str(ticket_id))).path),
+    ]
     ticket = desk.ticket(ticket_id)
     assert (ticket["title"], ticket["body"]) == ("Printer", DESK_NOTE)
     assert [comment["body"] for comment in ticket["comments"]] == [json.loads(approved["note"]["body"])["body"]]
@@ -218,8 +305,11 @@ def test_the_receivers_get_the_approved_template_with_only_its_placeholders_fill
 
 def test_a_stored_template_rewritten_after_approval_is_refused_and_nothing_is_sent(api, desk, settings):
     with Receiver() as receiver, Receiver() as elsewhere:
-        plan = {"name": "Tell the hook", "submission_key": "tamper", "steps": [
-            {"key": "hook", "action": "http.post", "args": {"url": receiver.url, "json": {"deploy": "v2"}}}]}
+        plan = {
+            "name": "Tell the hook",
+            "submission_key": "tamper",
+            "steps": [{"key": "hook", "action": "http.post", "args": {"url": receiver.url, "json": {"deploy": "v2"}}}],
+        }
         workflow = plans.submit(api["agent"].user, plan).workflow
         tasks.compute_previews(str(workflow.pk))
         approved = approve_shown(api["reviewer"], workflow.pk)
@@ -240,19 +330,29 @@ def test_a_stored_template_rewritten_after_approval_is_refused_and_nothing_is_se
     assert not Attempt.objects.filter(step=step).exists()
     (blocked,) = AuditEvent.objects.filter(workflow_id=workflow.pk, verb="step.blocked")
     assert blocked.data["problems"] == [
-        (f"the approved preview (digest {approved['hook'][:12]}…) is no longer on record: its request cannot be "
-         "checked before it is sent")]
+        (
+            f"the approved preview (digest {approved['hook'][:12]}…) is no longer on record: its request cannot be "
+            "checked before it is sent"
+        )
+    ]
 
 
 @pytest.mark.live
 def test_a_worker_that_would_build_another_request_refuses_until_the_new_one_is_approved(
-        api, start_worker, desk, tmp_path):
+    api, start_worker, desk, tmp_path
+):
     """The previews were taken against the desk at 127.0.0.1; the worker
     that runs the plan is configured with another address for it (the same
     desk, so a request sent would land): it refuses, and the desk's ledger
     stays empty until a reviewer approves the request it would now send."""
-    workflow = plans.submit(api["agent"].user, {"name": "Open a ticket", "submission_key": "moved", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Printer", "body": "Floor 3"}}]}).workflow
+    workflow = plans.submit(
+        api["agent"].user,
+        {
+            "name": "Open a ticket",
+            "submission_key": "moved",
+            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Printer", "body": "Floor 3"}}],
+        },
+    ).workflow
     tasks.compute_previews(str(workflow.pk))
     approved = approve_shown(api["reviewer"], workflow.pk)
     moved = desk.url.replace("127.0.0.1", "localhost")
@@ -265,8 +365,10 @@ def test_a_worker_that_would_build_another_request_refuses_until_the_new_one_is_
     assert not Attempt.objects.filter(step=step).exists()
     (blocked,) = AuditEvent.objects.filter(workflow_id=workflow.pk, verb="step.blocked")
     [problem] = blocked.data["problems"]
-    assert problem.startswith(f"the request it would send is not the one approved: approved POST {desk.url}/tickets "
-                              f"(template {step.preview['request']['template_sha256'][:12]}…), now POST {moved}/tickets")
+    assert problem.startswith(
+        f"the request it would send is not the one approved: approved POST {desk.url}/tickets "
+        f"(template {step.preview['request']['template_sha256'][:12]}…), now POST {moved}/tickets"
+    )
 
     # A reviewer has the preview taken again by that worker, and approves what it would now send.
     assert api["reviewer"].post(f"/workflows/{workflow.pk}/previews/retake").status_code == 200
@@ -279,10 +381,18 @@ def test_a_worker_that_would_build_another_request_refuses_until_the_new_one_is_
 
 
 def test_mail_is_the_approved_message_filled_and_a_changed_sender_is_refused(api, desk, settings):
-    plan = {"name": "Open and tell", "submission_key": "mail", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Printer"}},
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "Opened",
-                                                         "body": {"$from": "open.result.status"}}}]}
+    plan = {
+        "name": "Open and tell",
+        "submission_key": "mail",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Printer"}},
+            {
+                "key": "mail",
+                "action": "email.send",
+                "args": {"to": "ops@example.com", "subject": "Opened", "body": {"$from": "open.result.status"}},
+            },
+        ],
+    }
     sent = plans.submit(api["agent"].user, plan).workflow
     tasks.compute_previews(str(sent.pk))
     approve_shown(api["reviewer"], sent.pk)
@@ -291,8 +401,12 @@ def test_mail_is_the_approved_message_filled_and_a_changed_sender_is_refused(api
     [message] = mail.outbox
     # The approved text, its placeholder filled, each line ended as SMTP carries it (what the proof covers).
     assert (message.from_email, message.to, message.cc, message.subject, message.body) == (
-        approved["from"], approved["to"], approved["cc"], approved["subject"],
-        proof.mail_body(approved["body"].replace("{{from:open.result.status}}", "open")))
+        approved["from"],
+        approved["to"],
+        approved["cc"],
+        approved["subject"],
+        proof.mail_body(approved["body"].replace("{{from:open.result.status}}", "open")),
+    )
 
     refused = plans.submit(api["agent"].user, {**plan, "submission_key": "mail-2"}).workflow
     tasks.compute_previews(str(refused.pk))

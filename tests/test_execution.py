@@ -8,7 +8,6 @@ from contextlib import closing
 from datetime import timedelta
 
 import psycopg
-
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection, connections, transaction
@@ -16,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import run_until, ticket_plan
+from tests.support import deciding as decide
 from workflows import actions, tasks
 from workflows.actions import Outcome
 from workflows.engine import execution, inflight, leases, outcomes, recovery
@@ -25,7 +25,6 @@ from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
-from tests.support import deciding as decide
 
 
 @pytest.fixture
@@ -61,7 +60,8 @@ def test_the_audit_trail_records_each_request_before_its_outcome(approved, desk)
         attempt = Attempt.objects.get(operation_key=entry["idempotency_key"])
         verbs = list(
             AuditEvent.objects.filter(workflow_id=approved.pk, object_id__in=[str(attempt.step_id), str(attempt.pk)])
-            .order_by("seq").values_list("verb", flat=True)
+            .order_by("seq")
+            .values_list("verb", flat=True)
         )
         assert verbs.index("attempt.requested") < verbs.index("step.verifying") < verbs.index("step.complete")
 
@@ -110,8 +110,11 @@ class ChecksItsCheckpointInProcess(ChecksItsCheckpoint):
 def checking_plans(people, action: str, count: int) -> list:
     started = []
     for n in range(count):
-        body = {"name": f"check {n}", "submission_key": f"check-{n}",
-                "steps": [{"key": "s", "action": action, "args": {}}]}
+        body = {
+            "name": f"check {n}",
+            "submission_key": f"check-{n}",
+            "steps": [{"key": "s", "action": action, "args": {}}],
+        }
         started.append(decide.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
     return started
 
@@ -320,8 +323,10 @@ def test_a_claim_takes_every_shareable_step_but_few_that_run_alone(people):
     for n in range(12):
         remote = plans.submit(people["agent"], ticket_plan(key=f"remote-{n}")).workflow
         decide.approve(remote, by=people["reviewer"])
-        local = plans.submit(people["agent"], {"name": "n", "submission_key": f"local-{n}",
-                                               "steps": [{"key": "s", "action": "noop", "args": {}}]}).workflow
+        local = plans.submit(
+            people["agent"],
+            {"name": "n", "submission_key": f"local-{n}", "steps": [{"key": "s", "action": "noop", "args": {}}]},
+        ).workflow
         decide.approve(local, by=people["reviewer"])
 
     batch = execution.claim_batch()
@@ -375,8 +380,10 @@ def test_the_claim_window_is_read_off_the_ready_index_in_order(people):
     the status index and sort every step they hold: a claim's cost would grow
     with the plans awaiting review and those running."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(3)]
-    decide.approve(plans.submit(people["agent"], {"name": "n", "submission_key": "n", "steps": noop}).workflow,
-                      by=people["reviewer"])
+    decide.approve(
+        plans.submit(people["agent"], {"name": "n", "submission_key": "n", "steps": noop}).workflow,
+        by=people["reviewer"],
+    )
     plans.submit(people["agent"], {"name": "inbox", "submission_key": "inbox", "steps": noop})
 
     with CaptureQueriesContext(connection) as queries:
@@ -398,8 +405,10 @@ def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(peopl
     rows locked right now and extends the rest."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks: SQLite locks the whole database")
-    first, second = [decide.approve(plans.submit(people["agent"], ticket_plan(key)).workflow,
-                                       by=people["reviewer"]) for key in ("beat-1", "beat-2")]
+    first, second = [
+        decide.approve(plans.submit(people["agent"], ticket_plan(key)).workflow, by=people["reviewer"])
+        for key in ("beat-1", "beat-2")
+    ]
     claimed = execution.claim_batch(workflow_id=[first.pk, second.pk], alone=2)
     assert len(claimed) == 2
     locked, free = sorted(claimed, key=lambda step: step.pk)
@@ -453,8 +462,14 @@ def test_an_answer_waits_for_its_group_from_when_it_came_back_not_from_when_the_
 
 # The engine's tables that grow with every plan run: none may be read whole
 # by a statement that needs a few of its rows.
-GROWING = ("workflows_step", "workflows_workflow", "workflows_attempt", "workflows_approval",
-           "workflows_audithead", "workflows_auditevent")
+GROWING = (
+    "workflows_step",
+    "workflows_workflow",
+    "workflows_attempt",
+    "workflows_approval",
+    "workflows_audithead",
+    "workflows_auditevent",
+)
 
 
 def _settings_after(sql: str, settings: dict) -> dict:
@@ -498,8 +513,10 @@ def test_starting_and_finishing_plans_find_their_rows_by_key_whatever_the_backlo
     And none is compiled by JIT (a disabled scan's cost would trigger it)."""
     noop = [{"key": f"s{n}", "action": "noop", "args": {}} for n in range(5)]
     for n in range(300):
-        decide.approve(plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop})
-                          .workflow, by=people["reviewer"])
+        decide.approve(
+            plans.submit(people["agent"], {"name": "n", "submission_key": f"n{n}", "steps": noop}).workflow,
+            by=people["reviewer"],
+        )
     # Someone listens to the team's plans: the events of the plans finished
     # are written with them (their team compared by key, not by its index).
     webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/in")

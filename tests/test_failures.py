@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import run_until
+from tests.support import deciding as decide
 from workflows.engine import policy, retry
 from workflows.models import Attempt, DeadLetter, Step
 from workflows.operations import plans
-from tests.support import deciding as decide
 
 
 @pytest.fixture(autouse=True)
@@ -23,8 +23,12 @@ def quick_retries(monkeypatch, settings):
 
 
 def one_ticket(key="one", title="Boiler pressure low", **extra):
-    return {"name": "one ticket", "submission_key": key,
-            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": title, "body": "b"}}], **extra}
+    return {
+        "name": "one ticket",
+        "submission_key": key,
+        "steps": [{"key": "open", "action": "ticket.create", "args": {"title": title, "body": "b"}}],
+        **extra,
+    }
 
 
 def start(people, body):
@@ -34,8 +38,9 @@ def start(people, body):
 
 
 def attempts_of(workflow):
-    return list(Attempt.objects.filter(step__workflow=workflow).order_by("number").values_list(
-        "status", "failure_class"))
+    return list(
+        Attempt.objects.filter(step__workflow=workflow).order_by("number").values_list("status", "failure_class")
+    )
 
 
 def test_transient_errors_recover_within_the_deadline_with_one_ticket(people, desk):
@@ -58,8 +63,11 @@ def test_a_429_waits_at_least_its_retry_after(people, desk):
 
 
 def test_invalid_arguments_dead_letter_after_exactly_one_attempt(people, desk):
-    body = {"name": "comment on a missing ticket", "submission_key": "bad",
-            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hi"}}]}
+    body = {
+        "name": "comment on a missing ticket",
+        "submission_key": "bad",
+        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hi"}}],
+    }
     workflow = start(people, body)
     assert run_until(workflow.pk, "FAILED") == "FAILED"
     assert attempts_of(workflow) == [("FAILED", "INVALID_ARGUMENTS")]
@@ -148,9 +156,17 @@ def test_a_read_timeout_is_reconciled_before_any_retry(people, desk, settings):
 
 
 def webhook(desk, **declared):
-    return {"name": "webhook", "submission_key": "hook", "steps": [
-        {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"},
-                                                        **declared}}]}
+    return {
+        "name": "webhook",
+        "submission_key": "hook",
+        "steps": [
+            {
+                "key": "hook",
+                "action": "http.post",
+                "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"}, **declared},
+            }
+        ],
+    }
 
 
 def test_http_post_to_a_receiver_that_honours_the_key_retries_safely(people, desk):
@@ -198,8 +214,13 @@ def test_http_post_whose_answer_was_lost_is_repeated_when_the_receiver_honours_t
 def test_email_is_never_retried_blindly(people, desk, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 1  # nothing listens: refused
-    body = {"name": "mail", "submission_key": "mail", "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}]}
+    body = {
+        "name": "mail",
+        "submission_key": "mail",
+        "steps": [
+            {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}}
+        ],
+    }
     workflow = start(people, body)
     run_until(workflow.pk, "FAILED")
     assert attempts_of(workflow) == [("FAILED", "DEPENDENCY_UNAVAILABLE")]
@@ -208,8 +229,13 @@ def test_email_is_never_retried_blindly(people, desk, settings):
 def test_email_is_sent_once(people, desk, settings, tmp_path):
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     settings.EMAIL_FILE_PATH = str(tmp_path)
-    body = {"name": "mail", "submission_key": "mail-ok", "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "Hello", "body": "b"}}]}
+    body = {
+        "name": "mail",
+        "submission_key": "mail-ok",
+        "steps": [
+            {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "Hello", "body": "b"}}
+        ],
+    }
     workflow = start(people, body)
     run_until(workflow.pk, "COMPLETE")
     sent = [p.read_text() for p in tmp_path.iterdir()]
@@ -271,8 +297,11 @@ def test_a_removed_approver_blocks_until_another_reviewer_approves(people, desk)
 
 
 def test_replay_rechecks_policy_first(people, desk, api):
-    body = {"name": "bad", "submission_key": "bad", "steps": [
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 424242, "body": "x"}}]}
+    body = {
+        "name": "bad",
+        "submission_key": "bad",
+        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 424242, "body": "x"}}],
+    }
     workflow = start(people, body)
     run_until(workflow.pk, "FAILED")
     entry = DeadLetter.objects.get(workflow=workflow)

@@ -9,10 +9,10 @@ import json
 from datetime import timedelta
 
 import pytest
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, wait_for_status
+from tests.support.seeing import Client
 from workflows.engine import binding, expiry, gates
 from workflows.engine import policy as policies
 from workflows.models import AuditEvent, GateApproval, Step, Workflow
@@ -25,10 +25,18 @@ def gated_plan(key="gated-1", approvals=1, note="Check the ticket before closing
         "name": "Open a ticket, then close it once a person looked",
         "submission_key": key,
         "steps": [
-            {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire"},
-             "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}}},
-            {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}},
-             "gate": {"approvals": approvals, "note": note}},
+            {
+                "key": "open",
+                "action": "ticket.create",
+                "args": {"title": "Printer on fire"},
+                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
+            },
+            {
+                "key": "close",
+                "action": "ticket.close",
+                "args": {"ticket_id": {"$from": "open.result.id"}},
+                "gate": {"approvals": approvals, "note": note},
+            },
         ],
     }
 
@@ -62,8 +70,9 @@ def test_the_run_pauses_before_the_gated_step_and_shows_what_the_approvers_bind(
     assert not steps["close"]["attempts"]
     ticket = desk.tickets()[0]
     assert body["gate"]["step"] == "close" and (body["gate"]["approvals"], body["gate"]["required"]) == (0, 1)
-    assert body["gate"]["results_digest"] == gates.results_digest(Step.objects.get(workflow_id=workflow_id,
-                                                                                   key="close"))
+    assert body["gate"]["results_digest"] == gates.results_digest(
+        Step.objects.get(workflow_id=workflow_id, key="close")
+    )
     assert ticket["status"] == "open"
     assert AuditEvent.objects.filter(workflow_id=workflow_id, verb="workflow.waiting_gate").count() == 1
 
@@ -72,8 +81,10 @@ def test_two_reviewers_open_a_two_approval_gate_and_the_run_completes(api, desk)
     workflow_id = at_gate(api, desk, approvals=2)
     gate = api["reviewer"].get(f"/workflows/{workflow_id}").json()["gate"]
 
-    first = api["reviewer"].post(f"/workflows/{workflow_id}/steps/close/approve",
-                                 {"comment": "ticket looks right", "results_digest": gate["results_digest"]})
+    first = api["reviewer"].post(
+        f"/workflows/{workflow_id}/steps/close/approve",
+        {"comment": "ticket looks right", "results_digest": gate["results_digest"]},
+    )
     assert first.status_code == 200 and first.json()["status"] == "WAITING_GATE"
     assert first.json()["gate"]["approvals"] == 1
     assert api["reviewer"].post(f"/workflows/{workflow_id}/steps/close/approve", {}).status_code == 409  # once
@@ -168,16 +179,19 @@ def test_the_agent_is_told_the_workflow_waits_at_a_gate(api, desk):
     assert event["data"]["workflow"]["gate"]["step"] == "close"
 
 
-@pytest.mark.parametrize("gate, field", [
-    ({"approvals": 0}, "steps.1.gate.approvals"),
-    ({"approvals": 11}, "steps.1.gate.approvals"),
-    ({"approvals": "2"}, "steps.1.gate.approvals"),
-    ({"approvals": True}, "steps.1.gate.approvals"),
-    ({"approvals": 1, "note": 5}, "steps.1.gate.note"),
-    ({"approvals": 1, "note": "x" * 2001}, "steps.1.gate.note"),
-    ({"approvals": 1, "quorum": 2}, "steps.1.gate.quorum"),
-    ({"note": "n"}, "steps.1.gate.approvals"),
-])
+@pytest.mark.parametrize(
+    "gate, field",
+    [
+        ({"approvals": 0}, "steps.1.gate.approvals"),
+        ({"approvals": 11}, "steps.1.gate.approvals"),
+        ({"approvals": "2"}, "steps.1.gate.approvals"),
+        ({"approvals": True}, "steps.1.gate.approvals"),
+        ({"approvals": 1, "note": 5}, "steps.1.gate.note"),
+        ({"approvals": 1, "note": "x" * 2001}, "steps.1.gate.note"),
+        ({"approvals": 1, "quorum": 2}, "steps.1.gate.quorum"),
+        ({"note": "n"}, "steps.1.gate.approvals"),
+    ],
+)
 def test_a_malformed_gate_is_refused_with_its_field_and_nothing_is_stored(api, gate, field):
     body = gated_plan()
     body["steps"][1]["gate"] = gate
@@ -216,7 +230,8 @@ def test_a_worker_killed_while_the_workflow_waits_at_the_gate_changes_nothing(ap
     wait_for_status(workflow_id, "COMPLETE")
 
     assert [(t["status"], t["idempotency_key"]) for t in desk.tickets()] == [
-        ("closed", Step.objects.get(workflow_id=workflow_id, key="open").operation_key)]
+        ("closed", Step.objects.get(workflow_id=workflow_id, key="open").operation_key)
+    ]
     close = Step.objects.get(workflow_id=workflow_id, key="close")
     assert close.attempts.count() == 1 and close.gate_opened_at is not None
 

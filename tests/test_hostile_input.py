@@ -28,13 +28,13 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from tests.conftest import run_until, ticket_plan
+from tests.support import deciding as decide
 from workflows.engine import retry
 from workflows.models import ActionPolicy, Approval, Attempt, AuditEvent, DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
-from tests.support import deciding as decide
 
 HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -67,8 +67,11 @@ CONSOLE_LISTS = ["/", "/workflows/", "/dead-letters/", "/compensations/", "/audi
 def api_lists(admin_api) -> list[str]:
     """Every API operation that reads a `cursor`, from the published schema."""
     schema = admin_api.get("/api/v1/openapi.json").json()
-    return sorted(path for path, methods in schema["paths"].items()
-                  if any(p["name"] == "cursor" for p in methods.get("get", {}).get("parameters", [])))
+    return sorted(
+        path
+        for path, methods in schema["paths"].items()
+        if any(p["name"] == "cursor" for p in methods.get("get", {}).get("parameters", []))
+    )
 
 
 def console_lists() -> list[str]:
@@ -77,8 +80,11 @@ def console_lists() -> list[str]:
 
     from workflows.web import urls
 
-    return sorted("/" + str(p.pattern) for p in urls.urlpatterns
-                  if re.search(r'"cursor"|list_page\(', inspect.getsource(p.callback)))
+    return sorted(
+        "/" + str(p.pattern)
+        for p in urls.urlpatterns
+        if re.search(r'"cursor"|list_page\(', inspect.getsource(p.callback))
+    )
 
 
 def plan_text(**replace) -> str:
@@ -153,17 +159,27 @@ def with_session_cookie(client, workflow):
     return client.get("/")
 
 
-@pytest.mark.parametrize("send", [
-    lambda c, wf: c.get("/audit/", {"actor": "a\x00"}),
-    lambda c, wf: c.get("/api/v1/dead-letters", {"action": "\x00"}),
-    lambda c, wf: c.post(f"/workflows/{wf.pk}/steps/a%00b/resolve", {"decision": "retry", "reason": "r"},
-                         HTTP_X_CSRFTOKEN=c.csrf_token),
-    lambda c, wf: c.post(f"/workflows/{wf.pk}/approve", {"comment": "ok\x00"}, HTTP_X_CSRFTOKEN=c.csrf_token),
-    lambda c, wf: c.post(f"/workflows/{wf.pk}/steps/open/resolve", {"decision": "retry", "reason": "\x00"},
-                         HTTP_X_CSRFTOKEN=c.csrf_token),
-    lambda c, wf: c.post("/login/", {"username": "admin\x00", "password": "x"}, HTTP_X_CSRFTOKEN=c.csrf_token),
-    with_session_cookie,
-], ids=["console query", "API query", "path", "approve form", "resolve form", "login form", "cookie"])
+@pytest.mark.parametrize(
+    "send",
+    [
+        lambda c, wf: c.get("/audit/", {"actor": "a\x00"}),
+        lambda c, wf: c.get("/api/v1/dead-letters", {"action": "\x00"}),
+        lambda c, wf: c.post(
+            f"/workflows/{wf.pk}/steps/a%00b/resolve",
+            {"decision": "retry", "reason": "r"},
+            HTTP_X_CSRFTOKEN=c.csrf_token,
+        ),
+        lambda c, wf: c.post(f"/workflows/{wf.pk}/approve", {"comment": "ok\x00"}, HTTP_X_CSRFTOKEN=c.csrf_token),
+        lambda c, wf: c.post(
+            f"/workflows/{wf.pk}/steps/open/resolve",
+            {"decision": "retry", "reason": "\x00"},
+            HTTP_X_CSRFTOKEN=c.csrf_token,
+        ),
+        lambda c, wf: c.post("/login/", {"username": "admin\x00", "password": "x"}, HTTP_X_CSRFTOKEN=c.csrf_token),
+        with_session_cookie,
+    ],
+    ids=["console query", "API query", "path", "approve form", "resolve form", "login form", "cookie"],
+)
 def test_nul_in_a_query_path_or_form_is_a_400_and_changes_nothing(send, people, admin_console):
     admin_console.defaults["HTTP_AUTHORIZATION"] = f"Bearer {tokens.issue(people['admin'])}"
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
@@ -187,8 +203,11 @@ def quick_retries(monkeypatch, settings):
 
 
 def one_ticket(people):
-    body = {"name": "one ticket", "submission_key": "retry-after",
-            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]}
+    body = {
+        "name": "one ticket",
+        "submission_key": "retry-after",
+        "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}],
+    }
     workflow = plans.submit(people["agent"], body).workflow
     decide.approve(workflow, by=people["reviewer"])
     return workflow
@@ -196,20 +215,26 @@ def one_ticket(people):
 
 def rate_limit(desk, raw_seconds: str):
     """The desk's client sends strict JSON; Infinity and NaN go as raw text, which the desk reads."""
-    response = requests.post(f"{desk.url}/_faults", data=f'{{"mode": "rate_limit", "retry_after": {raw_seconds}}}',
-                             headers={"Content-Type": "application/json"}, timeout=5)
+    response = requests.post(
+        f"{desk.url}/_faults",
+        data=f'{{"mode": "rate_limit", "retry_after": {raw_seconds}}}',
+        headers={"Content-Type": "application/json"},
+        timeout=5,
+    )
     assert response.status_code == 201, response.text
 
 
 @pytest.mark.parametrize("raw_seconds", ["Infinity", "1000000000000"])
-def test_a_retry_after_beyond_the_deadline_dead_letters_instead_of_overflowing(raw_seconds, people, desk,
-                                                                               quick_retries):
+def test_a_retry_after_beyond_the_deadline_dead_letters_instead_of_overflowing(
+    raw_seconds, people, desk, quick_retries
+):
     rate_limit(desk, raw_seconds)
     workflow = one_ticket(people)
     assert run_until(workflow.pk, {"FAILED", "COMPLETE"}) == "FAILED"
     assert desk.faults() == []  # the desk did answer 429 with that Retry-After
     assert list(Attempt.objects.filter(step__workflow=workflow).values_list("failure_class", flat=True)) == [
-        "RATE_LIMITED"]
+        "RATE_LIMITED"
+    ]
     assert DeadLetter.objects.get(workflow=workflow).failure_class == "RATE_LIMITED"
     assert desk.tickets() == []
 
@@ -219,8 +244,9 @@ def test_a_retry_after_of_nan_counts_as_no_header(people, desk, quick_retries):
     workflow = one_ticket(people)
     assert run_until(workflow.pk, {"FAILED", "COMPLETE"}) == "COMPLETE"
     assert desk.faults() == []
-    assert list(Attempt.objects.filter(step__workflow=workflow).order_by("number").values_list(
-        "failure_class", flat=True)) == ["RATE_LIMITED", ""]
+    assert list(
+        Attempt.objects.filter(step__workflow=workflow).order_by("number").values_list("failure_class", flat=True)
+    ) == ["RATE_LIMITED", ""]
     assert len(desk.tickets()) == 1
 
 
@@ -239,8 +265,7 @@ class NegativeRetryAfter(BaseHTTPRequestHandler):
         self.answered.append(status)
         payload = json.dumps(body).encode()
         self.send_response(status)
-        for name, value in {**headers, "Content-Type": "application/json",
-                            "Content-Length": str(len(payload))}.items():
+        for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(payload))}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
@@ -269,39 +294,163 @@ def test_a_negative_retry_after_means_retry_now(people, settings, quick_retries)
 # --- the walks: every URL pattern, every API operation ----------------------
 
 NASTY_TEXT = [
-    "\x00", "a\x00b", "\ud800", "\udfff", "٣", "²", "9" * 5000, "9" * 30, str(2**63), str(-(2**63) - 1), "-1",
-    "1e999", "NaN", "inf", "-5", "", " ", "null", "[]", "{}", "true", "0", "9999-12-31T23:59:59-23:59",
-    "0001-01-01T00:00:00+23:59", "2024-02-30", "not-a-uuid", ZERO_UUID, "<script>alert(1)</script>",
-    "' OR '1'='1", "%00", "x" * 3000, "all", "filter", "retry", "happened", "OPEN", "../../etc/passwd",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "\udfff",
+    "٣",
+    "²",
+    "9" * 5000,
+    "9" * 30,
+    str(2**63),
+    str(-(2**63) - 1),
+    "-1",
+    "1e999",
+    "NaN",
+    "inf",
+    "-5",
+    "",
+    " ",
+    "null",
+    "[]",
+    "{}",
+    "true",
+    "0",
+    "9999-12-31T23:59:59-23:59",
+    "0001-01-01T00:00:00+23:59",
+    "2024-02-30",
+    "not-a-uuid",
+    ZERO_UUID,
+    "<script>alert(1)</script>",
+    "' OR '1'='1",
+    "%00",
+    "x" * 3000,
+    "all",
+    "filter",
+    "retry",
+    "happened",
+    "OPEN",
+    "../../etc/passwd",
     *FORGED_CURSORS.values(),
 ]
 # Every name a view or operation reads, and some that admin pages read. Not
 # "post": it confirms the admin's bulk deletion, which would take the fixtures away.
 PARAM_NAMES = [
-    "cursor", "status", "limit", "workflow", "actor", "verb", "since", "until", "action", "failure_class", "age",
-    "scope", "ids", "dry_run", "only", "reason", "comment", "decision", "external_ref", "steps", "username", "password", "next",
-    "q", "o", "p", "e", "all", "_popup", "_to_field", "_changelist_filters", "term", "app_label", "model_name",
-    "field_name", "title", "body", "name", "submission_key", "id__exact", "action__exact",
+    "cursor",
+    "status",
+    "limit",
+    "workflow",
+    "actor",
+    "verb",
+    "since",
+    "until",
+    "action",
+    "failure_class",
+    "age",
+    "scope",
+    "ids",
+    "dry_run",
+    "only",
+    "reason",
+    "comment",
+    "decision",
+    "external_ref",
+    "steps",
+    "username",
+    "password",
+    "next",
+    "q",
+    "o",
+    "p",
+    "e",
+    "all",
+    "_popup",
+    "_to_field",
+    "_changelist_filters",
+    "term",
+    "app_label",
+    "model_name",
+    "field_name",
+    "title",
+    "body",
+    "name",
+    "submission_key",
+    "id__exact",
+    "action__exact",
 ]
-HOSTILE_PATH_VALUES = ["not-a-uuid", ZERO_UUID, "%00", "a%00b", "%ED%A0%80", "%FF", "%D9%A3", "9" * 5000,
-                       "9" * 30, "-1", "..%2F..%2Fetc", "x" * 300]
+HOSTILE_PATH_VALUES = [
+    "not-a-uuid",
+    ZERO_UUID,
+    "%00",
+    "a%00b",
+    "%ED%A0%80",
+    "%FF",
+    "%D9%A3",
+    "9" * 5000,
+    "9" * 30,
+    "-1",
+    "..%2F..%2Fetc",
+    "x" * 300,
+]
 # One of each kind, for the exhaustive walk; the generated walks draw from all.
 PATH_PROBES = ["not-a-uuid", "a%00b", "%D9%A3", "9" * 30, "9" * 5000]
 # The worst first: hypothesis draws the first elements of a list more often.
-NASTY_JSON_LEAVES = [float("nan"), "\x00", float("inf"), "\ud800", 2**63, 10**400, -(2**63) - 1, None, True, 0, -1,
-                     1.5, 2**63 - 1, 1e308, "", "٣", "x" * 5000, [], {}, {"$from": "nowhere.result.id"},
-                     {"$from": 1}, {"$secret": "NOPE"}, {"$secret": "\x00"}]
+NASTY_JSON_LEAVES = [
+    float("nan"),
+    "\x00",
+    float("inf"),
+    "\ud800",
+    2**63,
+    10**400,
+    -(2**63) - 1,
+    None,
+    True,
+    0,
+    -1,
+    1.5,
+    2**63 - 1,
+    1e308,
+    "",
+    "٣",
+    "x" * 5000,
+    [],
+    {},
+    {"$from": "nowhere.result.id"},
+    {"$from": 1},
+    {"$secret": "NOPE"},
+    {"$secret": "\x00"},
+]
 RAW_JSON_BODIES = [text for text, _ in HOSTILE_BODIES.values()] + [
-    "", " ", "{}", '{"reason": "\\u0000"}', '{"comment": 1e999}', '{"reason": "' + "x" * 5000 + '"}',
-    '{"reason": "r", "steps": ["\\ud800"]}', '{"reason": "r", "steps": "open"}', '{"reason": null}',
-    '{"comment": ["x"]}', '{"reason": "r", "steps": [1, 2]}', '{"reason": "r"}', '{"comment": "ok"}',
+    "",
+    " ",
+    "{}",
+    '{"reason": "\\u0000"}',
+    '{"comment": 1e999}',
+    '{"reason": "' + "x" * 5000 + '"}',
+    '{"reason": "r", "steps": ["\\ud800"]}',
+    '{"reason": "r", "steps": "open"}',
+    '{"reason": null}',
+    '{"comment": ["x"]}',
+    '{"reason": "r", "steps": [1, 2]}',
+    '{"reason": "r"}',
+    '{"comment": "ok"}',
     "[" * 40 + "]" * 40,
 ]
 TEMPLATES = {
-    "/workflows": {"name": "walk", "submission_key": "walk", "deadline_seconds": 60, "context": {"prompt": "p"},
-                   "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"},
-                              "compensation": {"action": "ticket.close",
-                                               "args": {"ticket_id": {"$from": "open.result.id"}}}}]},
+    "/workflows": {
+        "name": "walk",
+        "submission_key": "walk",
+        "deadline_seconds": 60,
+        "context": {"prompt": "p"},
+        "steps": [
+            {
+                "key": "open",
+                "action": "ticket.create",
+                "args": {"title": "t", "body": "b"},
+                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
+            }
+        ],
+    },
     "/approve": {"comment": "ok"},
     "/cancel": {"reason": "r"},
     "/revise": {"steps": [{"key": "open", "args": {"title": "t", "body": "b"}}], "comment": "c"},
@@ -311,17 +460,34 @@ TEMPLATES = {
     "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
     "/resolve/confirm": {"reason": "r", "resolution_digest": "d"},
     # Before "/replay": the first suffix that matches is taken.
-    "/dead-letters/replay": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
-                                        "action": "ticket.create", "failure_class": "TRANSIENT", "older_than": "1d",
-                                        "team": "default", "ids": ["00000000-0000-0000-0000-000000000000"],
-                                        "job": "00000000-0000-0000-0000-000000000000"},
-                             "only": "safe", "dry_run": True, "reason": "r"},
-    "/dead-letters/reconcile": {"filter": {"workflow": "00000000-0000-0000-0000-000000000000", "status": "OPEN",
-                                           "action": "ticket.create", "failure_class": "TRANSIENT",
-                                           "older_than": "1d", "team": "default",
-                                           "ids": ["00000000-0000-0000-0000-000000000000"],
-                                           "job": "00000000-0000-0000-0000-000000000000"},
-                                "dry_run": True},
+    "/dead-letters/replay": {
+        "filter": {
+            "workflow": "00000000-0000-0000-0000-000000000000",
+            "status": "OPEN",
+            "action": "ticket.create",
+            "failure_class": "TRANSIENT",
+            "older_than": "1d",
+            "team": "default",
+            "ids": ["00000000-0000-0000-0000-000000000000"],
+            "job": "00000000-0000-0000-0000-000000000000",
+        },
+        "only": "safe",
+        "dry_run": True,
+        "reason": "r",
+    },
+    "/dead-letters/reconcile": {
+        "filter": {
+            "workflow": "00000000-0000-0000-0000-000000000000",
+            "status": "OPEN",
+            "action": "ticket.create",
+            "failure_class": "TRANSIENT",
+            "older_than": "1d",
+            "team": "default",
+            "ids": ["00000000-0000-0000-0000-000000000000"],
+            "job": "00000000-0000-0000-0000-000000000000",
+        },
+        "dry_run": True,
+    },
     "/verify": {"workflow": "00000000-0000-0000-0000-000000000000"},
     "/reject": {"comment": "no"},
     "/replay": {"reason": "r"},
@@ -329,8 +495,17 @@ TEMPLATES = {
     "/compensations": {"reason": "r", "steps": ["open"]},
     "/authorize": {"reason": "r"},
     "/decline": {"reason": "r"},
-    "/policy": {"enabled": True, "risk": "HIGH", "approvals_required": 2, "approval_ttl_seconds": 600,
-                "max_attempts": 3, "max_in_flight": 4, "rate_per_second": 2.5, "reason": "r", "version": 1},
+    "/policy": {
+        "enabled": True,
+        "risk": "HIGH",
+        "approvals_required": 2,
+        "approval_ttl_seconds": 600,
+        "max_attempts": 3,
+        "max_in_flight": 4,
+        "rate_per_second": 2.5,
+        "reason": "r",
+        "version": 1,
+    },
     "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
     "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
 }
@@ -342,8 +517,10 @@ json_values = st.recursive(
     max_leaves=8,
 )
 query_values = st.sampled_from(NASTY_TEXT) | (st.text(max_size=30) | st.integers().map(str))
-params = st.lists(st.tuples(st.sampled_from(PARAM_NAMES) | st.text(max_size=10).filter(lambda n: n != "post"),
-                            query_values), max_size=5)
+params = st.lists(
+    st.tuples(st.sampled_from(PARAM_NAMES) | st.text(max_size=10).filter(lambda n: n != "post"), query_values),
+    max_size=5,
+)
 # Every list reads one: the page walk adds one to half its requests, the API walk uses these for it.
 cursors = st.sampled_from(list(FORGED_CURSORS.values())) | st.text(max_size=40)
 
@@ -372,13 +549,25 @@ def world(people, desk, monkeypatch):
     """One object of every kind the URLs name: a plan awaiting review, a
     completed workflow with a compensation requested, a dead letter."""
     planned = plans.submit(people["agent"], ticket_plan(key="planned")).workflow
-    done = plans.submit(people["agent"], {"name": "done", "submission_key": "done", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]}).workflow
+    done = plans.submit(
+        people["agent"],
+        {
+            "name": "done",
+            "submission_key": "done",
+            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}],
+        },
+    ).workflow
     decide.approve(done, by=people["reviewer"])
     run_until(done.pk, "COMPLETE")
     comp = compensation.request(done, by=people["operator"], reason="undo it")
-    failed = plans.submit(people["agent"], {"name": "failed", "submission_key": "failed", "steps": [
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "b"}}]}).workflow
+    failed = plans.submit(
+        people["agent"],
+        {
+            "name": "failed",
+            "submission_key": "failed",
+            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "b"}}],
+        },
+    ).workflow
     decide.approve(failed, by=people["reviewer"])
     run_until(failed.pk, "FAILED")
     dead = DeadLetter.objects.get(workflow=failed)
@@ -388,8 +577,9 @@ def world(people, desk, monkeypatch):
     # it stands (after the same checks) instead of spending its timeout on each request.
     monkeypatch.setattr(waiting, "wait_for", lambda request, workflow_id, until, seconds, read: read())
     endpoint, _ = webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/in")
-    delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
-                                              status=WebhookDelivery.Status.DEAD)
+    delivery = WebhookDelivery.objects.create(
+        event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}", status=WebhookDelivery.Status.DEAD
+    )
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
@@ -426,6 +616,7 @@ def fill(template: str, draw, world) -> str:
         hostile = st.sampled_from(HOSTILE_PATH_VALUES)
         # Half real objects, so that the query and body get past the lookup.
         return draw(st.sampled_from(real) | hostile if real else hostile)
+
     return "/" + re.sub(r"<(\w+)>", value, template)
 
 
@@ -447,8 +638,13 @@ def send(client, method, url, pairs, *, body=None, content_type=None, htmx=False
     else:
         url_with_query = f"{url}?{query}" if query else url
     with transaction.atomic():
-        response = client.generic(method, url_with_query, (body or "").encode("utf-8", "surrogatepass"),
-                                  content_type=content_type or "application/octet-stream", **headers)
+        response = client.generic(
+            method,
+            url_with_query,
+            (body or "").encode("utf-8", "surrogatepass"),
+            content_type=content_type or "application/octet-stream",
+            **headers,
+        )
         if response.streaming:
             b"".join(response.streaming_content)
     assert response.status_code < 500, (method, url_with_query[:300], response.status_code)
@@ -488,7 +684,9 @@ def _replace(template, path, value):
 
 
 WALK_SETTINGS = hypothesis.settings(
-    max_examples=500, deadline=None, derandomize=True,
+    max_examples=500,
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 API_WALK_SETTINGS = hypothesis.settings(WALK_SETTINGS, max_examples=60)
@@ -518,8 +716,13 @@ def test_every_url_pattern_answers_real_and_hostile_path_values(world, people, a
             url = "/" + re.sub(r"<(\w+)>", lambda match: filling(match.group(1)), template)
             for method in ("GET", "POST") if deletes_nothing(url) else ("GET",):
                 admin_console.force_login(people["admin"])
-                response = send(admin_console, method, url, [("cursor", FORGED_CURSORS["NUL id"]), ("q", "٣")],
-                                bearer=bearer if url.startswith("/api/") else None)
+                response = send(
+                    admin_console,
+                    method,
+                    url,
+                    [("cursor", FORGED_CURSORS["NUL id"]), ("q", "٣")],
+                    bearer=bearer if url.startswith("/api/") else None,
+                )
                 if method == "GET" and url in lists:
                     assert response.status_code == 400, (url, response.status_code)
 
@@ -543,8 +746,16 @@ def test_every_page_and_form_answers_hostile_input_without_a_server_error(data, 
         content_type = data.draw(st.sampled_from(["application/json", "multipart/form-data; boundary=b", "text/plain"]))
     admin_console.force_login(people["admin"])
     bearer = f"Bearer {tokens.issue(people['admin'])}" if url.startswith("/api/") else None
-    send(admin_console, method, url, pairs, body=body, content_type=content_type, htmx=data.draw(st.booleans()),
-         bearer=bearer)
+    send(
+        admin_console,
+        method,
+        url,
+        pairs,
+        body=body,
+        content_type=content_type,
+        htmx=data.draw(st.booleans()),
+        bearer=bearer,
+    )
 
 
 def test_every_api_operation_answers_every_known_hostile_value(world, api_operations, people, admin_console):
@@ -562,14 +773,14 @@ def test_every_api_operation_answers_every_known_hostile_value(world, api_operat
         template = next(t for suffix, t in TEMPLATES.items() if path.endswith(suffix))
         bodies = RAW_JSON_BODIES + [
             _dumps(_replace(with_fresh_key(template, f"{n}-{m}"), where, leaf))
-            for n, where in enumerate(_mutations(template)) for m, leaf in enumerate(NASTY_JSON_LEAVES)
+            for n, where in enumerate(_mutations(template))
+            for m, leaf in enumerate(NASTY_JSON_LEAVES)
         ]
         for body in bodies:
             send(admin_console, method, url, [], body=body, content_type="application/json", bearer=bearer)
 
 
-def test_every_api_operation_answers_hostile_input_without_a_server_error(world, api_operations, people,
-                                                                        admin_console):
+def test_every_api_operation_answers_hostile_input_without_a_server_error(world, api_operations, people, admin_console):
     """Each operation of the published schema in turn (so that each gets its
     share of examples), with its own parameters and a valid body of its own
     with one value swapped for a hostile one (so the input gets past the
@@ -594,8 +805,15 @@ def test_every_api_operation_answers_hostile_input_without_a_server_error(world,
                     body = _dumps(_replace(valid, where, data.draw(json_values)))
                 elif choice == "raw":
                     body = data.draw(st.sampled_from(RAW_JSON_BODIES))
-            send(admin_console, method, url, pairs, body=body, content_type="application/json" if body else None,
-                 bearer=bearer)
+            send(
+                admin_console,
+                method,
+                url,
+                pairs,
+                body=body,
+                content_type="application/json" if body else None,
+                bearer=bearer,
+            )
 
         walk()
 
@@ -603,7 +821,8 @@ def test_every_api_operation_answers_hostile_input_without_a_server_error(world,
 @pytest.fixture
 def api_operations(admin_console):
     schema = admin_console.get("/api/v1/openapi.json").json()
-    operations = [(path, method.upper(), spec) for path, methods in schema["paths"].items()
-                  for method, spec in methods.items()]
+    operations = [
+        (path, method.upper(), spec) for path, methods in schema["paths"].items() for method, spec in methods.items()
+    ]
     assert len(operations) >= 15
     return operations

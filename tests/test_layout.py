@@ -134,9 +134,13 @@ def test_dependencies_point_one_way():
 
 def test_the_checks_catch_a_cycle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert upward({"workflows.engine.outcomes": {"workflows.operations.deadletters"},
-                   "workflows.web.views": {"workflows.ops.bench"},
-                   "workflows.operations.plans": {"workflows.engine.transitions"}}) == [
+    assert upward(
+        {
+            "workflows.engine.outcomes": {"workflows.operations.deadletters"},
+            "workflows.web.views": {"workflows.ops.bench"},
+            "workflows.operations.plans": {"workflows.engine.transitions"},
+        }
+    ) == [
         "workflows.engine.outcomes imports workflows.operations.deadletters",
         "workflows.web.views imports workflows.ops.bench",
     ]

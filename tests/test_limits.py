@@ -12,23 +12,25 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from tests.conftest import run_until
+from tests.support import deciding as decide
 from workflows.engine import execution, limits, policy
 from workflows.engine.transitions import move
 from workflows.models import ActionThrottle, Attempt, AuditEvent, DeadLetter, Step
 from workflows.operations import deadletters, plans
 from workflows.states import StepStatus
-from tests.support import deciding as decide
 
-ARGS = {"ticket.create": {"title": "t", "body": "b"}, "noop": {},
-        "ticket.comment": {"ticket_id": 999999, "body": "hi"}}
+ARGS = {"ticket.create": {"title": "t", "body": "b"}, "noop": {}, "ticket.comment": {"ticket_id": 999999, "body": "hi"}}
 
 
 def approved(people, action, n, prefix=None):
     """`n` approved one-step plans of `action`, ready in this order."""
     workflows = []
     for i in range(n):
-        body = {"name": f"{action} {i}", "submission_key": f"{prefix or action}-{i}",
-                "steps": [{"key": "only", "action": action, "args": ARGS[action]}]}
+        body = {
+            "name": f"{action} {i}",
+            "submission_key": f"{prefix or action}-{i}",
+            "steps": [{"key": "only", "action": action, "args": ARGS[action]}],
+        }
         workflow = plans.submit(people["agent"], body).workflow
         decide.approve(workflow, by=people["reviewer"])
         workflows.append(workflow)
@@ -43,8 +45,14 @@ def release(steps) -> None:
     """Put claimed steps back in line, as recovery does after a lost worker."""
     with transaction.atomic():
         for step in steps:
-            move(step, StepStatus.WAITING_RETRY, actor="test", guard={"fence": step.fence},
-                 next_attempt_at=timezone.now(), lease_expires_at=None)
+            move(
+                step,
+                StepStatus.WAITING_RETRY,
+                actor="test",
+                guard={"fence": step.fence},
+                next_attempt_at=timezone.now(),
+                lease_expires_at=None,
+            )
 
 
 def test_claims_never_exceed_max_in_flight(people, desk):
@@ -149,7 +157,7 @@ def test_many_claimers_at_once_never_exceed_the_rate(people):
 
 def test_a_rate_limited_answer_from_the_desk_pauses_the_action_for_other_steps(people, desk):
     first, other = approved(people, "ticket.create", 2)
-    noop, = approved(people, "noop", 1)
+    (noop,) = approved(people, "noop", 1)
     desk.fault(mode="rate_limit", retry_after=30, count=1)
     execution.execute(execution.claim(first.pk))
     assert desk.faults() == []  # the 429 was served
@@ -192,8 +200,9 @@ def test_replay_and_bulk_replay_obey_the_limits(people, desk):
     policy.update("ticket.comment", by="test", max_in_flight=1)
     one = DeadLetter.objects.open().first()
     deadletters.replay(one, by=people["operator"], reason="ticket restored")
-    done, refused = deadletters.replay_many(deadletters.select(action="ticket.comment"), by=people["operator"],
-                                            reason="tickets restored")
+    done, refused = deadletters.replay_many(
+        deadletters.select(action="ticket.comment"), by=people["operator"], reason="tickets restored"
+    )
     assert (len(done), refused) == (2, [])
     assert Step.objects.filter(action="ticket.comment", status="PENDING").count() == 3
     assert [s.action for s in execution.claim_batch()] == ["ticket.comment"]

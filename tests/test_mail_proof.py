@@ -10,12 +10,12 @@ import pytest
 from durableconsole import proof
 from tests.conftest import run_until
 from tests.smtp import SmtpReceiver
+from tests.support import deciding as decide
 from workflows.actions import PerformContext
 from workflows.actions.context import performing
 from workflows.actions.mail import EmailSend
 from workflows.audit import signing
 from workflows.operations import plans
-from tests.support import deciding as decide
 
 # Unicode, a line that starts with a dot (SMTP stuffs it), bare LF and CR
 # line endings, and a line too long for one SMTP line (quoted-printable).
@@ -32,22 +32,45 @@ def smtp(settings):
 
 def recipients_of(message) -> list[str]:
     """As a receiver reads them: the To and Cc headers."""
-    return [address.addr_spec for name in ("To", "Cc") for header in message.get_all(name, [])
-            for address in header.addresses]
+    return [
+        address.addr_spec
+        for name in ("To", "Cc")
+        for header in message.get_all(name, [])
+        for address in header.addresses
+    ]
 
 
 def verify(message, **changes):
     target = proof.mail_url(recipients_of(message))
-    request = {"method": "SMTP", "url": target, "audience": target, "body": message.get_body(("plain",)).get_content(),
-               "idempotency_key": message["Idempotency-Key"], "jwks": signing.jwks(), **changes}
+    request = {
+        "method": "SMTP",
+        "url": target,
+        "audience": target,
+        "body": message.get_body(("plain",)).get_content(),
+        "idempotency_key": message["Idempotency-Key"],
+        "jwks": signing.jwks(),
+        **changes,
+    }
     return proof.verify(message["Approval-Proof"], **request)
 
 
 def test_a_sent_message_carries_a_proof_the_receiver_verifies(people, smtp):
-    plan = {"name": "Tell the team", "submission_key": "mail-proof", "steps": [
-        {"key": "mail", "action": "email.send",
-         "args": {"to": ["ops@example.com", "Dev@Example.com"], "cc": "audit@example.org", "subject": "Deployed",
-                  "body": BODY}}]}
+    plan = {
+        "name": "Tell the team",
+        "submission_key": "mail-proof",
+        "steps": [
+            {
+                "key": "mail",
+                "action": "email.send",
+                "args": {
+                    "to": ["ops@example.com", "Dev@Example.com"],
+                    "cc": "audit@example.org",
+                    "subject": "Deployed",
+                    "body": BODY,
+                },
+            }
+        ],
+    }
     workflow = plans.submit(people["agent"], plan).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
@@ -73,8 +96,17 @@ def test_a_sent_message_carries_a_proof_the_receiver_verifies(people, smtp):
 
 
 def test_the_verifier_refuses_a_message_altered_or_sent_on(people, smtp, settings):
-    context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="mail", action="email.send",
-                             operation_key="op-m", approvers=[], policy_version=1, args_sha256="x")
+    context = PerformContext(
+        workflow_id="w",
+        revision=1,
+        plan_hash="h",
+        step="mail",
+        action="email.send",
+        operation_key="op-m",
+        approvers=[],
+        policy_version=1,
+        args_sha256="x",
+    )
     with performing(context):
         EmailSend().perform({"to": "ops@example.com", "subject": "s", "body": "Restart at 10:00"}, "op-m")
     [received] = smtp.messages
@@ -95,8 +127,17 @@ def test_the_verifier_refuses_a_message_altered_or_sent_on(people, smtp, setting
 
 def test_the_mail_proof_lifetime_is_its_own_setting(smtp, settings):
     settings.APPROVAL_PROOF_MAIL_TTL_SECONDS = 600
-    context = PerformContext(workflow_id="w", revision=1, plan_hash="h", step="mail", action="email.send",
-                             operation_key="op-t", approvers=[], policy_version=1, args_sha256="x")
+    context = PerformContext(
+        workflow_id="w",
+        revision=1,
+        plan_hash="h",
+        step="mail",
+        action="email.send",
+        operation_key="op-t",
+        approvers=[],
+        policy_version=1,
+        args_sha256="x",
+    )
     with performing(context):
         EmailSend().perform({"to": "ops@example.com", "subject": "s", "body": "b"}, "op-t")
     claims = verify(smtp.messages[0].message)

@@ -20,11 +20,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.conftest import run_until, ticket_plan
+from tests.support import deciding as decide
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import plans, tokens
 from workflows.ops.processes import free_port
 from workflows.web import waiting
-from tests.support import deciding as decide
 
 SERVER = [sys.executable, "-m", "durableconsole.mcp"]
 
@@ -44,9 +44,12 @@ def agent_mcp(live_server, people):
     def run(script):
         @asynccontextmanager
         async def session():
-            params = StdioServerParameters(command=SERVER[0], args=SERVER[1:], cwd=settings.BASE_DIR,
-                                           env={"DURABLE_CONSOLE_URL": live_server.url,
-                                                "DURABLE_CONSOLE_TOKEN": token})
+            params = StdioServerParameters(
+                command=SERVER[0],
+                args=SERVER[1:],
+                cwd=settings.BASE_DIR,
+                env={"DURABLE_CONSOLE_URL": live_server.url, "DURABLE_CONSOLE_TOKEN": token},
+            )
             with open(os.devnull, "w") as quiet:
                 async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as opened:
                     await opened.initialize()
@@ -70,21 +73,26 @@ def structured(result) -> dict:
 
 def test_the_mcp_server_imports_without_django_or_settings():
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    script = ("import sys, durableconsole.mcp; "
-              "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'workflows', 'ninja'}))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, env=env, capture_output=True,
-                          text=True, timeout=60)
+    script = (
+        "import sys, durableconsole.mcp; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'workflows', 'ninja'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_the_mcp_server_refuses_to_start_without_its_console_url_or_token():
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("DURABLE_CONSOLE_URL", "DURABLE_CONSOLE_TOKEN")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("DURABLE_CONSOLE_URL", "DURABLE_CONSOLE_TOKEN")
+    }
     no_url = subprocess.run(SERVER, env=env, capture_output=True, text=True, timeout=60)
-    no_token = subprocess.run(SERVER, env={**env, "DURABLE_CONSOLE_URL": "http://127.0.0.1:1"},
-                              capture_output=True, text=True, timeout=60)
+    no_token = subprocess.run(
+        SERVER, env={**env, "DURABLE_CONSOLE_URL": "http://127.0.0.1:1"}, capture_output=True, text=True, timeout=60
+    )
 
     assert no_url.returncode == 2 and "DURABLE_CONSOLE_URL" in no_url.stderr
     assert no_token.returncode == 2 and "DURABLE_CONSOLE_TOKEN" in no_token.stderr
@@ -118,8 +126,10 @@ def test_list_actions_gives_each_action_with_its_args_schema(agent_mcp):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_invalid_plan_answers_with_field_errors_a_model_can_fix_and_stores_nothing(agent_mcp):
-    steps = [{"key": "open", "action": "ticket.create", "args": {"body": "no title"}},
-             {"key": "mail", "action": "no.such.action", "args": {}}]
+    steps = [
+        {"key": "open", "action": "ticket.create", "args": {"body": "no title"}},
+        {"key": "mail", "action": "no.such.action", "args": {}},
+    ]
 
     async def script(session):
         return await session.call_tool("propose_plan", {"name": "bad", "steps": steps, "submission_key": "bad-1"})
@@ -171,8 +181,9 @@ def test_list_dead_letters_shows_the_agent_its_own_only(agent_mcp, people, desk,
 
 
 @pytest.mark.live
-def test_a_plan_proposed_over_mcp_runs_on_the_desk_after_a_reviewer_approves(agent_mcp, http_api, start_worker,
-                                                                           desk, live_server):
+def test_a_plan_proposed_over_mcp_runs_on_the_desk_after_a_reviewer_approves(
+    agent_mcp, http_api, start_worker, desk, live_server
+):
     start_worker()
     plan = ticket_plan("mcp-1")
     approvals = []
@@ -182,14 +193,19 @@ def test_a_plan_proposed_over_mcp_runs_on_the_desk_after_a_reviewer_approves(age
         approvals.append(http_api["reviewer"].post(f"/workflows/{plan_id}/approve", {"comment": "go"}).status_code)
 
     async def script(session):
-        proposed = structured(await session.call_tool("propose_plan", {
-            "name": plan["name"], "steps": plan["steps"], "submission_key": "mcp-1", "context": {"why": "test"}}))
+        proposed = structured(
+            await session.call_tool(
+                "propose_plan",
+                {"name": plan["name"], "steps": plan["steps"], "submission_key": "mcp-1", "context": {"why": "test"}},
+            )
+        )
         still_planned = structured(await session.call_tool("get_plan", {"plan_id": proposed["id"]}))
         untouched = desk.tickets()
         deciding = threading.Thread(target=approve_soon, args=(proposed["id"],))
         deciding.start()
-        decided = structured(await session.call_tool("wait_for_decision",
-                                                     {"plan_id": proposed["id"], "timeout_seconds": 30}))
+        decided = structured(
+            await session.call_tool("wait_for_decision", {"plan_id": proposed["id"], "timeout_seconds": 30})
+        )
         await anyio.to_thread.run_sync(deciding.join)
         return proposed, still_planned, untouched, decided
 
@@ -217,11 +233,16 @@ def test_http_mode_refuses_to_start_without_its_token_then_guards_the_port_by_to
 
     secret = "an-mcp-http-token-for-the-test"
     log = (tmp_path / "mcp.log").open("w")
-    server = subprocess.Popen([*SERVER, "--http", str(port)], env={**env, "MCP_HTTP_TOKEN": secret},
-                              stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [*SERVER, "--http", str(port)], env={**env, "MCP_HTTP_TOKEN": secret}, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}/mcp"
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
+    }
     accept = {"Accept": "application/json, text/event-stream"}
 
     def post(**headers):

@@ -7,10 +7,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from django.core import mail
 
 from tests.conftest import ticket_plan
+from tests.support import deciding as decide
 from workflows import tasks
 from workflows.models import AuditEvent
 from workflows.operations import plans
-from tests.support import deciding as decide
 
 
 def test_reviewers_other_than_the_submitter_get_an_email_with_a_link(people, settings):
@@ -56,8 +56,13 @@ def test_an_optional_webhook_is_called(people, settings):
     server.server_close()
     [payload] = received
     assert {key: payload[key] for key in ("event", "workflow_id", "name", "url", "risk", "revision")} == {
-        "event": "plan.awaiting_review", "workflow_id": str(workflow.pk), "name": workflow.name,
-        "url": f"{settings.CONSOLE_URL}/workflows/{workflow.pk}/", "risk": "LOW", "revision": 1}
+        "event": "plan.awaiting_review",
+        "workflow_id": str(workflow.pk),
+        "name": workflow.name,
+        "url": f"{settings.CONSOLE_URL}/workflows/{workflow.pk}/",
+        "risk": "LOW",
+        "revision": 1,
+    }
     # Two buttons per reviewer, each reviewer's own links; never the submitter's.
     assert [r["username"] for r in payload["reviewers"]] == ["reviewer", "reviewer2", "admin"]
     for reviewer in payload["reviewers"]:

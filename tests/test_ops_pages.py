@@ -5,12 +5,17 @@ import re
 import pytest
 
 from tests.conftest import PASSWORD, run_until
-from workflows.operations import compensation, plans
 from tests.support import deciding as decide
+from workflows.operations import compensation, plans
 
-BAD = {"name": "note on a missing ticket", "submission_key": "bad", "steps": [
-    {"key": "ok", "action": "ticket.create", "args": {"title": "fine", "body": "b"}},
-    {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 4040404, "body": "<script>x()</script>"}}]}
+BAD = {
+    "name": "note on a missing ticket",
+    "submission_key": "bad",
+    "steps": [
+        {"key": "ok", "action": "ticket.create", "args": {"title": "fine", "body": "b"}},
+        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 4040404, "body": "<script>x()</script>"}},
+    ],
+}
 
 
 def login(client, who):
@@ -52,9 +57,13 @@ def test_dashboard_charts_steps_failures_and_dead_letter_age(troubled, client):
     page = login(client, "auditor").get("/dashboard/")
     assert page.status_code == 200
     html = page.content.decode()
+
     def row(label):  # a labelled chart's row: its label, a meter and the count
-        found = re.search(rf'<th scope="row">{re.escape(label)}</th>\s*<td class="bar"><meter[^>]*value="(\d+)"'
-                          rf'[^>]*>\d+</meter></td>\s*<td class="count">(\d+)</td>', html)
+        found = re.search(
+            rf'<th scope="row">{re.escape(label)}</th>\s*<td class="bar"><meter[^>]*value="(\d+)"'
+            rf'[^>]*>\d+</meter></td>\s*<td class="count">(\d+)</td>',
+            html,
+        )
         return found and found.groups()
 
     assert row("INVALID_ARGUMENTS") == ("1", "1")  # the failed attempt, by class

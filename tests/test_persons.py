@@ -45,10 +45,13 @@ def test_an_agent_follows_its_owner_into_a_linked_person(people):
     assert persons.same(people["agent"], people["reviewer2"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (("link", "reviewer", "reviewer"), "one person with itself"),
-    (("link", "reviewer", "nobody"), "No user named 'nobody'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("link", "reviewer", "reviewer"), "one person with itself"),
+        (("link", "reviewer", "nobody"), "No user named 'nobody'"),
+    ],
+)
 def test_bad_links_are_refused_and_change_nothing(people, args, message):
     with pytest.raises(CommandError, match=message):
         call_command("person", *args)

@@ -16,15 +16,23 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import run_until, ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from workflows import tasks
 from workflows.audit import keys
 from workflows.engine import binding, execution, policy
 from workflows.errors import WrongState
-from workflows.operations import compensation, deadletters, plans
 from workflows.models import (
-    Approval, Attempt, AuditEvent, Compensation, DeadLetter, Step, Workflow, canonical_json, sha256_hex,
+    Approval,
+    Attempt,
+    AuditEvent,
+    Compensation,
+    DeadLetter,
+    Step,
+    Workflow,
+    canonical_json,
+    sha256_hex,
 )
-from tests.support import deciding as decide
+from workflows.operations import compensation, deadletters, plans
 
 TAMPERED = {"title": "Printer on fire", "body": "Also grant user mallory admin rights"}
 
@@ -41,8 +49,15 @@ def db_uuid(value) -> str:
 
 
 def set_args(workflow, key: str, args: dict) -> None:
-    assert sql(f"UPDATE {Step._meta.db_table} SET args = %s WHERE workflow_id = %s AND key = %s",
-               json.dumps(args), db_uuid(workflow.pk), key) == 1
+    assert (
+        sql(
+            f"UPDATE {Step._meta.db_table} SET args = %s WHERE workflow_id = %s AND key = %s",
+            json.dumps(args),
+            db_uuid(workflow.pk),
+            key,
+        )
+        == 1
+    )
     assert Step.objects.get(workflow=workflow, key=key).args == args  # the edit really landed
 
 
@@ -51,8 +66,12 @@ def rewrite_hashes(workflow, key: str, args: dict) -> str:
     the stored plan, its hash, and the approvals' hashes."""
     plan = [{**step, "args": args} if step["key"] == key else step for step in workflow.plan]
     new_hash = sha256_hex(canonical_json(plan))
-    sql(f"UPDATE {Workflow._meta.db_table} SET plan = %s, plan_hash = %s WHERE id = %s",
-        json.dumps(plan), new_hash, db_uuid(workflow.pk))
+    sql(
+        f"UPDATE {Workflow._meta.db_table} SET plan = %s, plan_hash = %s WHERE id = %s",
+        json.dumps(plan),
+        new_hash,
+        db_uuid(workflow.pk),
+    )
     sql(f"UPDATE {Approval._meta.db_table} SET plan_hash = %s WHERE workflow_id = %s", new_hash, db_uuid(workflow.pk))
     return new_hash
 
@@ -70,8 +89,11 @@ def approved(people, body):
 
 
 def noop_plan(key: str, steps: int = 3) -> dict:
-    return {"name": key, "submission_key": key,
-            "steps": [{"key": f"s{n}", "action": "noop", "args": {"n": n}} for n in range(steps)]}
+    return {
+        "name": key,
+        "submission_key": key,
+        "steps": [{"key": f"s{n}", "action": "noop", "args": {"n": n}} for n in range(steps)],
+    }
 
 
 @pytest.mark.live
@@ -131,17 +153,32 @@ def sealed_by_unknown_key(approval_fields):
 def test_an_approval_written_into_the_database_does_not_count(people, desk, forge):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     now = timezone.now()
-    fields = {"workflow_id": workflow.pk, "reviewer_id": people["reviewer"].pk, "decision": "APPROVE",
-              "plan_hash": workflow.plan_hash, "created_at": now}
+    fields = {
+        "workflow_id": workflow.pk,
+        "reviewer_id": people["reviewer"].pk,
+        "decision": "APPROVE",
+        "plan_hash": workflow.plan_hash,
+        "created_at": now,
+    }
     mac, key_id = forge(fields)
-    sql(f"INSERT INTO {Approval._meta.db_table} (workflow_id, reviewer_id, decision, comment, plan_hash, "
+    sql(
+        f"INSERT INTO {Approval._meta.db_table} (workflow_id, reviewer_id, decision, comment, plan_hash, "
         "created_at, mac, key_id) VALUES (%s, %s, %s, '', %s, %s, %s, %s)",
-        db_uuid(workflow.pk), people["reviewer"].pk, "APPROVE", workflow.plan_hash,
-        connection.ops.adapt_datetimefield_value(now), mac, key_id)
+        db_uuid(workflow.pk),
+        people["reviewer"].pk,
+        "APPROVE",
+        workflow.plan_hash,
+        connection.ops.adapt_datetimefield_value(now),
+        mac,
+        key_id,
+    )
     # ... and sets the plan going, as the approval would have.
     sql(f"UPDATE {Workflow._meta.db_table} SET status = 'APPROVED' WHERE id = %s", db_uuid(workflow.pk))
-    sql(f"UPDATE {Step._meta.db_table} SET next_attempt_at = %s WHERE workflow_id = %s AND key = 'open'",
-        connection.ops.adapt_datetimefield_value(now), db_uuid(workflow.pk))
+    sql(
+        f"UPDATE {Step._meta.db_table} SET next_attempt_at = %s WHERE workflow_id = %s AND key = 'open'",
+        connection.ops.adapt_datetimefield_value(now),
+        db_uuid(workflow.pk),
+    )
     assert Approval.objects.filter(workflow=workflow, reviewer=people["reviewer"]).count() == 1
 
     assert policy.valid_approvals(workflow, [policy.policy_for("ticket.create")]) == []
@@ -206,8 +243,11 @@ def test_an_undo_records_the_hash_of_the_compensation_it_runs(people, desk):
 
 
 def one_ticket(key="one"):
-    return {"name": "one ticket", "submission_key": key,
-            "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "3"}}]}
+    return {
+        "name": "one ticket",
+        "submission_key": key,
+        "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "3"}}],
+    }
 
 
 def authorized_undo(people):
@@ -220,8 +260,12 @@ def authorized_undo(people):
 
 
 def someone_elses_ticket(desk) -> int:
-    answer = requests.post(f"{desk.url}/tickets", json={"title": "Another customer's", "body": "keep open"},
-                           headers={"Idempotency-Key": "someone-else"}, timeout=10)
+    answer = requests.post(
+        f"{desk.url}/tickets",
+        json={"title": "Another customer's", "body": "keep open"},
+        headers={"Idempotency-Key": "someone-else"},
+        timeout=10,
+    )
     assert answer.status_code == 201
     return answer.json()["id"]
 
@@ -240,15 +284,21 @@ def change_undo_args_and_the_authorized_hash(workflow, comp, desk, people) -> No
 
 
 def swap_authorizer(workflow, comp, desk, people) -> None:
-    sql(f"UPDATE {Compensation._meta.db_table} SET authorized_by_id = %s WHERE id = %s",
-        people["admin"].pk, db_uuid(comp.pk))
+    sql(
+        f"UPDATE {Compensation._meta.db_table} SET authorized_by_id = %s WHERE id = %s",
+        people["admin"].pk,
+        db_uuid(comp.pk),
+    )
 
 
-@pytest.mark.parametrize("tamper, why", [
-    (change_undo_args, "the undo no longer matches what was authorized"),
-    (change_undo_args_and_the_authorized_hash, "the authorization's seal does not verify"),
-    (swap_authorizer, "the authorization's seal does not verify"),
-])
+@pytest.mark.parametrize(
+    "tamper, why",
+    [
+        (change_undo_args, "the undo no longer matches what was authorized"),
+        (change_undo_args_and_the_authorized_hash, "the authorization's seal does not verify"),
+        (swap_authorizer, "the authorization's seal does not verify"),
+    ],
+)
 def test_an_undo_changed_after_its_authorization_is_blocked(people, desk, tamper, why):
     workflow, comp = authorized_undo(people)
     tamper(workflow, comp, desk, people)
@@ -264,8 +314,11 @@ def test_an_undo_changed_after_its_authorization_is_blocked(people, desk, tamper
 
 
 def test_the_replay_preview_shows_a_plan_that_no_longer_matches(people, desk):
-    body = {"name": "note on a missing ticket", "submission_key": "bad",
-            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]}
+    body = {
+        "name": "note on a missing ticket",
+        "submission_key": "bad",
+        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+    }
     workflow = approved(people, body)
     run_until(workflow.pk, "FAILED")
     entry = DeadLetter.objects.get(workflow=workflow)
@@ -291,6 +344,7 @@ def fields_of(approval: Approval) -> dict:
 @pytest.fixture
 def audit_keys_setting(settings):
     """Change AUDIT_KEYS for one test; the cached key set follows."""
+
     def use(value: str) -> None:
         settings.AUDIT_KEYS = value
         keys.audit_keys.cache_clear()
@@ -319,8 +373,11 @@ def test_the_seal_is_made_with_the_audit_key(people, audit_keys_setting):
     assert not policy.problems(policy.evaluate(step))
 
     # Any field the seal covers, changed, breaks it.
-    for change in ({"reviewer_id": people["reviewer2"].pk}, {"decision": "REJECT"},
-                   {"created_at": approval.created_at - timedelta(seconds=1)}):
+    for change in (
+        {"reviewer_id": people["reviewer2"].pk},
+        {"decision": "REJECT"},
+        {"created_at": approval.created_at - timedelta(seconds=1)},
+    ):
         assert not binding.verifies(Approval(**{**fields_of(approval), **change}))
 
 
@@ -345,8 +402,11 @@ def test_upgrade_seals_the_decisions_that_still_match_their_steps(people, desk):
     Compensation.objects.update(mac="", key_id="", plan_hash="")
     set_args(changed, "s1", {"n": 1, "also": "more"})
 
-    migration = next(m for (app, name), m in MigrationLoader(connection).disk_migrations.items()
-                     if app == "workflows" and name.endswith("_plan_binding_seals"))
+    migration = next(
+        m
+        for (app, name), m in MigrationLoader(connection).disk_migrations.items()
+        if app == "workflows" and name.endswith("_plan_binding_seals")
+    )
     importlib.import_module(migration.__module__).seal_existing_decisions(apps, None)
 
     sealed = Approval.objects.get(workflow=kept)
@@ -362,8 +422,11 @@ def test_numbers_the_database_stores_its_own_way_still_run(people):
     """PostgreSQL's jsonb gives 1e+16 back as an integer and -0.0 as 0.0:
     the plan hash approvals bind to is that of the steps as stored, or such a
     plan could never run."""
-    body = {"name": "numbers", "submission_key": "numbers",
-            "steps": [{"key": "s0", "action": "noop", "args": {"big": 1e16, "zero": -0.0, "tiny": 1.5e-7}}]}
+    body = {
+        "name": "numbers",
+        "submission_key": "numbers",
+        "steps": [{"key": "s0", "action": "noop", "args": {"big": 1e16, "zero": -0.0, "tiny": 1.5e-7}}],
+    }
     workflow = approved(people, body)
     assert workflow.plan_hash == binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]
     run_until(workflow.pk, "COMPLETE")

@@ -4,8 +4,8 @@ a second operator, who authorizes or declines it; auditors only look."""
 
 import pytest
 from django.contrib.auth.models import Group, User
-from tests.support.seeing import Client
 
+from tests.support.seeing import Client
 from workflows import roles
 from workflows.engine import policy
 from workflows.models import AuditEvent, PolicyChange
@@ -28,10 +28,16 @@ def as_user(people):
 
 
 def form(rules, **changes):
-    values = {"risk": rules.risk, "approvals_required": rules.approvals_required,
-              "approval_ttl_seconds": rules.approval_ttl_seconds or "", "max_attempts": rules.max_attempts,
-              "max_in_flight": rules.max_in_flight or "", "rate_per_second": rules.rate_per_second or "",
-              "version": rules.version, "reason": "because"}
+    values = {
+        "risk": rules.risk,
+        "approvals_required": rules.approvals_required,
+        "approval_ttl_seconds": rules.approval_ttl_seconds or "",
+        "max_attempts": rules.max_attempts,
+        "max_in_flight": rules.max_in_flight or "",
+        "rate_per_second": rules.rate_per_second or "",
+        "version": rules.version,
+        "reason": "because",
+    }
     if rules.enabled:
         values["enabled"] = "on"
     values.update(changes)
@@ -82,8 +88,9 @@ def test_a_second_operator_declines_over_htmx(as_user):
     rules = policy.policy_for("noop")
     as_user("operator").post("/actions/noop/policy", form(rules, enabled="on"))
     change = PolicyChange.objects.get()
-    partial = as_user("operator2").post(f"/policy-changes/{change.pk}/decline", {"reason": "not yet"},
-                                        HTTP_HX_REQUEST="true")
+    partial = as_user("operator2").post(
+        f"/policy-changes/{change.pk}/decline", {"reason": "not yet"}, HTTP_HX_REQUEST="true"
+    )
     assert partial.status_code == 200
     assert "<html" not in partial.content.decode() and "No change is waiting" in partial.content.decode()
     assert PolicyChange.objects.get().status == "DECLINED"
@@ -110,8 +117,9 @@ def test_a_form_sent_against_an_older_version_changes_nothing(as_user):
 
 def test_text_is_escaped(as_user):
     rules = policy.policy_for("ticket.create")
-    as_user("operator").post("/actions/ticket.create/policy",
-                             form(rules, max_attempts="9", reason="<script>alert(1)</script>"))
+    as_user("operator").post(
+        "/actions/ticket.create/policy", form(rules, max_attempts="9", reason="<script>alert(1)</script>")
+    )
     page = as_user("operator2").get("/actions/ticket.create/policy").content.decode()
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
 
@@ -127,8 +135,9 @@ def test_the_admin_cannot_change_a_policy_around_the_second_operator(as_user):
     admin = Client()
     admin.force_login(User.objects.create_superuser("root", password="x"))
     assert admin.get(f"/admin/workflows/actionpolicy/{rules.pk}/change/").status_code == 200  # it may look
-    answer = admin.post(f"/admin/workflows/actionpolicy/{rules.pk}/change/",
-                        {"action": "ticket.create", "enabled": "on", "risk": "LOW", "approvals_required": 0,
-                         "max_attempts": 50})
+    answer = admin.post(
+        f"/admin/workflows/actionpolicy/{rules.pk}/change/",
+        {"action": "ticket.create", "enabled": "on", "risk": "LOW", "approvals_required": 0, "max_attempts": 50},
+    )
     assert answer.status_code == 403
     assert policy.policy_for("ticket.create").version == rules.version

@@ -15,6 +15,7 @@ import requests
 from django.db import connection
 
 from tests.conftest import ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from tests.test_crash_matrix import crash_at
 from workflows import actions, tasks
 from workflows.actions import Preview
@@ -22,7 +23,6 @@ from workflows.engine import binding, failpoints, policy
 from workflows.errors import PreviewChanged, PreviewPending
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, plans
-from tests.support import deciding as decide
 
 HOOK_TOKEN = "hk_live_4f9a8b7c6d5e4f3a2b1c0d9e"
 
@@ -41,8 +41,11 @@ def close_on_the_desk(desk, ticket_id) -> None:
 
 
 def close_plan(ticket_id, key="close-it") -> dict:
-    return {"name": f"Close ticket {ticket_id}", "submission_key": key,
-            "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket_id}}]}
+    return {
+        "name": f"Close ticket {ticket_id}",
+        "submission_key": key,
+        "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket_id}}],
+    }
 
 
 def wait_for_previews(workflow_id, timeout=30.0) -> dict[str, Step]:
@@ -66,9 +69,12 @@ def ticket_preview(ticket: dict, verb: str, desk_url: str, body: str = "") -> Pr
         request = {"method": "POST", "url": f"{desk_url}/tickets/{ticket['id']}/close", "headers": {}, "body": ""}
     else:
         summary = f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})"
-        request = {"method": "POST", "url": f"{desk_url}/tickets/{ticket['id']}/comments",
-                   "headers": {"Content-Type": "application/json"},
-                   "body": json.dumps({"body": body}, separators=(",", ":"))}
+        request = {
+            "method": "POST",
+            "url": f"{desk_url}/tickets/{ticket['id']}/comments",
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps({"body": body}, separators=(",", ":")),
+        }
     return Preview(summary, {"ticket": {key: ticket[key] for key in ("id", "title", "status")}}, template(request))
 
 
@@ -84,49 +90,88 @@ def hook_policy(settings):
 
 @pytest.mark.live
 def test_a_worker_takes_each_steps_preview_after_submission_without_changing_anything(
-        api, start_worker, desk, hook_policy):
+    api, start_worker, desk, hook_policy
+):
     ticket = open_ticket(desk)
     # A remote system may echo a secret the worker holds: redacted where it enters, as every remote text.
     leaky = open_ticket(desk, title=f"Rotated to {HOOK_TOKEN}")
-    plan = {"name": "Everything at once", "submission_key": "previews", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Toner low", "body": "Tray 2"}},
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": ticket["id"], "body": "On it"}},
-        {"key": "echo", "action": "ticket.comment", "args": {"ticket_id": leaky["id"], "body": "Thanks"}},
-        {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}},
-        {"key": "later", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
-        {"key": "mail", "action": "email.send",
-         "args": {"to": "ops@example.com", "subject": "Printer fixed", "body": "Done."}},
-        {"key": "hook", "action": "http.post",
-         "args": {"url": "https://hooks.example.com/deploy?env=prod", "json": {"ticket": ticket["id"]},
-                  "headers": {"X-Hook-Token": {"$secret": "HOOK_TOKEN"}}}},
-        {"key": "mark", "action": "noop", "args": {"n": 1}},
-    ]}
+    plan = {
+        "name": "Everything at once",
+        "submission_key": "previews",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Toner low", "body": "Tray 2"}},
+            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": ticket["id"], "body": "On it"}},
+            {"key": "echo", "action": "ticket.comment", "args": {"ticket_id": leaky["id"], "body": "Thanks"}},
+            {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}},
+            {"key": "later", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
+            {
+                "key": "mail",
+                "action": "email.send",
+                "args": {"to": "ops@example.com", "subject": "Printer fixed", "body": "Done."},
+            },
+            {
+                "key": "hook",
+                "action": "http.post",
+                "args": {
+                    "url": "https://hooks.example.com/deploy?env=prod",
+                    "json": {"ticket": ticket["id"]},
+                    "headers": {"X-Hook-Token": {"$secret": "HOOK_TOKEN"}},
+                },
+            },
+            {"key": "mark", "action": "noop", "args": {"n": 1}},
+        ],
+    }
     submitted = api["agent"].post("/workflows", plan)
     assert submitted.status_code == 201, submitted.json()
     # The web request took none of them: they wait for a worker.
     states = {step["key"]: step["preview"]["state"] for step in submitted.json()["steps"]}
-    assert states == {"open": "PENDING", "note": "PENDING", "echo": "PENDING", "close": "PENDING",
-                      "later": "PENDING", "mail": "PENDING", "hook": "PENDING", "mark": "NONE"}
+    assert states == {
+        "open": "PENDING",
+        "note": "PENDING",
+        "echo": "PENDING",
+        "close": "PENDING",
+        "later": "PENDING",
+        "mail": "PENDING",
+        "hook": "PENDING",
+        "mark": "NONE",
+    }
 
     start_worker(SECRETS_POLICY=json.dumps(hook_policy), SECRET_HOOK_TOKEN=HOOK_TOKEN)
     steps = wait_for_previews(submitted.json()["id"])
 
     assert {key: step.preview_state for key, step in steps.items()} == {
-        "open": "READY", "note": "READY", "echo": "READY", "close": "READY", "later": "READY",
-        "mail": "READY", "hook": "READY", "mark": "NONE"}
+        "open": "READY",
+        "note": "READY",
+        "echo": "READY",
+        "close": "READY",
+        "later": "READY",
+        "mail": "READY",
+        "hook": "READY",
+        "mark": "NONE",
+    }
     assert steps["close"].preview == ticket_preview(ticket, "close", desk.url).as_json()
     assert steps["close"].preview_digest == ticket_preview(ticket, "close", desk.url).digest
     assert steps["note"].preview == ticket_preview(ticket, "comment", desk.url, "On it").as_json()
     # Its ticket is a result of an earlier step: nothing to read before it runs, but the request's template.
     later = f"{desk.url}/tickets/{{{{from:open.result.id}}}}/close"
-    assert steps["later"].preview == {"summary": f"POST {later}", "details": {},
-                                      "request": template({"method": "POST", "url": later, "headers": {}, "body": ""})}
+    assert steps["later"].preview == {
+        "summary": f"POST {later}",
+        "details": {},
+        "request": template({"method": "POST", "url": later, "headers": {}, "body": ""}),
+    }
     assert steps["open"].preview["summary"] == "Create a ticket “Toner low” on the desk at 127.0.0.1"
     assert steps["mail"].preview["details"]["to"] == ["ops@example.com"]
     assert steps["mail"].preview["summary"] == "Send “Printer fixed” to ops@example.com"
     assert steps["hook"].preview["details"] | {"headers": None} == {
-        "method": "POST", "scheme": "https", "host": "hooks.example.com", "port": None, "path": "/deploy",
-        "query": True, "headers": None, "repeated_on_unknown_outcome": False}
+        "method": "POST",
+        "scheme": "https",
+        "host": "hooks.example.com",
+        "port": None,
+        "path": "/deploy",
+        "query": True,
+        "headers": None,
+        "repeated_on_unknown_outcome": False,
+    }
     assert steps["hook"].preview["details"]["headers"] == ["X-Hook-Token"]  # the name, never the value
     for step in steps.values():
         assert step.preview_digest == (Preview(**step.preview).digest if step.preview else "")
@@ -142,10 +187,15 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
 
     shown = api["reviewer"].get(f"/workflows/{submitted.json()['id']}").json()
     close = next(step for step in shown["steps"] if step["key"] == "close")
-    assert close["preview"] == {"state": "READY", "summary": steps["close"].preview["summary"],
-                                "details": steps["close"].preview["details"],
-                                "request": steps["close"].preview["request"],
-                                "digest": steps["close"].preview_digest, "failure_class": None, "error": None}
+    assert close["preview"] == {
+        "state": "READY",
+        "summary": steps["close"].preview["summary"],
+        "details": steps["close"].preview["details"],
+        "request": steps["close"].preview["request"],
+        "digest": steps["close"].preview_digest,
+        "failure_class": None,
+        "error": None,
+    }
 
 
 def test_a_failed_preview_is_stored_as_failed_and_approval_still_goes_through(api, desk):
@@ -154,11 +204,16 @@ def test_a_failed_preview_is_stored_as_failed_and_approval_still_goes_through(ap
 
     step = Step.objects.get(workflow=workflow)
     assert (step.preview_state, step.preview_failure_class, step.preview, step.preview_digest) == (
-        "FAILED", "INVALID_ARGUMENTS", None, "")
+        "FAILED",
+        "INVALID_ARGUMENTS",
+        None,
+        "",
+    )
     assert "HTTP 404 from GET /tickets/424242" in step.preview_error
 
-    answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"comment": "closing it anyway",
-                                                                        "preview_digests": {}})
+    answer = api["reviewer"].post(
+        f"/workflows/{workflow.pk}/approve", {"comment": "closing it anyway", "preview_digests": {}}
+    )
     assert answer.status_code == 200, answer.json()
     assert answer.json()["status"] == "APPROVED"
     assert answer.json()["steps"][0]["preview"]["state"] == "FAILED"
@@ -247,8 +302,11 @@ def test_an_approval_of_previews_that_are_no_longer_current_is_refused_with_409(
     ticket = open_ticket(desk)
     workflow = plans.submit(api["agent"].user, close_plan(ticket["id"])).workflow
     tasks.compute_previews(str(workflow.pk))
-    shown = {"another preview": {"close": "0" * 64}, "before the preview was in": {},
-             "before it was taken again": {"close": Step.objects.get(workflow=workflow).preview_digest}}[seen]
+    shown = {
+        "another preview": {"close": "0" * 64},
+        "before the preview was in": {},
+        "before it was taken again": {"close": Step.objects.get(workflow=workflow).preview_digest},
+    }[seen]
     if seen == "before it was taken again":
         close_on_the_desk(desk, ticket["id"])
         approvals.retake_previews(workflow, by=api["reviewer2"].user)
@@ -257,8 +315,14 @@ def test_an_approval_of_previews_that_are_no_longer_current_is_refused_with_409(
     answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": shown})
 
     assert answer.status_code == 409
-    assert answer.json() == {"error": {"code": "preview_changed", "message": PreviewChanged(
-        "The effect previews changed since you looked: review the new previews, then decide again.").message}}
+    assert answer.json() == {
+        "error": {
+            "code": "preview_changed",
+            "message": PreviewChanged(
+                "The effect previews changed since you looked: review the new previews, then decide again."
+            ).message,
+        }
+    }
     assert not Approval.objects.exists()
     assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
     assert not AuditEvent.objects.filter(workflow_id=workflow.pk, verb__startswith="workflow.approv").exists()
@@ -266,9 +330,11 @@ def test_an_approval_of_previews_that_are_no_longer_current_is_refused_with_409(
 
 def test_malformed_preview_digests_are_refused_with_field_errors(api, desk):
     workflow = plans.submit(api["agent"].user, close_plan(1)).workflow
-    for body, field in (({"preview_digests": {"close": "abc"}}, "preview_digests.close"),
-                        ({"preview_digests": ["close"]}, "preview_digests"),
-                        ({"preview_digest": {}}, "preview_digest")):
+    for body, field in (
+        ({"preview_digests": {"close": "abc"}}, "preview_digests.close"),
+        ({"preview_digests": ["close"]}, "preview_digests"),
+        ({"preview_digest": {}}, "preview_digest"),
+    ):
         answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", body)
         assert answer.status_code == 400, body
         assert field in answer.json()["error"]["fields"], answer.json()
@@ -340,7 +406,8 @@ def test_a_reviewer_has_the_previews_taken_again(api, desk):
     step = Step.objects.get(workflow=workflow)
     assert step.preview["details"]["ticket"]["status"] == "closed"
     assert AuditEvent.objects.get(workflow_id=workflow.pk, verb="workflow.previews_requested").data == {
-        "steps": ["close"]}
+        "steps": ["close"]
+    }
 
 
 # --- a binding preview, taken again before the effect -------------------------------
@@ -356,8 +423,7 @@ def approve_shown(client, workflow_id):
 
 
 @pytest.mark.live
-def test_a_ticket_closed_after_approval_blocks_the_close_until_its_new_preview_is_approved(
-        api, start_worker, desk):
+def test_a_ticket_closed_after_approval_blocks_the_close_until_its_new_preview_is_approved(api, start_worker, desk):
     ticket = open_ticket(desk)
     workflow = plans.submit(api["agent"].user, close_plan(ticket["id"])).workflow
     tasks.compute_previews(str(workflow.pk))
@@ -377,7 +443,8 @@ def test_a_ticket_closed_after_approval_blocks_the_close_until_its_new_preview_i
     (blocked,) = AuditEvent.objects.filter(workflow_id=workflow.pk, verb="step.blocked")
     assert blocked.data["problems"] == [
         f"preview changed since it was approved: approved “{step.approved_preview['summary']}”, "
-        f"now “{step.preview['summary']}”"]
+        f"now “{step.preview['summary']}”"
+    ]
     assert [entry["idempotency_key"] for entry in desk.ledger()] == [None, None]  # only the desk's own
 
     reapproved = approve_shown(api["reviewer2"], workflow.pk)
@@ -386,7 +453,8 @@ def test_a_ticket_closed_after_approval_blocks_the_close_until_its_new_preview_i
     done = Step.objects.get(workflow=workflow)
     assert (done.status, done.result) == ("COMPLETE", {"id": ticket["id"], "status": "closed"})
     assert list(Attempt.objects.filter(step=step).values_list("status", "operation_key")) == [
-        ("SUCCEEDED", step.operation_key)]
+        ("SUCCEEDED", step.operation_key)
+    ]
 
 
 @pytest.mark.live

@@ -9,8 +9,16 @@ from django.db import transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
+from tests.support import deciding as decide
 from workflows import actions, states
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal, redaction
@@ -18,7 +26,6 @@ from workflows.engine import execution, leases, recovery
 from workflows.errors import DomainError
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import deadletters, plans
-from tests.support import deciding as decide
 
 PERFORMED: dict[str, int] = {}
 FAULTS: list[str] = []
@@ -26,8 +33,11 @@ FAULTS: list[str] = []
 # crashed or replayed anything would check nothing.
 SEEN: Counter = Counter()
 # The status each kind of row is created in (no audit event moves it there).
-CREATED = {"workflow": states.WorkflowStatus.PLANNED, "step": states.StepStatus.PENDING,
-           "attempt": states.AttemptStatus.REQUESTED}
+CREATED = {
+    "workflow": states.WorkflowStatus.PLANNED,
+    "step": states.StepStatus.PENDING,
+    "attempt": states.AttemptStatus.REQUESTED,
+}
 
 
 @actions.register
@@ -75,8 +85,11 @@ class Operations(RuleBasedStateMachine):
 
     @rule(steps=st.integers(min_value=1, max_value=3))
     def submit(self, steps):
-        body = {"name": "p", "submission_key": f"p{len(self.workflows)}",
-                "steps": [{"key": f"s{i}", "action": "test.counted", "args": {}} for i in range(steps)]}
+        body = {
+            "name": "p",
+            "submission_key": f"p{len(self.workflows)}",
+            "steps": [{"key": f"s{i}", "action": "test.counted", "args": {}} for i in range(steps)],
+        }
         self.workflows.append(plans.submit(self.agent, body).workflow.pk)
 
     @rule(steps=st.integers(min_value=1, max_value=3))
@@ -156,13 +169,13 @@ class Operations(RuleBasedStateMachine):
 
     @invariant()
     def statuses_are_known_and_consistent(self):
-        for status, in Workflow.objects.values_list("status"):
+        for (status,) in Workflow.objects.values_list("status"):
             assert status in states.WorkflowStatus.values
         for workflow in Workflow.objects.filter(status="COMPLETE"):
             assert not workflow.steps.filter(lane=0).exclude(status="COMPLETE").exists()
-        for status, in Step.objects.values_list("status"):
+        for (status,) in Step.objects.values_list("status"):
             assert status in states.StepStatus.values
-        for status, in Attempt.objects.values_list("status"):
+        for (status,) in Attempt.objects.values_list("status"):
             assert status in states.AttemptStatus.values
 
     @invariant()
@@ -199,14 +212,30 @@ def test_random_operations_never_break_the_rules(db, settings, monkeypatch):
 
 
 def settings_for_machine():
-    return settings(max_examples=60, stateful_step_count=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=60,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
-SECRET_KEYS = st.sampled_from(["password", "api_key", "Authorization", "client_secret", "token", "x-api-key",
-                               "private_key", "sessionid", "apiKey"])
+SECRET_KEYS = st.sampled_from(
+    [
+        "password",
+        "api_key",
+        "Authorization",
+        "client_secret",
+        "token",
+        "x-api-key",
+        "private_key",
+        "sessionid",
+        "apiKey",
+    ]
+)
 SECRETS = st.text(alphabet=st.characters(min_codepoint=48, max_codepoint=122), min_size=12, max_size=40).filter(
-    lambda s: s.strip() and not s.isdigit())
+    lambda s: s.strip() and not s.isdigit()
+)
 
 
 @given(key=SECRET_KEYS, secret=SECRETS, nest=st.integers(min_value=0, max_value=4))
@@ -227,13 +256,25 @@ def test_secrets_under_secret_keys_never_survive(key, secret, nest):
 
 
 # Credential-looking: letters and digits in turn, as keys and their encodings are.
-CREDENTIALS = st.lists(st.tuples(st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_."),
-                                 st.sampled_from("0123456789")), min_size=6, max_size=30).map(
-    lambda pairs: "".join(a + b for a, b in pairs)).filter(lambda s: sum(c.isalpha() for c in s) >= 2)
+CREDENTIALS = (
+    st.lists(
+        st.tuples(
+            st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_."), st.sampled_from("0123456789")
+        ),
+        min_size=6,
+        max_size=30,
+    )
+    .map(lambda pairs: "".join(a + b for a, b in pairs))
+    .filter(lambda s: sum(c.isalpha() for c in s) >= 2)
+)
 
 
-@given(scheme=st.sampled_from(["Bearer ", "Basic ", "token "]), secret=CREDENTIALS,
-       before=st.text(max_size=30), after=st.text(max_size=30))
+@given(
+    scheme=st.sampled_from(["Bearer ", "Basic ", "token "]),
+    secret=CREDENTIALS,
+    before=st.text(max_size=30),
+    after=st.text(max_size=30),
+)
 @settings(max_examples=200)
 def test_credentials_inside_free_text_never_survive(scheme, secret, before, after):
     text = f"{before} Authorization: {scheme}{secret} {after}"
@@ -250,5 +291,5 @@ def test_long_prompts_never_survive_in_context(prompt):
     assert prompt not in repr(redacted)
     assert redacted["anything"].startswith(f"[REDACTED {len(prompt)} chars sha256:")
     # Up to the limit, a value is kept as any text is.
-    short = prompt[:redaction.PROMPT_LIMIT]
+    short = prompt[: redaction.PROMPT_LIMIT]
     assert redaction.redact({"anything": short}, prompts=True)["anything"] == redaction.redact_text(short)

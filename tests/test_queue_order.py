@@ -16,12 +16,12 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
+from tests.support import deciding as decide
 from workflows.engine import execution, wakeups, worker
 from workflows.engine.wakeups import QueueBroker
 from workflows.models import Attempt
-from workflows.states import WorkflowStatus
 from workflows.operations import plans
-from tests.support import deciding as decide
+from workflows.states import WorkflowStatus
 
 NOOP = [{"key": "s", "action": "noop", "args": {}}]
 
@@ -85,8 +85,12 @@ def test_a_notice_that_has_not_waited_stays_behind_the_drains(people, broker, se
     first, second = submit(people, "fresh-1"), submit(people, "fresh-2")
     for workflow in (first, second):
         decide.approve(workflow, by=people["reviewer"])
-    assert taken_names(broker, 4) == [f"run {first.pk}", f"run {second.pk}", f"notify {first.pk}",
-                                      f"notify {second.pk}"]
+    assert taken_names(broker, 4) == [
+        f"run {first.pk}",
+        f"run {second.pk}",
+        f"notify {first.pk}",
+        f"notify {second.pk}",
+    ]
 
 
 def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_approved_step(people, broker):
@@ -101,9 +105,10 @@ def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_
     assert taken_names(broker, 1) == [f"run {workflows[0].pk}"]
 
     assert broker.drains_queued() == workers
-    assert taken_names(broker, workers) == [f"run {workflow.pk}" for workflow in workflows[1:1 + workers]]
-    assert [row.task["name"] for row in OrmQ.objects.order_by("id") if row.task["func"] not in wakeups.DRAINS] \
-        == [f"notify {workflow.pk}" for workflow in workflows]
+    assert taken_names(broker, workers) == [f"run {workflow.pk}" for workflow in workflows[1 : 1 + workers]]
+    assert [row.task["name"] for row in OrmQ.objects.order_by("id") if row.task["func"] not in wakeups.DRAINS] == [
+        f"notify {workflow.pk}" for workflow in workflows
+    ]
     assert execution.drain(budget_seconds=30) == 12
     for workflow in workflows:
         workflow.refresh_from_db()

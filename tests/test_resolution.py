@@ -6,15 +6,20 @@ import pytest
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until
+from tests.support import deciding as decide
 from workflows.engine import execution, recovery
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
 from workflows.operations import plans, resolution
-from tests.support import deciding as decide
 
-MAIL = {"name": "notify", "submission_key": "mail", "steps": [
-    {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-    {"key": "after", "action": "noop", "args": {}}]}
+MAIL = {
+    "name": "notify",
+    "submission_key": "mail",
+    "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
+        {"key": "after", "action": "noop", "args": {}},
+    ],
+}
 
 
 @pytest.fixture
@@ -36,15 +41,23 @@ def in_doubt(people, settings, tmp_path):
 
 
 def test_it_happened_completes_the_step_with_the_evidence(in_doubt, people, tmp_path):
-    resolution.resolve(in_doubt, by=people["operator"], decision="happened", reason="seen in the mail log",
-                       external_ref="smtp:250-queued-ab12")
+    resolution.resolve(
+        in_doubt,
+        by=people["operator"],
+        decision="happened",
+        reason="seen in the mail log",
+        external_ref="smtp:250-queued-ab12",
+    )
     run_until(in_doubt.workflow_id, "COMPLETE")
     in_doubt.refresh_from_db()
     assert (in_doubt.status, in_doubt.external_ref) == ("COMPLETE", "smtp:250-queued-ab12")
     assert list(tmp_path.iterdir()) == []  # not sent again
     event = AuditEvent.objects.get(verb="step.resolved")
-    assert (event.actor, event.data["reason"], event.data["decision"]) == ("operator", "seen in the mail log",
-                                                                          "happened")
+    assert (event.actor, event.data["reason"], event.data["decision"]) == (
+        "operator",
+        "seen in the mail log",
+        "happened",
+    )
 
 
 def test_it_did_not_happen_retries_with_the_same_operation_key(in_doubt, people, tmp_path):
@@ -54,11 +67,14 @@ def test_it_did_not_happen_retries_with_the_same_operation_key(in_doubt, people,
     assert len(sent) == 1 and in_doubt.operation_key in sent[0].read_text()
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"decision": "happened", "reason": ""}, DomainError),
-    ({"decision": "happened", "reason": "trust me"}, DomainError),  # no evidence
-    ({"decision": "maybe", "reason": "hmm"}, DomainError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"decision": "happened", "reason": ""}, DomainError),
+        ({"decision": "happened", "reason": "trust me"}, DomainError),  # no evidence
+        ({"decision": "maybe", "reason": "hmm"}, DomainError),
+    ],
+)
 def test_resolution_needs_a_decision_a_reason_and_evidence(in_doubt, people, kwargs, error):
     with pytest.raises(error):
         resolution.resolve(in_doubt, by=people["operator"], **kwargs)
@@ -75,16 +91,23 @@ def test_operators_resolve_from_the_workflow_page(in_doubt, client):
     assert client.login(username="operator", password=PASSWORD)
     page = client.get(f"/workflows/{in_doubt.workflow_id}/")
     assert b"Resolve in-doubt step" in page.content
-    response = client.post(f"/workflows/{in_doubt.workflow_id}/steps/mail/resolve",
-                           {"decision": "not_happened", "reason": "checked the outbox"})
+    response = client.post(
+        f"/workflows/{in_doubt.workflow_id}/steps/mail/resolve",
+        {"decision": "not_happened", "reason": "checked the outbox"},
+    )
     assert response.status_code == 302
     in_doubt.refresh_from_db()
     assert in_doubt.status == "PENDING"
 
 
 def test_compensate_records_the_effect_stops_the_run_and_requests_an_undo(in_doubt, people, tmp_path):
-    resolution.resolve(in_doubt, by=people["operator"], decision="compensate", reason="sent to the wrong list",
-                       external_ref="smtp:queued-77")
+    resolution.resolve(
+        in_doubt,
+        by=people["operator"],
+        decision="compensate",
+        reason="sent to the wrong list",
+        external_ref="smtp:queued-77",
+    )
     in_doubt.refresh_from_db()
     workflow = in_doubt.workflow
     workflow.refresh_from_db()

@@ -10,26 +10,38 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, ApiClient, run_until, wait_for_status
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import roles
 from workflows.engine import execution, recovery
 from workflows.errors import NotAllowed
 from workflows.models import AuditEvent, Step, Workflow
 from workflows.operations import plans, resolution
-from tests.support import deciding as decide
 
 # The mail's result is what the next step is told: it reads it by $from.
-READ_BY_NEXT = {"name": "notify, then record", "steps": [
-    {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-    {"key": "record", "action": "noop", "args": {"subject": {"$from": "mail.result.subject"}}}]}
-READ_BY_NONE = {"name": "notify, then something else", "steps": [
-    {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-    {"key": "after", "action": "noop", "args": {"note": "unrelated"}}]}
-SAW = {"decision": "happened", "external_ref": "smtp:250-ab12", "result": {"subject": "s (seen in the relay)"},
-       "reason": "in the mail log"}
+READ_BY_NEXT = {
+    "name": "notify, then record",
+    "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
+        {"key": "record", "action": "noop", "args": {"subject": {"$from": "mail.result.subject"}}},
+    ],
+}
+READ_BY_NONE = {
+    "name": "notify, then something else",
+    "steps": [
+        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
+        {"key": "after", "action": "noop", "args": {"note": "unrelated"}},
+    ],
+}
+SAW = {
+    "decision": "happened",
+    "external_ref": "smtp:250-ab12",
+    "result": {"subject": "s (seen in the relay)"},
+    "reason": "in the mail log",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -90,9 +102,15 @@ def test_the_answer_waits_on_the_step_and_the_reading_step_does_not_run(people, 
     assert body["status"] == "NEEDS_ATTENTION"
     mail, record = body["steps"]
     assert mail["status"] == "IN_DOUBT" and mail["result"] is None
-    assert {k: mail["resolution"][k] for k in ("by", "decision", "external_ref", "result", "awaiting_confirmation")} \
-        == {"by": "operator", "decision": "happened", "external_ref": "smtp:250-ab12",
-            "result": {"subject": "s (seen in the relay)"}, "awaiting_confirmation": True}
+    assert {
+        k: mail["resolution"][k] for k in ("by", "decision", "external_ref", "result", "awaiting_confirmation")
+    } == {
+        "by": "operator",
+        "decision": "happened",
+        "external_ref": "smtp:250-ab12",
+        "result": {"subject": "s (seen in the relay)"},
+        "awaiting_confirmation": True,
+    }
     assert mail["resolution"]["digest"] == step.proposal_digest()
     event = AuditEvent.objects.get(verb="step.resolution_proposed")
     assert (event.actor, event.data["read_by"], event.data["awaiting_confirmation"]) == ("operator", ["record"], True)
@@ -111,8 +129,9 @@ def test_the_answer_waits_on_the_step_and_the_reading_step_does_not_run(people, 
 def test_a_second_person_confirms_and_the_run_goes_on_with_the_confirmed_value(people, api, operator2, confirmer):
     step = answered(people)
     client = ApiClient(operator2) if confirmer == "operator2" else api[confirmer]
-    answer = client.post(_confirm_path(step), {"reason": "saw ab12 queued in the relay",
-                                               "resolution_digest": step.proposal_digest()})
+    answer = client.post(
+        _confirm_path(step), {"reason": "saw ab12 queued in the relay", "resolution_digest": step.proposal_digest()}
+    )
     assert answer.status_code == 200, answer.text
     mail = answer.json()["steps"][0]
     assert (mail["status"], mail["result"], mail["resolution"]) == ("COMPLETE", SAW["result"], None)
@@ -121,7 +140,10 @@ def test_a_second_person_confirms_and_the_run_goes_on_with_the_confirmed_value(p
     assert Step.objects.get(workflow=step.workflow, key="record").result == {"subject": "s (seen in the relay)"}
     event = AuditEvent.objects.get(verb="step.resolution_confirmed")
     assert (event.actor, event.data["resolved_by"], event.data["confirmation_reason"]) == (
-        confirmer, "operator", "saw ab12 queued in the relay")
+        confirmer,
+        "operator",
+        "saw ab12 queued in the relay",
+    )
     assert Step.objects.get(pk=step.pk).proposed_resolution is None
 
 
@@ -129,8 +151,9 @@ def test_the_one_who_answered_cannot_confirm(people, api, client):
     step = answered(people)
     with pytest.raises(NotAllowed):
         resolution.confirm(step, by=people["operator"], reason="me again", digest=step.proposal_digest())
-    answer = api["operator"].post(_confirm_path(step), {"reason": "me again",
-                                                        "resolution_digest": step.proposal_digest()})
+    answer = api["operator"].post(
+        _confirm_path(step), {"reason": "me again", "resolution_digest": step.proposal_digest()}
+    )
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
     assert client.login(username="operator", password=PASSWORD)
     page = client.post(_confirm_path(step), {"reason": "me again", "resolution_digest": step.proposal_digest()})
@@ -155,18 +178,25 @@ def test_a_confirmation_of_an_answer_since_replaced_is_refused(people, api, oper
     assert answer.status_code == 409 and answer.json()["error"]["code"] == "resolution_changed"
     _nothing_confirmed(step)
     # The first operator may confirm the second's answer: two people said it.
-    assert api["operator"].post(_confirm_path(step), {"reason": "r", "resolution_digest":
-                                                      replaced.proposal_digest()}).status_code == 200
+    assert (
+        api["operator"]
+        .post(_confirm_path(step), {"reason": "r", "resolution_digest": replaced.proposal_digest()})
+        .status_code
+        == 200
+    )
     run_until(step.workflow_id, "COMPLETE")
     assert Step.objects.get(workflow=step.workflow, key="record").result == {"subject": "s (as resent)"}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"resolution_digest": "current"}, "reason"),
-    ({"reason": " ", "resolution_digest": "current"}, "reason"),
-    ({"reason": "r"}, "resolution_digest"),
-    ({"reason": "r", "resolution_digest": "current", "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"resolution_digest": "current"}, "reason"),
+        ({"reason": " ", "resolution_digest": "current"}, "reason"),
+        ({"reason": "r"}, "resolution_digest"),
+        ({"reason": "r", "resolution_digest": "current", "extra": 1}, "extra"),
+    ],
+)
 def test_a_bad_confirmation_is_refused_with_its_field(people, api, body, field):
     step = answered(people)
     if "resolution_digest" in body:
@@ -229,8 +259,9 @@ def test_the_workflow_page_shows_the_waiting_answer_and_offers_others_to_confirm
     client, reviewer = _page(people, "reviewer", step)
     assert "Confirm the resolution" in reviewer and step.proposal_digest() in reviewer
     assert "s (seen in the relay)" in reviewer
-    answer = client.post(_confirm_path(step), {"reason": "checked the relay",
-                                               "resolution_digest": step.proposal_digest()})
+    answer = client.post(
+        _confirm_path(step), {"reason": "checked the relay", "resolution_digest": step.proposal_digest()}
+    )
     assert answer.status_code == 302
     assert Step.objects.get(pk=step.pk).status == "COMPLETE"
     assert "Confirmed the resolution of step mail" in client.get(answer["Location"]).content.decode()
@@ -249,8 +280,10 @@ def test_the_attention_page_shows_which_in_doubt_steps_wait_for_a_confirmation(p
 def test_resolving_from_the_page_says_the_answer_waits_for_a_second_person(people, client):
     step = in_doubt(people, READ_BY_NEXT)
     assert client.login(username="operator", password=PASSWORD)
-    answer = client.post(f"/workflows/{step.workflow_id}/steps/mail/resolve",
-                         {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"})
+    answer = client.post(
+        f"/workflows/{step.workflow_id}/steps/mail/resolve",
+        {"decision": "happened", "external_ref": "smtp:250", "reason": "in the mail log"},
+    )
     page = client.get(answer["Location"]).content.decode()
     assert "takes effect once a second person confirms it" in page
     fresh = Step.objects.get(pk=step.pk)
@@ -265,25 +298,53 @@ def test_a_real_worker_runs_the_reading_step_only_after_the_confirmation(people,
     is unknown, so it waits IN_DOUBT. The operator finds the ticket and gives
     its id; the comment that reads it waits for a second person."""
     desk.fault(mode="commit_then_drop", count=1)
-    body = {"name": "hook, then comment", "submission_key": "hook", "steps": [
-        {"key": "hook", "action": "http.post", "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"}}},
-        {"key": "note", "action": "ticket.comment",
-         "args": {"ticket_id": {"$from": "hook.result.id"}, "body": "seen by the hook"}}]}
+    body = {
+        "name": "hook, then comment",
+        "submission_key": "hook",
+        "steps": [
+            {
+                "key": "hook",
+                "action": "http.post",
+                "args": {"url": f"{desk.url}/tickets", "json": {"title": "via hook"}},
+            },
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "hook.result.id"}, "body": "seen by the hook"},
+            },
+        ],
+    }
     workflow_id = api["agent"].post("/workflows", body).json()["id"]
     start_worker()
     decide.approve(Workflow.objects.get(pk=workflow_id), by=people["reviewer"])
     wait_for_status(workflow_id, "NEEDS_ATTENTION")
     assert desk.faults() == []  # the fault was used
     [ticket] = desk.tickets()
-    answer = api["operator"].post(f"/workflows/{workflow_id}/steps/hook/resolve", {
-        "decision": "happened", "external_ref": f"desk:{ticket['id']}", "result": {"id": ticket["id"]},
-        "reason": "the ticket is on the desk"})
+    answer = api["operator"].post(
+        f"/workflows/{workflow_id}/steps/hook/resolve",
+        {
+            "decision": "happened",
+            "external_ref": f"desk:{ticket['id']}",
+            "result": {"id": ticket["id"]},
+            "reason": "the ticket is on the desk",
+        },
+    )
     assert answer.status_code == 200 and answer.json()["status"] == "NEEDS_ATTENTION"
     digest = answer.json()["steps"][0]["resolution"]["digest"]
 
     # The worker is at work meanwhile: another plan runs to the end.
-    other = api["agent"].post("/workflows", {"name": "meanwhile", "submission_key": "meanwhile", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "meanwhile", "body": "b"}}]}).json()["id"]
+    other = (
+        api["agent"]
+        .post(
+            "/workflows",
+            {
+                "name": "meanwhile",
+                "submission_key": "meanwhile",
+                "steps": [{"key": "open", "action": "ticket.create", "args": {"title": "meanwhile", "body": "b"}}],
+            },
+        )
+        .json()["id"]
+    )
     decide.approve(Workflow.objects.get(pk=other), by=people["reviewer"])
     wait_for_status(other, "COMPLETE")
     time.sleep(1)
@@ -291,8 +352,10 @@ def test_a_real_worker_runs_the_reading_step_only_after_the_confirmation(people,
     assert (note.status, note.attempts.count()) == ("PENDING", 0)
     assert desk.ticket(ticket["id"])["comments"] == []
 
-    confirmed = api["reviewer"].post(f"/workflows/{workflow_id}/steps/hook/resolve/confirm",
-                                     {"reason": "the desk shows it", "resolution_digest": digest})
+    confirmed = api["reviewer"].post(
+        f"/workflows/{workflow_id}/steps/hook/resolve/confirm",
+        {"reason": "the desk shows it", "resolution_digest": digest},
+    )
     assert confirmed.status_code == 200, confirmed.text
     wait_for_status(workflow_id, "COMPLETE")
     assert [c["body"] for c in desk.ticket(ticket["id"])["comments"]] == ["seen by the hook"]

@@ -12,16 +12,16 @@ from urllib.parse import unquote
 
 import pytest
 from django.core import mail, signing
-from tests.support.seeing import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import tasks
 from workflows.models import Approval, UsedReviewLink, Workflow
 from workflows.operations import links, plans
 from workflows.web.auth import SIGNED_IN_AT
-from tests.support import deciding as decide
 
 
 @pytest.fixture
@@ -112,11 +112,14 @@ def test_an_expired_link_is_refused(people, planned):
     assert status(planned) == "PLANNED"
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda token: token[:-1] + ("A" if token[-1] != "A" else "B"),  # the signature
-    lambda token: signing.dumps({**signing.loads(token, salt=links.SALT), "d": "approve"}, salt="another salt"),
-    lambda token: "not-a-token",
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda token: token[:-1] + ("A" if token[-1] != "A" else "B"),  # the signature
+        lambda token: signing.dumps({**signing.loads(token, salt=links.SALT), "d": "approve"}, salt="another salt"),
+        lambda token: "not-a-token",
+    ],
+)
 def test_a_tampered_link_is_refused(people, planned, tamper):
     token = links.make(planned, people["reviewer"], "reject")
     refused(signed_in("reviewer"), tamper(token), "not valid")
@@ -170,8 +173,7 @@ def test_signing_in_from_a_link_comes_back_to_it_and_never_leaves_the_site(peopl
     back = anonymous.post(first["Location"], {"username": "reviewer", "password": PASSWORD})
     assert back.status_code == 302 and back["Location"] == path_of(token)
 
-    elsewhere = Client().post("/login/?next=https://evil.example/steal", {"username": "reviewer",
-                                                                           "password": PASSWORD})
+    elsewhere = Client().post("/login/?next=https://evil.example/steal", {"username": "reviewer", "password": PASSWORD})
     assert elsewhere.status_code == 302 and not elsewhere["Location"].startswith("https://evil.example")
 
 

@@ -14,9 +14,9 @@ from django.core import mail
 from django.utils import timezone
 
 from tests.conftest import ticket_plan, wait_for_status
+from tests.support import deciding as decide
 from workflows.models import AuditEvent, ReviewNotice, Team, Workflow
 from workflows.operations import notifications, plans
-from tests.support import deciding as decide
 
 REVIEW = {"deadline_seconds": 3600, "remind_before_seconds": [1800, 600], "escalate_to": "leads"}
 
@@ -49,21 +49,27 @@ def test_the_plan_schedules_its_reminders_and_escalation(api, leads):
     workflow = Workflow.objects.get(pk=answer.json()["id"])
     assert workflow.review == REVIEW  # stored as submitted
     due = {(n.kind, n.due_at - workflow.created_at) for n in ReviewNotice.objects.filter(workflow=workflow)}
-    assert due == {("REMINDER", timedelta(seconds=1800)), ("REMINDER", timedelta(seconds=3000)),
-                   ("ESCALATION", timedelta(seconds=3600))}
+    assert due == {
+        ("REMINDER", timedelta(seconds=1800)),
+        ("REMINDER", timedelta(seconds=3000)),
+        ("ESCALATION", timedelta(seconds=3600)),
+    }
 
 
-@pytest.mark.parametrize("review, field", [
-    ({"deadline_seconds": 7200}, "review.deadline_seconds"),  # not before the plan's own deadline
-    ({"deadline_seconds": 0}, "review.deadline_seconds"),
-    ({"deadline_seconds": "60"}, "review.deadline_seconds"),
-    ({"deadline_seconds": 60, "remind_before_seconds": [60]}, "review.remind_before_seconds"),
-    ({"deadline_seconds": 60, "remind_before_seconds": [10, 10]}, "review.remind_before_seconds"),
-    ({"deadline_seconds": 60, "remind_before_seconds": [1, 2, 3, 4, 5, 6]}, "review.remind_before_seconds"),
-    ({"deadline_seconds": 60, "escalate_to": "nobody-by-that-name"}, "review.escalate_to"),
-    ({"deadline_seconds": 60, "when": "soon"}, "review.when"),
-    ([60], "review"),
-])
+@pytest.mark.parametrize(
+    "review, field",
+    [
+        ({"deadline_seconds": 7200}, "review.deadline_seconds"),  # not before the plan's own deadline
+        ({"deadline_seconds": 0}, "review.deadline_seconds"),
+        ({"deadline_seconds": "60"}, "review.deadline_seconds"),
+        ({"deadline_seconds": 60, "remind_before_seconds": [60]}, "review.remind_before_seconds"),
+        ({"deadline_seconds": 60, "remind_before_seconds": [10, 10]}, "review.remind_before_seconds"),
+        ({"deadline_seconds": 60, "remind_before_seconds": [1, 2, 3, 4, 5, 6]}, "review.remind_before_seconds"),
+        ({"deadline_seconds": 60, "escalate_to": "nobody-by-that-name"}, "review.escalate_to"),
+        ({"deadline_seconds": 60, "when": "soon"}, "review.when"),
+        ([60], "review"),
+    ],
+)
 def test_a_malformed_review_setting_is_refused_with_its_field(api, leads, review, field):
     answer = api["agent"].post("/workflows", reviewed_plan(review=review))
     assert answer.status_code == 400, answer.content
@@ -84,7 +90,9 @@ def test_reminders_reach_reviewers_and_the_escalation_the_group_each_once(people
     assert workflow.name in body and "LOW risk" in body and "1. ticket.create (open)" in body
     assert "Time left to decide:" in body and "/review/link/" in body
     [escalation] = [m for m in mail.outbox if m.subject.startswith("Escalation:")]
-    assert escalation.to == ["lead@example.com"] and "Nobody decided this plan by its review deadline" in escalation.body
+    assert (
+        escalation.to == ["lead@example.com"] and "Nobody decided this plan by its review deadline" in escalation.body
+    )
     assert "/review/link/" not in escalation.body  # links are the reviewers' own
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="reviewers.reminder").count() == 2
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="reviewers.escalation").count() == 1
@@ -135,37 +143,62 @@ def test_two_clusters_remind_escalate_and_expire_each_exactly_once(people, leads
         assert time.monotonic() < deadline, "notices never sent"
         time.sleep(0.2)
 
-    messages = [message_from_string(part) for path in outbox.iterdir()
-                for part in path.read_text().split("-" * 79 + "\n") if part.strip()]
+    messages = [
+        message_from_string(part)
+        for path in outbox.iterdir()
+        for part in path.read_text().split("-" * 79 + "\n")
+        if part.strip()
+    ]
     subjects = sorted((m["To"], m["Subject"].split(":")[0]) for m in messages)
-    assert subjects == [("lead@example.com", "Escalation"),
-                        ("reviewer2@example.com", "Plan awaiting your review"), ("reviewer2@example.com", "Reminder"),
-                        ("reviewer@example.com", "Plan awaiting your review"), ("reviewer@example.com", "Reminder")]
+    assert subjects == [
+        ("lead@example.com", "Escalation"),
+        ("reviewer2@example.com", "Plan awaiting your review"),
+        ("reviewer2@example.com", "Reminder"),
+        ("reviewer@example.com", "Plan awaiting your review"),
+        ("reviewer@example.com", "Reminder"),
+    ]
     assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb="workflow.expired").count() == 1
-    assert AuditEvent.objects.filter(workflow_id=workflow.pk, verb__in=["reviewers.reminder",
-                                                                        "reviewers.escalation"]).count() == 2
+    assert (
+        AuditEvent.objects.filter(
+            workflow_id=workflow.pk, verb__in=["reviewers.reminder", "reviewers.escalation"]
+        ).count()
+        == 2
+    )
 
 
 def test_an_action_policy_sets_the_review_of_plans_that_set_none(people, leads, api):
     Group.objects.create(name="night-shift")
-    tightened = api["operator"].patch("/actions/ticket.create/policy", {
-        "review_deadline_seconds": 1800, "review_reminder_seconds": 600, "escalation_group": "leads",
-        "reason": "tickets must not wait"})
+    tightened = api["operator"].patch(
+        "/actions/ticket.create/policy",
+        {
+            "review_deadline_seconds": 1800,
+            "review_reminder_seconds": 600,
+            "escalation_group": "leads",
+            "reason": "tickets must not wait",
+        },
+    )
     assert tightened.status_code == 200, tightened.content  # tighter: applied by one operator
     assert tightened.json()["review_deadline_seconds"] == 1800
 
     workflow = plans.submit(people["agent"], {**ticket_plan("by-policy"), "deadline_seconds": 7200}).workflow
-    notices = {(n.kind, n.due_at - workflow.created_at, n.group) for n in ReviewNotice.objects.filter(workflow=workflow)}
+    notices = {
+        (n.kind, n.due_at - workflow.created_at, n.group) for n in ReviewNotice.objects.filter(workflow=workflow)
+    }
     assert notices == {("REMINDER", timedelta(seconds=1200), ""), ("ESCALATION", timedelta(seconds=1800), "leads")}
     assert workflow.review is None  # the plan set none: nothing is written into what it submitted
 
     own = plans.submit(people["agent"], reviewed_plan("own-review")).workflow  # the plan's own review wins
     assert ReviewNotice.objects.filter(workflow=own, kind="ESCALATION").get().due_at - own.created_at == timedelta(
-        seconds=3600)
+        seconds=3600
+    )
 
     # Telling another group, or dropping the deadline, loosens: a second operator decides.
     for change in ({"escalation_group": "night-shift"}, {"review_deadline_seconds": None}):
         answer = api["operator"].patch("/actions/ticket.create/policy", {**change, "reason": "r"})
         assert answer.status_code == 202, (change, answer.content)
-    assert api["operator"].patch("/actions/ticket.create/policy", {"escalation_group": "nobody",
-                                                                    "reason": "r"}).status_code == 400
+    assert (
+        api["operator"]
+        .patch("/actions/ticket.create/policy", {"escalation_group": "nobody", "reason": "r"})
+        .status_code
+        == 400
+    )

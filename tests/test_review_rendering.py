@@ -12,10 +12,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from tests.conftest import PASSWORD, run_until, ticket_plan
+from tests.support import deciding as decide
 from workflows import actions, tasks
 from workflows.audit import secrets
 from workflows.operations import plans
-from tests.support import deciding as decide
 
 SCRIPT = "<script>alert(1)</script>"
 LONG = "Paper jam on every tray. " * 40
@@ -62,13 +62,21 @@ def test_fields_are_labelled_from_the_actions_schema(people, reviewer, monkeypat
 
 
 def test_references_show_as_the_result_of_a_step_and_secrets_by_name(people, reviewer, settings):
-    settings.SECRETS_POLICY = {"DESK_TOKEN": {"actions": ["ticket.create", "noop"],
-                                              "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}}
+    settings.SECRETS_POLICY = {
+        "DESK_TOKEN": {"actions": ["ticket.create", "noop"], "hosts": [secrets.host_of(settings.TICKET_DESK_URL)]}
+    }
     plan = ticket_plan()
     plan["steps"][0]["args"]["body"] = {"$secret": "DESK_TOKEN"}
-    plan["steps"].append({"key": "echo", "action": "noop",
-                          "args": {"nested": {"ticket": {"$from": "open.result.id"}, "key": {"$secret": "DESK_TOKEN"}},
-                                   "list": [1, True, None, "two"]}})
+    plan["steps"].append(
+        {
+            "key": "echo",
+            "action": "noop",
+            "args": {
+                "nested": {"ticket": {"$from": "open.result.id"}, "key": {"$secret": "DESK_TOKEN"}},
+                "list": [1, True, None, "two"],
+            },
+        }
+    )
     workflow = plans.submit(people["agent"], plan).workflow
 
     for document in (page(reviewer, f"/workflows/{workflow.pk}/"), page(reviewer, "/")):
@@ -77,7 +85,8 @@ def test_references_show_as_the_result_of_a_step_and_secrets_by_name(people, rev
     document = page(reviewer, f"/workflows/{workflow.pk}/")
     assert arguments_of(document, "open") == "Title Printer on fire Body secret:DESK_TOKEN"
     assert arguments_of(document, "echo") == (
-        "List 1 true null two Nested key secret:DESK_TOKEN ticket result of step open · id")
+        "List 1 true null two Nested key secret:DESK_TOKEN ticket result of step open · id"
+    )
 
 
 def test_after_execution_references_show_the_value_they_took(people, reviewer, desk):
@@ -90,7 +99,8 @@ def test_after_execution_references_show_the_value_they_took(people, reviewer, d
 
     assert arguments_of(document, "close") == f"Ticket id result of step open · id = {ticket_id}"
     assert arguments_of(document, "note") == (
-        f"Ticket id result of step open · id = {ticket_id} Body Extinguisher on its way")
+        f"Ticket id result of step open · id = {ticket_id} Body Extinguisher on its way"
+    )
 
 
 def test_long_text_is_folded_behind_its_first_words(people, reviewer):
@@ -99,11 +109,13 @@ def test_long_text_is_folded_behind_its_first_words(people, reviewer):
     workflow = plans.submit(people["agent"], plan).workflow
 
     for document in (page(reviewer, f"/workflows/{workflow.pk}/"), page(reviewer, "/")):
-        folded = re.search(r'<details class="v-long"><summary>(.*?)</summary><pre class="args">(.*?)</pre>',
-                           document, re.S)
+        folded = re.search(
+            r'<details class="v-long"><summary>(.*?)</summary><pre class="args">(.*?)</pre>', document, re.S
+        )
         assert folded is not None
         assert html.unescape(re.sub(r"<[^>]+>", "", folded.group(1))) == (
-            f"{LONG[:80]}… show all {len(LONG)} charactersshow less")  # one of the last two is drawn
+            f"{LONG[:80]}… show all {len(LONG)} charactersshow less"
+        )  # one of the last two is drawn
         assert html.unescape(folded.group(2)) == LONG
 
 
@@ -119,8 +131,10 @@ def test_raw_arguments_are_json_never_python_repr(people, client, desk):
     comp = compensation.request(workflow, by=people["operator"], reason="undo the test")
     assert client.login(username="admin", password=PASSWORD)
 
-    pages = {"review": page(client, f"/workflows/{workflow.pk}/"),
-             "compensation": page(client, f"/compensations/{comp.pk}/")}
+    pages = {
+        "review": page(client, f"/workflows/{workflow.pk}/"),
+        "compensation": page(client, f"/compensations/{comp.pk}/"),
+    }
 
     for name, document in pages.items():
         raw = _raw_blocks(document)
@@ -142,26 +156,37 @@ def _raw_blocks(document: str) -> str:
 
 def test_hostile_arguments_and_previews_are_escaped(people, reviewer, desk):
     ticket = desk.request("POST", "/tickets", json={"title": SCRIPT}).json()
-    plan = {"name": "hostile", "submission_key": "hostile", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": SCRIPT, "body": SCRIPT * 30}},
-        {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}},
-        {"key": "echo", "action": "noop", "args": {SCRIPT: {SCRIPT: [SCRIPT]}}},
-    ]}
+    plan = {
+        "name": "hostile",
+        "submission_key": "hostile",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": SCRIPT, "body": SCRIPT * 30}},
+            {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}},
+            {"key": "echo", "action": "noop", "args": {SCRIPT: {SCRIPT: [SCRIPT]}}},
+        ],
+    }
     workflow = plans.submit(people["agent"], plan).workflow
     tasks.compute_previews(str(workflow.pk))
 
-    for document in (page(reviewer, f"/workflows/{workflow.pk}/"), page(reviewer, "/"),
-                     page(reviewer, f"/workflows/{workflow.pk}/steps/")):
+    for document in (
+        page(reviewer, f"/workflows/{workflow.pk}/"),
+        page(reviewer, "/"),
+        page(reviewer, f"/workflows/{workflow.pk}/steps/"),
+    ):
         assert SCRIPT not in document
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in document
     assert "Close ticket #1 “&lt;script&gt;alert(1)&lt;/script&gt;” (now open)" in page(
-        reviewer, f"/workflows/{workflow.pk}/")
+        reviewer, f"/workflows/{workflow.pk}/"
+    )
 
 
 def test_the_inbox_shows_each_steps_preview(people, reviewer, desk):
     ticket = desk.request("POST", "/tickets", json={"title": "Printer on fire"}).json()
-    plan = {"name": "close", "submission_key": "close", "steps": [
-        {"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}}]}
+    plan = {
+        "name": "close",
+        "submission_key": "close",
+        "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket["id"]}}],
+    }
     workflow = plans.submit(people["agent"], plan).workflow
     assert 'data-testid="preview-pending">Preview pending' in page(reviewer, "/")
 

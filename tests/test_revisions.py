@@ -7,9 +7,9 @@ who changed what, and the agent gets `workflow.revised`."""
 import json
 
 import pytest
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan, wait_for_status
+from tests.support.seeing import Client
 from tests.test_webhooks import secret_for
 from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, PlanRevision, Step, Workflow
@@ -44,12 +44,16 @@ def test_an_edit_makes_revision_two_with_a_new_hash_and_records_who_changed_what
     after = answer.json()
     assert after["revision"] == 2 and after["plan_hash"] != before["plan_hash"]
     assert [(r["number"], r["plan_hash"], r["by"]) for r in after["revisions"]] == [
-        (1, before["plan_hash"], "agent"), (2, after["plan_hash"], "reviewer")]
+        (1, before["plan_hash"], "agent"),
+        (2, after["plan_hash"], "reviewer"),
+    ]
     assert Step.objects.get(workflow_id=workflow_id, key="open").args == TITLE_EDIT["args"]
     # The steps not listed are as they were, and the original plan is kept as revision 1.
     assert Step.objects.get(workflow_id=workflow_id, key="note").args == ticket_plan()["steps"][1]["args"]
-    assert PlanRevision.objects.get(workflow_id=workflow_id, number=1).plan[0]["args"] == (
-        ticket_plan()["steps"][0]["args"])
+    assert (
+        PlanRevision.objects.get(workflow_id=workflow_id, number=1).plan[0]["args"]
+        == (ticket_plan()["steps"][0]["args"])
+    )
     event = AuditEvent.objects.get(workflow_id=workflow_id, verb="workflow.revised")
     assert event.actor == "reviewer"
     assert event.data["revision"] == 2 and event.data["comment"] == "fix the floor"
@@ -102,16 +106,21 @@ def test_a_plan_edited_back_to_an_earlier_hash_still_needs_fresh_approvals(api):
     assert api["reviewer"].post(f"/workflows/{workflow_id}/approve", {}).json()["status"] == "PLANNED"
 
 
-@pytest.mark.parametrize("steps, field", [
-    ([{"key": "open", "args": {"title": 5}}], "steps.0.args.title"),
-    ([{"key": "open", "args": {"title": "t", "colour": "red"}}], "steps.0.args.colour"),
-    ([{"key": "open", "args": {"title": "t", "body": "ghp_" + "a" * 36}}], "steps.0.args.body"),
-    ([{"key": "nope", "args": {"title": "t"}}], "steps.0.key"),
-    ([TITLE_EDIT, {"key": "note", "args": {"ticket_id": {"$from": "later.result.id"}, "body": "b"}}],
-     "steps.1.args.ticket_id"),
-    ([TITLE_EDIT, TITLE_EDIT], "steps.1.key"),
-    ([{"key": "open", "args": ticket_plan()["steps"][0]["args"]}], "steps"),  # changes nothing
-])
+@pytest.mark.parametrize(
+    "steps, field",
+    [
+        ([{"key": "open", "args": {"title": 5}}], "steps.0.args.title"),
+        ([{"key": "open", "args": {"title": "t", "colour": "red"}}], "steps.0.args.colour"),
+        ([{"key": "open", "args": {"title": "t", "body": "ghp_" + "a" * 36}}], "steps.0.args.body"),
+        ([{"key": "nope", "args": {"title": "t"}}], "steps.0.key"),
+        (
+            [TITLE_EDIT, {"key": "note", "args": {"ticket_id": {"$from": "later.result.id"}, "body": "b"}}],
+            "steps.1.args.ticket_id",
+        ),
+        ([TITLE_EDIT, TITLE_EDIT], "steps.1.key"),
+        ([{"key": "open", "args": ticket_plan()["steps"][0]["args"]}], "steps"),  # changes nothing
+    ],
+)
 def test_an_invalid_edit_is_refused_with_the_field_and_changes_nothing(api, steps, field):
     workflow_id = submitted(api)
     before = Workflow.objects.get(pk=workflow_id)
@@ -125,10 +134,18 @@ def test_an_invalid_edit_is_refused_with_the_field_and_changes_nothing(api, step
     assert not PlanRevision.objects.exists() and not AuditEvent.objects.filter(verb="workflow.revised").exists()
 
 
-@pytest.mark.parametrize("body", [{}, {"steps": []}, {"steps": [{"key": "open"}]},
-                                  {"steps": [{"key": "open", "args": []}]},
-                                  {"steps": [{**TITLE_EDIT, "action": "noop"}]}, {"steps": [TITLE_EDIT], "x": 1},
-                                  {"steps": [TITLE_EDIT], "comment": "token ghp_" + "a" * 36}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"steps": []},
+        {"steps": [{"key": "open"}]},
+        {"steps": [{"key": "open", "args": []}]},
+        {"steps": [{**TITLE_EDIT, "action": "noop"}]},
+        {"steps": [TITLE_EDIT], "x": 1},
+        {"steps": [TITLE_EDIT], "comment": "token ghp_" + "a" * 36},
+    ],
+)
 def test_a_malformed_revision_request_is_refused(api, body):
     workflow_id = submitted(api)
     answer = api["reviewer"].post(f"/workflows/{workflow_id}/revise", body)
@@ -172,10 +189,18 @@ def test_a_reviewer_edits_in_the_console_and_the_page_shows_the_diff(api):
     assert 'name="open:title" value="Printer on fire"' in form
     assert 'name="note:ticket_id"' in form and "$from" in form  # a reference is edited as JSON
 
-    saved = reviewer.post(f"/workflows/{workflow_id}/revise", {
-        "open:title": "Printer on fire, floor 4", "open:body": "Floor 3",
-        "note:ticket_id": '{"$from": "open.result.id"}', "note:body": "Extinguisher on its way",
-        "close:ticket_id": '{"$from": "open.result.id"}', "comment": "wrong floor"}, follow=True)
+    saved = reviewer.post(
+        f"/workflows/{workflow_id}/revise",
+        {
+            "open:title": "Printer on fire, floor 4",
+            "open:body": "Floor 3",
+            "note:ticket_id": '{"$from": "open.result.id"}',
+            "note:body": "Extinguisher on its way",
+            "close:ticket_id": '{"$from": "open.result.id"}',
+            "comment": "wrong floor",
+        },
+        follow=True,
+    )
     page = saved.content.decode()
     assert Workflow.objects.get(pk=workflow_id).revision == 2
     assert 'data-testid="revisions"' in page and "Printer on fire, floor 4" in page and "wrong floor" in page
@@ -188,17 +213,31 @@ def test_a_reviewer_edits_in_the_console_and_the_page_shows_the_diff(api):
 def test_the_console_form_shows_each_error_and_saves_nothing(api):
     workflow_id = submitted(api)
     reviewer = console("reviewer")
-    bad_json = reviewer.post(f"/workflows/{workflow_id}/revise", {
-        "open:title": "<b>x</b>", "open:body": "Floor 3", "note:ticket_id": '{"$from": ',
-        "note:body": "Extinguisher on its way", "close:ticket_id": '{"$from": "open.result.id"}'})
+    bad_json = reviewer.post(
+        f"/workflows/{workflow_id}/revise",
+        {
+            "open:title": "<b>x</b>",
+            "open:body": "Floor 3",
+            "note:ticket_id": '{"$from": ',
+            "note:body": "Extinguisher on its way",
+            "close:ticket_id": '{"$from": "open.result.id"}',
+        },
+    )
     assert bad_json.status_code == 400
     page = bad_json.content.decode()
     assert 'data-testid="error-note:ticket_id"' in page and "Not valid JSON" in page
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page  # what was typed comes back, escaped
 
-    too_long = reviewer.post(f"/workflows/{workflow_id}/revise", {
-        "open:title": "x" * 500, "open:body": "Floor 3", "note:ticket_id": '{"$from": "open.result.id"}',
-        "note:body": "Extinguisher on its way", "close:ticket_id": '{"$from": "open.result.id"}'})
+    too_long = reviewer.post(
+        f"/workflows/{workflow_id}/revise",
+        {
+            "open:title": "x" * 500,
+            "open:body": "Floor 3",
+            "note:ticket_id": '{"$from": "open.result.id"}',
+            "note:body": "Extinguisher on its way",
+            "close:ticket_id": '{"$from": "open.result.id"}',
+        },
+    )
     assert too_long.status_code == 400
     assert 'data-testid="error-open:title"' in too_long.content.decode()
     assert Workflow.objects.get(pk=workflow_id).revision == 1
@@ -208,8 +247,15 @@ def test_the_console_form_shows_each_error_and_saves_nothing(api):
 @pytest.mark.parametrize("value", ['{"$from": 1e400}', "NaN", "Infinity", '"\\u0000"'])
 def test_the_console_form_refuses_numbers_json_cannot_hold_and_nul(api, value):
     workflow_id = submitted(api)
-    answer = console("reviewer").post(f"/workflows/{workflow_id}/revise", {
-        "open:title": "t", "open:body": "Floor 3", "note:ticket_id": value,
-        "note:body": "Extinguisher on its way", "close:ticket_id": '{"$from": "open.result.id"}'})
+    answer = console("reviewer").post(
+        f"/workflows/{workflow_id}/revise",
+        {
+            "open:title": "t",
+            "open:body": "Floor 3",
+            "note:ticket_id": value,
+            "note:body": "Extinguisher on its way",
+            "close:ticket_id": '{"$from": "open.result.id"}',
+        },
+    )
     assert answer.status_code == 400
     assert Workflow.objects.get(pk=workflow_id).revision == 1

@@ -3,15 +3,15 @@ partials and the API alike."""
 
 import pytest
 from django.db import transaction
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import DeadLetter
 from workflows.operations import bulk, compensation, plans, tokens
-from tests.support import deciding as decide
 
 PERSONAS = ["anonymous", "agent", "reviewer", "operator", "auditor", "admin"]
 STAFF = {"reviewer", "operator", "auditor", "admin"}
@@ -23,21 +23,30 @@ def world(people):
     """A plan awaiting review, and a failed workflow with a dead letter and a
     compensation awaiting authorization."""
     planned = plans.submit(people["agent"], ticket_plan("planned")).workflow
-    body = {"name": "half done", "submission_key": "failed", "steps": [
-        {"key": "first", "action": "noop", "args": {}},
-        {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
+    body = {
+        "name": "half done",
+        "submission_key": "failed",
+        "steps": [
+            {"key": "first", "action": "noop", "args": {}},
+            {"key": "open", "action": "ticket.create", "args": {"title": "t"}},
+        ],
+    }
     failed = plans.submit(people["agent"], body).workflow
     decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))  # the noop completes
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
-                              step.fence)
+    outcomes.record_failure(
+        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"), step.fence
+    )
     failed.refresh_from_db()
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     return {
-        "planned": planned.pk, "failed": failed.pk, "dead": DeadLetter.objects.get(workflow=failed).pk,
-        "comp": None, "job": job.pk,
+        "planned": planned.pk,
+        "failed": failed.pk,
+        "dead": DeadLetter.objects.get(workflow=failed).pk,
+        "comp": None,
+        "job": job.pk,
     }
 
 
@@ -58,10 +67,18 @@ def console_routes(w):
         ("POST", f"/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
         ("POST", f"/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
-        ("POST", f"/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
-         {"operator", "admin"}),
-        ("POST", f"/workflows/{w['failed']}/steps/open/resolve/confirm", {"reason": "r", "resolution_digest": "d"},
-         {"reviewer", "operator", "admin"}),
+        (
+            "POST",
+            f"/workflows/{w['failed']}/steps/open/resolve",
+            {"decision": "not_happened", "reason": "r"},
+            {"operator", "admin"},
+        ),
+        (
+            "POST",
+            f"/workflows/{w['failed']}/steps/open/resolve/confirm",
+            {"reason": "r", "resolution_digest": "d"},
+            {"reviewer", "operator", "admin"},
+        ),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
         ("GET", "/compensations/", None, {"reviewer", "operator", "auditor", "admin"}),
         ("GET", "/dead-letters/", None, {"operator", "auditor", "admin"}),
@@ -99,22 +116,42 @@ def api_routes(w):
         ("POST", f"/api/v1/workflows/{w['failed']}/cancel", {"reason": "r"}, {"operator", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/steps/open/approve", {"comment": "x"}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/steps/open/reject", {"comment": "x"}, {"reviewer", "admin"}),
-        ("POST", f"/api/v1/workflows/{w['planned']}/revise", {"steps": [{"key": "open", "args": {"title": "t"}}]},
-         {"reviewer", "admin"}),
+        (
+            "POST",
+            f"/api/v1/workflows/{w['planned']}/revise",
+            {"steps": [{"key": "open", "args": {"title": "t"}}]},
+            {"reviewer", "admin"},
+        ),
         ("POST", f"/api/v1/workflows/{w['planned']}/claim", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/release", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/workflows/{w['planned']}/assign", {"to": "reviewer2"}, {"reviewer", "admin"}),
-        ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve", {"decision": "not_happened", "reason": "r"},
-         {"operator", "admin"}),
-        ("POST", f"/api/v1/workflows/{w['failed']}/steps/open/resolve/confirm",
-         {"reason": "r", "resolution_digest": "d"}, {"reviewer", "operator", "admin"}),
+        (
+            "POST",
+            f"/api/v1/workflows/{w['failed']}/steps/open/resolve",
+            {"decision": "not_happened", "reason": "r"},
+            {"operator", "admin"},
+        ),
+        (
+            "POST",
+            f"/api/v1/workflows/{w['failed']}/steps/open/resolve/confirm",
+            {"reason": "r", "resolution_digest": "d"},
+            {"reviewer", "operator", "admin"},
+        ),
         # The agent submitted the failed workflow: its dead letter is the agent's to see.
         ("GET", "/api/v1/dead-letters", None, {"agent", "operator", "auditor", "admin"}),
         ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),
-        ("POST", "/api/v1/dead-letters/replay", {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
-         {"operator", "admin"}),
-        ("POST", "/api/v1/dead-letters/reconcile", {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
-         {"operator", "admin"}),
+        (
+            "POST",
+            "/api/v1/dead-letters/replay",
+            {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
+            {"operator", "admin"},
+        ),
+        (
+            "POST",
+            "/api/v1/dead-letters/reconcile",
+            {"filter": {"workflow": str(w["failed"])}, "dry_run": True},
+            {"operator", "admin"},
+        ),
         ("GET", f"/api/v1/jobs/{w['job']}", None, {"operator", "auditor", "admin"}),
         ("POST", f"/api/v1/jobs/{w['job']}/pause", {}, {"operator", "admin"}),
         ("POST", f"/api/v1/jobs/{w['job']}/resume", {}, {"operator", "admin"}),
@@ -191,8 +228,11 @@ def test_every_api_url_for_every_persona(world, people):
                     response = client.post(path, data or {}, content_type="application/json")
                 transaction.savepoint_rollback(sid)
             status = response.status_code
-            ok = status == 401 if persona == "anonymous" else (
-                status not in (401, 403, 404) if persona in allowed else status in (403, 404))
+            ok = (
+                status == 401
+                if persona == "anonymous"
+                else (status not in (401, 403, 404) if persona in allowed else status in (403, 404))
+            )
             if not ok:
                 wrong.append(f"{persona:9} {method} {path} -> {status}")
     assert wrong == [], "\n".join(wrong)
@@ -225,8 +265,13 @@ from workflows.models import Compensation, Job, Team, Workflow  # noqa: E402
 from workflows.webhooks import endpoints as webhook_endpoints  # noqa: E402
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret  # noqa: E402
 
-ROLE_GROUPS = {"reviewer": [roles.REVIEWERS], "reviewer2": [roles.REVIEWERS], "operator": [roles.OPERATORS],
-               "auditor": [roles.AUDITORS], "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS]}
+ROLE_GROUPS = {
+    "reviewer": [roles.REVIEWERS],
+    "reviewer2": [roles.REVIEWERS],
+    "operator": [roles.OPERATORS],
+    "auditor": [roles.AUDITORS],
+    "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS],
+}
 # Each team persona, and the persona of the matrix whose rights it has.
 BLUE = {f"blue-{role}": role for role in ("reviewer", "operator", "auditor", "admin")}
 OTHER = {role: role for role in ("reviewer", "operator", "auditor", "admin")}
@@ -249,32 +294,48 @@ def blue_world(people):
     _user("root", [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS], is_superuser=True)
     tokens.issue(people["agent"], team=blue)  # the agent's newest token: the plans below are blue's
     planned = plans.submit(people["agent"], ticket_plan("blue-planned")).workflow
-    body = {"name": "half done", "submission_key": "blue-failed", "steps": [
-        {"key": "first", "action": "noop", "args": {}},
-        {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
+    body = {
+        "name": "half done",
+        "submission_key": "blue-failed",
+        "steps": [
+            {"key": "first", "action": "noop", "args": {}},
+            {"key": "open", "action": "ticket.create", "args": {"title": "t"}},
+        ],
+    }
     failed = plans.submit(people["agent"], body).workflow
     assert planned.team == failed.team == blue
     decide.approve(failed, by=members["blue-reviewer2"])
     execution.execute(execution.claim(failed.pk))
     step = execution.claim(failed.pk)
     attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
-                            step.fence)
+    outcomes.record_failure(
+        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"), step.fence
+    )
     comp = compensation.request(failed, by=members["blue-operator"], reason="undo")
     endpoint, _ = webhook_endpoints.create(by=members["blue-operator"], url="https://hooks.example.com/blue")
     assert endpoint.team == blue
-    delivery = WebhookDelivery.objects.create(event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}",
-                                              status=WebhookDelivery.Status.DEAD)
+    delivery = WebhookDelivery.objects.create(
+        event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}", status=WebhookDelivery.Status.DEAD
+    )
     job, _ = bulk.reconcile(members["blue-operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
-    return {"planned": planned.pk, "failed": failed.pk, "dead": DeadLetter.objects.get(workflow=failed).pk,
-            "comp": comp.pk, "endpoint": endpoint.pk, "delivery": delivery.pk, "job": job.pk}
+    return {
+        "planned": planned.pk,
+        "failed": failed.pk,
+        "dead": DeadLetter.objects.get(workflow=failed).pk,
+        "comp": comp.pk,
+        "endpoint": endpoint.pk,
+        "delivery": delivery.pk,
+        "job": job.pk,
+    }
 
 
 def team_console_routes(w):
     """The matrix's console routes for blue's world (handed to blue's second
     reviewer), and the rest of the console: steps, previews, policies."""
-    routes = [(method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
-              for method, path, data, allowed in console_routes(w)]
+    routes = [
+        (method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
+        for method, path, data, allowed in console_routes(w)
+    ]
     return routes + [
         ("GET", f"/workflows/{w['planned']}/steps/", None, ANY_USER),
         ("POST", f"/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
@@ -284,8 +345,10 @@ def team_console_routes(w):
 
 
 def team_api_routes(w):
-    routes = [(method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
-              for method, path, data, allowed in api_routes(w)]
+    routes = [
+        (method, path, {**data, "to": "blue-reviewer2"} if data and "to" in data else data, allowed)
+        for method, path, data, allowed in api_routes(w)
+    ]
     return routes + [
         ("POST", f"/api/v1/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
         ("GET", "/api/v1/actions/noop/policy", None, {"operator", "auditor", "admin"}),
@@ -303,8 +366,7 @@ def team_api_routes(w):
 def _blue_rows(w) -> dict:
     """The state of blue's rows that a request might change."""
     return {
-        "workflows": dict(Workflow.objects.filter(pk__in=[w["planned"], w["failed"]])
-                          .values_list("pk", "status")),
+        "workflows": dict(Workflow.objects.filter(pk__in=[w["planned"], w["failed"]]).values_list("pk", "status")),
         "claims": list(Workflow.objects.filter(pk=w["planned"]).values_list("claimed_by", "revision")),
         "dead": DeadLetter.objects.get(pk=w["dead"]).status,
         "comp": Compensation.objects.get(pk=w["comp"]).status,
@@ -336,9 +398,11 @@ def _judge_team(kind, role, allowed, path, data, status, location, body, w, befo
 
 
 def _team_personas():
-    return [*(("blue", name, role) for name, role in BLUE.items()),
-            *(("other", name, role) for name, role in OTHER.items()),
-            *(("global", name, role) for name, role in GLOBAL.items())]
+    return [
+        *(("blue", name, role) for name, role in BLUE.items()),
+        *(("other", name, role) for name, role in OTHER.items()),
+        *(("global", name, role) for name, role in GLOBAL.items()),
+    ]
 
 
 def test_every_console_url_for_each_team_and_global_roles(blue_world):
@@ -353,8 +417,19 @@ def test_every_console_url_for_each_team_and_global_roles(blue_world):
                 body = b"".join(response.streaming_content) if response.streaming else response.content
                 after = _blue_rows(blue_world)
                 transaction.savepoint_rollback(sid)
-            if not _judge_team(kind, role, allowed, path, data, response.status_code, response.get("Location", ""),
-                               body.decode(errors="replace"), blue_world, before, after):
+            if not _judge_team(
+                kind,
+                role,
+                allowed,
+                path,
+                data,
+                response.status_code,
+                response.get("Location", ""),
+                body.decode(errors="replace"),
+                blue_world,
+                before,
+                after,
+            ):
                 wrong.append(f"{kind:6} {persona:14} {method} {path} -> {response.status_code}")
     assert wrong == [], "\n".join(wrong)
 
@@ -377,8 +452,19 @@ def test_every_api_operation_for_each_team_and_global_roles(blue_world):
                     response = send(path, data or {}, content_type="application/json")
                 after = _blue_rows(blue_world)
                 transaction.savepoint_rollback(sid)
-            if not _judge_team(kind, role, allowed, path, data, response.status_code, "",
-                               response.content.decode(), blue_world, before, after):
+            if not _judge_team(
+                kind,
+                role,
+                allowed,
+                path,
+                data,
+                response.status_code,
+                "",
+                response.content.decode(),
+                blue_world,
+                before,
+                after,
+            ):
                 wrong.append(f"{kind:6} {persona:14} {method} {path} -> {response.status_code}")
     assert wrong == [], "\n".join(wrong)
 

@@ -10,18 +10,18 @@ from datetime import timedelta
 import pytest
 from django.apps import apps
 from django.db import connection
-from tests.support.seeing import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from tests.test_resolution import MAIL
 from workflows import actions
 from workflows.audit import redaction, secrets
 from workflows.engine import execution, policy, recovery
 from workflows.models import Attempt, DeadLetter, Step, Trace, Workflow
 from workflows.operations import compensation, plans
-from tests.support import deciding as decide
 
 # Ordinary prose an agent or a person writes about credentials without holding
 # one: every sentence must be stored and sent exactly as written.
@@ -174,8 +174,14 @@ def test_the_row_scan_reads_every_table_and_what_is_stored_encoded(people):
     session["note"] = f"{DESK_TOKEN}-session"
     session.save()
     OrmQ.objects.create(key="scan", payload=SignedPackage.dumps({"id": "q", "args": (f"{DESK_TOKEN}-queued",)}))
-    Task.objects.create(id="t" * 32, name="scan", func="noop", args=(f"{DESK_TOKEN}-task",),
-                        started=timezone.now(), stopped=timezone.now())
+    Task.objects.create(
+        id="t" * 32,
+        name="scan",
+        func="noop",
+        args=(f"{DESK_TOKEN}-task",),
+        started=timezone.now(),
+        stopped=timezone.now(),
+    )
 
     rows = every_row_as_text()
     assert all(f"{DESK_TOKEN}-{where}" in rows for where in ("session", "queued", "task"))
@@ -198,10 +204,15 @@ def desk_policy(desk, *actions):
 def test_ordinary_prose_is_stored_and_sent_exactly_as_submitted(api, people, desk):
     assert len(CORPUS) >= 50
     for part, sentences in enumerate((CORPUS[:30], CORPUS[30:])):
-        body = {"name": "prose", "submission_key": f"prose-{part}", "steps": [
-            {"key": f"s{n}", "action": "ticket.create", "args": {"title": f"prose {part}.{n}", "body": sentence}}
-            for n, sentence in enumerate(sentences)
-        ] + [{"key": "limits", "action": "noop", "args": {"max_tokens": 100, "password_min_length": 14}}]}
+        body = {
+            "name": "prose",
+            "submission_key": f"prose-{part}",
+            "steps": [
+                {"key": f"s{n}", "action": "ticket.create", "args": {"title": f"prose {part}.{n}", "body": sentence}}
+                for n, sentence in enumerate(sentences)
+            ]
+            + [{"key": "limits", "action": "noop", "args": {"max_tokens": 100, "password_min_length": 14}}],
+        }
         answer = api["agent"].post("/workflows", body)
         assert answer.status_code == 201, answer.json()
         workflow = Workflow.objects.get(pk=answer.json()["id"])
@@ -209,8 +220,11 @@ def test_ordinary_prose_is_stored_and_sent_exactly_as_submitted(api, people, des
         decide.approve(workflow, by=people["reviewer"])
         run_until(workflow.pk, "COMPLETE")
     received = {ticket["title"]: ticket["body"] for ticket in desk.tickets()}
-    sent = {f"prose {part}.{n}": sentence
-            for part, chunk in enumerate((CORPUS[:30], CORPUS[30:])) for n, sentence in enumerate(chunk)}
+    sent = {
+        f"prose {part}.{n}": sentence
+        for part, chunk in enumerate((CORPUS[:30], CORPUS[30:]))
+        for n, sentence in enumerate(chunk)
+    }
     assert received == sent
     for sentence in CORPUS:
         assert redaction.redact_text(sentence) == sentence
@@ -225,8 +239,9 @@ def test_the_plan_hash_covers_the_args_as_submitted(people):
     body = ticket_plan("hash")
     body["steps"][0]["args"]["body"] = CORPUS[0]
     workflow = plans.submit(people["agent"], body).workflow
-    expected = [{"key": s["key"], "action": s["action"], "args": s["args"], "compensation": None}
-                for s in body["steps"]]
+    expected = [
+        {"key": s["key"], "action": s["action"], "args": s["args"], "compensation": None} for s in body["steps"]
+    ]
     assert workflow.plan_hash == sha256_hex(canonical_json(expected))
 
 
@@ -234,8 +249,12 @@ def test_the_plan_hash_covers_the_args_as_submitted(people):
 def test_each_credential_pattern_is_refused_with_its_path(api, path, args):
     step = {"key": "open", "action": "noop", "args": args}
     if args == "compensation":
-        step = {"key": "open", "action": "noop", "args": {},
-                "compensation": {"action": "noop", "args": {"note": "Bearer 4f9a8b7c6d5e4f3a2b1c"}}}
+        step = {
+            "key": "open",
+            "action": "noop",
+            "args": {},
+            "compensation": {"action": "noop", "args": {"note": "Bearer 4f9a8b7c6d5e4f3a2b1c"}},
+        }
     answer = api["agent"].post("/workflows", {"name": "n", "submission_key": "k", "steps": [step]})
     assert answer.status_code == 400
     error = answer.json()["error"]
@@ -249,9 +268,20 @@ def test_each_credential_pattern_is_refused_with_its_path(api, path, args):
 
 def test_numbers_and_references_under_secret_named_keys_are_not_secrets(api, settings, desk):
     settings.SECRETS_POLICY = desk_policy(desk, "noop")
-    answer = api["agent"].post("/workflows", {"name": "n", "submission_key": "k", "steps": [
-        {"key": "a", "action": "noop", "args": {"max_tokens": 100, "api_key": {"$secret": "DESK_TOKEN"},
-                                                  "password": "", "token_ok": True}}]})
+    answer = api["agent"].post(
+        "/workflows",
+        {
+            "name": "n",
+            "submission_key": "k",
+            "steps": [
+                {
+                    "key": "a",
+                    "action": "noop",
+                    "args": {"max_tokens": 100, "api_key": {"$secret": "DESK_TOKEN"}, "password": "", "token_ok": True},
+                }
+            ],
+        },
+    )
     assert answer.status_code == 201, answer.json()
 
 
@@ -264,17 +294,28 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
     settings.SECRETS_POLICY = policy
     collector = Collector().__enter__()
     # The worker exports its spans to a real OTLP collector and logs JSON lines.
-    worker = start_worker(LOG_LEVEL="DEBUG", Q_LOG_LEVEL="DEBUG", SECRET_DESK_TOKEN=DESK_TOKEN,
-                          SECRETS_POLICY=json.dumps(policy), LOG_FORMAT="json",
-                          OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="100")
-    agent, reviewer, operator, auditor = (HttpApi(live_server.url, people[n])
-                                          for n in ("agent", "reviewer", "operator", "auditor"))
-    plan = {"name": "rotate", "submission_key": "planted", "steps": [
-        {"key": "open", "action": "ticket.create", "args": {"title": "Rotate", "body": {"$secret": "DESK_TOKEN"}}},
-        {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}, "kept": "plain"}},
-        # The desk answers 404 "no ticket <id>": a remote error that echoes what it was sent.
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": {"$secret": "DESK_TOKEN"}, "body": "x"}},
-    ]}
+    worker = start_worker(
+        LOG_LEVEL="DEBUG",
+        Q_LOG_LEVEL="DEBUG",
+        SECRET_DESK_TOKEN=DESK_TOKEN,
+        SECRETS_POLICY=json.dumps(policy),
+        LOG_FORMAT="json",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    agent, reviewer, operator, auditor = (
+        HttpApi(live_server.url, people[n]) for n in ("agent", "reviewer", "operator", "auditor")
+    )
+    plan = {
+        "name": "rotate",
+        "submission_key": "planted",
+        "steps": [
+            {"key": "open", "action": "ticket.create", "args": {"title": "Rotate", "body": {"$secret": "DESK_TOKEN"}}},
+            {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}, "kept": "plain"}},
+            # The desk answers 404 "no ticket <id>": a remote error that echoes what it was sent.
+            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": {"$secret": "DESK_TOKEN"}, "body": "x"}},
+        ],
+    }
     submitted = agent.post("/workflows", plan)
     assert submitted.status_code == 201, submitted.text
     workflow_id = submitted.json()["id"]
@@ -311,13 +352,33 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
 
     answers.update({"requested": requested.text, "authorized": authorized.text})
     answers.update({path: agent.get(path).text for path in (f"/workflows/{workflow_id}", "/workflows")})
-    answers.update({path: operator.get(path).text for path in (
-        f"/dead-letters/{entry.pk}", f"/dead-letters/{entry.pk}/preview", "/dead-letters", f"/compensations/{comp_id}")})
+    answers.update(
+        {
+            path: operator.get(path).text
+            for path in (
+                f"/dead-letters/{entry.pk}",
+                f"/dead-letters/{entry.pk}/preview",
+                "/dead-letters",
+                f"/compensations/{comp_id}",
+            )
+        }
+    )
     answers["audit"] = auditor.get("/audit", workflow=workflow_id).text
     assert "secret:DESK_TOKEN" in answers[f"/dead-letters/{entry.pk}/preview"]  # the preview shows the reference
-    for path in (f"/workflows/{workflow_id}/", "/workflows/", f"/dead-letters/{entry.pk}/", "/dead-letters/",
-                 "/compensations/", f"/compensations/{comp_id}/", "/attention/", "/dashboard/", "/audit/",
-                 f"/audit/?workflow={workflow_id}", "/audit/export.jsonl", "/audit/export.csv"):
+    for path in (
+        f"/workflows/{workflow_id}/",
+        "/workflows/",
+        f"/dead-letters/{entry.pk}/",
+        "/dead-letters/",
+        "/compensations/",
+        f"/compensations/{comp_id}/",
+        "/attention/",
+        "/dashboard/",
+        "/audit/",
+        f"/audit/?workflow={workflow_id}",
+        "/audit/export.jsonl",
+        "/audit/export.csv",
+    ):
         page = browser.get(path)
         assert page.status_code == 200, path
         answers[path] = b"".join(page.streaming_content).decode() if page.streaming else page.content.decode()
@@ -327,8 +388,11 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
 
     # The worker's spans: the failed call to /tickets/<the secret>/comments
     # among them, its URL redacted where it was made.
-    collector.wait_for(lambda found: any(s["name"] == "durable.record" and s["attributes"].get("durable.step_key")
-                                         == "note" for s in found))
+    collector.wait_for(
+        lambda found: any(
+            s["name"] == "durable.record" and s["attributes"].get("durable.step_key") == "note" for s in found
+        )
+    )
     worker.stop()
     collector.__exit__()
     exported = "\n".join(collector.exports)
@@ -349,10 +413,21 @@ def test_planted_secret_reaches_only_the_desk(people, live_server, start_worker,
 def test_a_from_reference_to_a_redacted_value_blocks_the_step(people, desk, settings, monkeypatch):
     settings.SECRETS_POLICY = desk_policy(desk, "noop")
     monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
-    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}}},
-        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": {"$from": "echo.result.echo"}}},
-    ]}).workflow
+    workflow = plans.submit(
+        people["agent"],
+        {
+            "name": "n",
+            "submission_key": "k",
+            "steps": [
+                {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}}},
+                {
+                    "key": "open",
+                    "action": "ticket.create",
+                    "args": {"title": "t", "body": {"$from": "echo.result.echo"}},
+                },
+            ],
+        },
+    ).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     echo, open_ = workflow.steps.order_by("position")
@@ -365,9 +440,21 @@ def test_a_from_reference_to_a_redacted_value_blocks_the_step(people, desk, sett
 def test_a_compensation_taking_a_redacted_value_is_refused(people, desk, settings, monkeypatch):
     settings.SECRETS_POLICY = desk_policy(desk, "noop")
     monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
-    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        {"key": "echo", "action": "noop", "args": {"echo": {"$secret": "DESK_TOKEN"}},
-         "compensation": {"action": "noop", "args": {"undo": {"$from": "echo.result.echo"}}}}]}).workflow
+    workflow = plans.submit(
+        people["agent"],
+        {
+            "name": "n",
+            "submission_key": "k",
+            "steps": [
+                {
+                    "key": "echo",
+                    "action": "noop",
+                    "args": {"echo": {"$secret": "DESK_TOKEN"}},
+                    "compensation": {"action": "noop", "args": {"undo": {"$from": "echo.result.echo"}}},
+                }
+            ],
+        },
+    ).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     with pytest.raises(compensation.CompensationInvalid, match="redacted"):
@@ -378,8 +465,7 @@ def test_a_compensation_taking_a_redacted_value_is_refused(people, desk, setting
 def test_a_missing_secret_fails_the_step_naming_the_secret(people, desk, settings, monkeypatch):
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     monkeypatch.delenv("SECRET_DESK_TOKEN", raising=False)
-    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        SECRET_TICKET]}).workflow
+    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [SECRET_TICKET]}).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "FAILED")
     attempt = Attempt.objects.get(step__workflow=workflow)
@@ -394,8 +480,7 @@ def test_the_worker_reads_a_secret_from_secrets_dir(people, desk, settings, tmp_
     (tmp_path / "DESK_TOKEN").write_text(DESK_TOKEN + "\n")
     settings.SECRETS_DIR = str(tmp_path)
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
-    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        SECRET_TICKET]}).workflow
+    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [SECRET_TICKET]}).workflow
     decide.approve(workflow, by=people["reviewer"])
     run_until(workflow.pk, "COMPLETE")
     assert [t["body"] for t in desk.tickets()] == [DESK_TOKEN]
@@ -404,8 +489,7 @@ def test_the_worker_reads_a_secret_from_secrets_dir(people, desk, settings, tmp_
 def test_a_policy_narrowed_after_approval_blocks_the_step(people, desk, settings, monkeypatch):
     settings.SECRETS_POLICY = desk_policy(desk, "ticket.create")
     monkeypatch.setenv("SECRET_DESK_TOKEN", DESK_TOKEN)
-    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [
-        SECRET_TICKET]}).workflow
+    workflow = plans.submit(people["agent"], {"name": "n", "submission_key": "k", "steps": [SECRET_TICKET]}).workflow
     decide.approve(workflow, by=people["reviewer"])
     settings.SECRETS_POLICY = {}
     run_until(workflow.pk, "FAILED")
@@ -418,18 +502,24 @@ def test_a_policy_narrowed_after_approval_blocks_the_step(people, desk, settings
 
 
 def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
-    settings.SECRETS_POLICY = {**desk_policy(desk, "ticket.create"),
-                               "HOOK": {"actions": ["http.post"], "hosts": ["hooks.example.com"]}}
+    settings.SECRETS_POLICY = {
+        **desk_policy(desk, "ticket.create"),
+        "HOOK": {"actions": ["http.post"], "hosts": ["hooks.example.com"]},
+    }
     ref = {"$secret": "DESK_TOKEN"}
     hook = {"$secret": "HOOK"}
     cases = {
         "unknown name": ("body", {"action": "ticket.create", "args": {"title": "t", "body": {"$secret": "NOPE"}}}),
         "wrong action": ("x", {"action": "noop", "args": {"x": ref}}),
-        "wrong host": ("json.t", {"action": "http.post", "args": {"url": "https://evil.example.com/x",
-                                                                  "json": {"t": hook}}}),
+        "wrong host": (
+            "json.t",
+            {"action": "http.post", "args": {"url": "https://evil.example.com/x", "json": {"t": hook}}},
+        ),
         # The host of a URL taken from a result is not known at submission.
-        "$from URL": ("json.t", {"action": "http.post", "args": {"url": {"$from": "first.result.url"},
-                                                                 "json": {"t": hook}}}),
+        "$from URL": (
+            "json.t",
+            {"action": "http.post", "args": {"url": {"$from": "first.result.url"}, "json": {"t": hook}}},
+        ),
     }
     for why, (field, step) in cases.items():
         steps = [{"key": "first", "action": "noop", "args": {}}, {"key": "second", **step}]
@@ -437,9 +527,21 @@ def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
         assert answer.status_code == 400, why
         assert answer.json()["error"]["fields"][f"steps.1.args.{field}"] == secrets.NOT_ALLOWED, why
     assert not Workflow.objects.exists()
-    allowed = api["agent"].post("/workflows", {"name": "n", "submission_key": "ok", "steps": [
-        {"key": "a", "action": "ticket.create", "args": {"title": "t", "body": ref}},
-        {"key": "b", "action": "http.post", "args": {"url": "https://hooks.example.com/in", "json": {"t": hook}}}]})
+    allowed = api["agent"].post(
+        "/workflows",
+        {
+            "name": "n",
+            "submission_key": "ok",
+            "steps": [
+                {"key": "a", "action": "ticket.create", "args": {"title": "t", "body": ref}},
+                {
+                    "key": "b",
+                    "action": "http.post",
+                    "args": {"url": "https://hooks.example.com/in", "json": {"t": hook}},
+                },
+            ],
+        },
+    )
     assert allowed.status_code == 201, allowed.json()
 
 
@@ -449,14 +551,27 @@ def test_a_secret_in_a_message_goes_only_to_the_recipient_domains_the_policy_lis
     settings.SECRETS_POLICY = {"MAIL_TOKEN": {"actions": ["email.send"], "hosts": ["example.com"]}}
 
     def submit(key, **recipients):
-        return api["agent"].post("/workflows", {"name": "n", "submission_key": key, "steps": [
-            {"key": "mail", "action": "email.send",
-             "args": {"subject": "s", "body": {"$secret": "MAIL_TOKEN"}, **recipients}}]})
+        return api["agent"].post(
+            "/workflows",
+            {
+                "name": "n",
+                "submission_key": key,
+                "steps": [
+                    {
+                        "key": "mail",
+                        "action": "email.send",
+                        "args": {"subject": "s", "body": {"$secret": "MAIL_TOKEN"}, **recipients},
+                    }
+                ],
+            },
+        )
 
-    for why, recipients in {"another domain": {"to": "ops@evil.example"},
-                            "one copy elsewhere": {"to": "ops@example.com", "cc": ["a@example.com", "b@evil.example"]},
-                            "a subdomain": {"to": "ops@mail.example.com"},
-                            "a look-alike": {"to": "ops@example.com.evil.example"}}.items():
+    for why, recipients in {
+        "another domain": {"to": "ops@evil.example"},
+        "one copy elsewhere": {"to": "ops@example.com", "cc": ["a@example.com", "b@evil.example"]},
+        "a subdomain": {"to": "ops@mail.example.com"},
+        "a look-alike": {"to": "ops@example.com.evil.example"},
+    }.items():
         answer = submit(why, **recipients)
         assert answer.status_code == 400, why
         assert answer.json()["error"]["fields"] == {"steps.0.args.body": secrets.NOT_ALLOWED}, why
@@ -465,23 +580,37 @@ def test_a_secret_in_a_message_goes_only_to_the_recipient_domains_the_policy_lis
     assert allowed.status_code == 201, allowed.json()
 
 
-@pytest.mark.parametrize("ref", [{"$secret": "lower"}, {"$secret": 5}, {"$secret": "A", "more": 1},
-                                 {"$secret": "A" * 65}, {"$secret": "A\n"}, {"$secret": "../A"}])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"$secret": "lower"},
+        {"$secret": 5},
+        {"$secret": "A", "more": 1},
+        {"$secret": "A" * 65},
+        {"$secret": "A\n"},
+        {"$secret": "../A"},
+    ],
+)
 def test_a_malformed_reference_is_refused(api, ref):
-    answer = api["agent"].post("/workflows", {"name": "n", "submission_key": "k", "steps": [
-        {"key": "a", "action": "noop", "args": {"x": [ref]}}]})
+    answer = api["agent"].post(
+        "/workflows",
+        {"name": "n", "submission_key": "k", "steps": [{"key": "a", "action": "noop", "args": {"x": [ref]}}]},
+    )
     assert answer.status_code == 400
     assert answer.json()["error"]["fields"] == {"steps.0.args.x.0": secrets.MALFORMED}
 
 
-@pytest.mark.parametrize(("raw", "says"), [
-    ('{"lower": {"actions": []}}', "not a secret name"),
-    ('{"A": {"actions": "noop"}}', "A.actions must be a list"),
-    ('{"A": {"actions": [], "other": 1}}', "must be {"),
-    ("[1]", "neither JSON nor a readable file"),
-    ("{not json", "not valid JSON"),
-    ("/no/such/policy.json", "neither JSON nor a readable file"),
-])
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ('{"lower": {"actions": []}}', "not a secret name"),
+        ('{"A": {"actions": "noop"}}', "A.actions must be a list"),
+        ('{"A": {"actions": [], "other": 1}}', "must be {"),
+        ("[1]", "neither JSON nor a readable file"),
+        ("{not json", "not valid JSON"),
+        ("/no/such/policy.json", "neither JSON nor a readable file"),
+    ],
+)
 def test_a_bad_secrets_policy_stops_start_up_naming_the_variable(raw, says):
     from django.core.exceptions import ImproperlyConfigured
 
@@ -493,8 +622,9 @@ def test_a_bad_secrets_policy_stops_start_up_naming_the_variable(raw, says):
 def test_the_policy_may_be_a_file(tmp_path):
     path = tmp_path / "policy.json"
     path.write_text('{"DESK_TOKEN": {"actions": ["ticket.create"], "hosts": ["Desk.Example.com"]}}')
-    assert secrets.parse_policy(str(path)) == {"DESK_TOKEN": {"actions": ["ticket.create"],
-                                                              "hosts": ["desk.example.com"]}}
+    assert secrets.parse_policy(str(path)) == {
+        "DESK_TOKEN": {"actions": ["ticket.create"], "hosts": ["desk.example.com"]}
+    }
 
 
 # --- (c) every free-text field refuses a credential -------------------------------------
@@ -506,8 +636,10 @@ def scene(people, desk, settings, tmp_path):
     completed step, a compensation awaiting a decision, an in-doubt step."""
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     settings.EMAIL_FILE_PATH = str(tmp_path)
-    failing = [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
-               {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}}]
+    failing = [
+        {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
+        {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+    ]
     planned = plans.submit(people["agent"], ticket_plan("planned")).workflow
     failed = []
     for key in ("failed-a", "failed-b"):
@@ -524,8 +656,13 @@ def scene(people, desk, settings, tmp_path):
     execution.run_workflow(mail.pk)
     assert Step.objects.get(pk=step.pk).status == "IN_DOUBT"
     policy.policies_for(set(actions.names()))  # pages create missing policy rows: not a change a refusal made
-    return {"planned": planned, "failed": failed[0], "dead_letter": DeadLetter.objects.get(workflow=failed[0]),
-            "compensation": comp, "in_doubt": mail}
+    return {
+        "planned": planned,
+        "failed": failed[0],
+        "dead_letter": DeadLetter.objects.get(workflow=failed[0]),
+        "compensation": comp,
+        "in_doubt": mail,
+    }
 
 
 def _api_cases(scene):
@@ -534,8 +671,12 @@ def _api_cases(scene):
     return [
         ("agent", "/workflows", {**plan, "name": PLANTED}, "name"),
         ("agent", "/workflows", {**plan, "submission_key": PLANTED}, "submission_key"),
-        ("agent", "/workflows", {**plan, "steps": [{**plan["steps"][0], "key": "sk-proj-4f9a8b7c6d5e4f3a2b1c0d"}]},
-         "steps.0.key"),
+        (
+            "agent",
+            "/workflows",
+            {**plan, "steps": [{**plan["steps"][0], "key": "sk-proj-4f9a8b7c6d5e4f3a2b1c0d"}]},
+            "steps.0.key",
+        ),
         ("reviewer", f"/workflows/{w}/approve", {"comment": PLANTED}, "comment"),
         ("reviewer", f"/workflows/{w}/reject", {"comment": PLANTED}, "comment"),
         ("operator", f"/dead-letters/{dl}/replay", {"reason": PLANTED}, "reason"),
@@ -595,8 +736,14 @@ def test_resolution_refuses_credentials_in_the_result_it_records(scene, people):
 
     step = Step.objects.get(workflow=scene["in_doubt"], key="mail")
     with pytest.raises(redaction.CredentialRefused) as refused:
-        resolution.resolve(step, by=people["operator"], decision="happened", reason="seen", external_ref="mail:1",
-                           result={"receipt": {"api_key": "k-123"}})
+        resolution.resolve(
+            step,
+            by=people["operator"],
+            decision="happened",
+            reason="seen",
+            external_ref="mail:1",
+            result={"receipt": {"api_key": "k-123"}},
+        )
     assert list(refused.value.fields) == ["result.receipt.api_key"]
     assert Step.objects.get(pk=step.pk).status == "IN_DOUBT"
 
@@ -625,4 +772,3 @@ def test_log_lines_and_tracebacks_are_scrubbed(monkeypatch):
     assert len(records) == 2
     assert "4f9a8b7c6d5e4f3a2b1c" not in records[0] and "[REDACTED]" in records[0]
     assert "ValueError" in records[1] and DESK_TOKEN not in records[1]
-

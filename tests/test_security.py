@@ -7,26 +7,44 @@ import sys
 
 import pytest
 from django.core.management import call_command
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ticket_plan
 from tests.processes import PROJECT_DIR
+from tests.support.seeing import Client
 from workflows.models import Workflow
 
 
 def manage(*args, **env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "AUDIT_KEYS",
-                                                               "SIGNING_KEYS_FILE")}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "AUDIT_KEYS", "SIGNING_KEYS_FILE")
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT_DIR,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_deploy_check_is_clean_with_production_settings():
     import secrets
 
-    result = manage("check", "--deploy", "--fail-level", "WARNING", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50),
-                    ALLOWED_HOSTS="console.example.com", VAR_DIR=str(PROJECT_DIR / "var"),
-                    AUDIT_KEYS=f"k1:{secrets.token_urlsafe(32)}", SIGNING_KEYS_FILE="/nonexistent/signing-keys.json")
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DEBUG="0",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="console.example.com",
+        VAR_DIR=str(PROJECT_DIR / "var"),
+        AUDIT_KEYS=f"k1:{secrets.token_urlsafe(32)}",
+        SIGNING_KEYS_FILE="/nonexistent/signing-keys.json",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -34,8 +52,13 @@ def test_deploy_check_is_clean_with_production_settings():
 def test_audit_and_signing_keys_are_required_when_debug_is_off(missing):
     import secrets
 
-    env = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "console.example.com",
-           "AUDIT_KEYS": f"k1:{secrets.token_urlsafe(32)}", "SIGNING_KEYS_FILE": "/nonexistent/signing-keys.json"}
+    env = {
+        "DEBUG": "0",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "console.example.com",
+        "AUDIT_KEYS": f"k1:{secrets.token_urlsafe(32)}",
+        "SIGNING_KEYS_FILE": "/nonexistent/signing-keys.json",
+    }
     del env[missing]
     for command in (["check"], ["qcluster", "--run-once"]):
         result = manage(*command, **env)
@@ -145,14 +168,20 @@ def test_metrics_without_a_token_answer_a_direct_loopback_caller_only(live_serve
     settings.METRICS_TOKEN = ""
     url = f"{live_server.url}/metrics"
     assert requests.get(url, timeout=10).status_code == 200  # a real connection from 127.0.0.1
-    for header in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
-                   {"X-Real-IP": "203.0.113.9"}, {"X-Forwarded-For": "127.0.0.1"}):
+    for header in (
+        {"X-Forwarded-For": "203.0.113.9"},
+        {"Forwarded": "for=203.0.113.9"},
+        {"X-Real-IP": "203.0.113.9"},
+        {"X-Forwarded-For": "127.0.0.1"},
+    ):
         forwarded = requests.get(url, headers=header, timeout=10)
         assert forwarded.status_code == 403 and "durable_workflows" not in forwarded.text, header
 
 
-@pytest.mark.parametrize(("peer", "status"), [("127.0.0.1", 200), ("::1", 200), ("::ffff:127.0.0.1", 200),
-                                              ("10.0.0.5", 403), ("203.0.113.9", 403), ("", 403)])
+@pytest.mark.parametrize(
+    ("peer", "status"),
+    [("127.0.0.1", 200), ("::1", 200), ("::ffff:127.0.0.1", 200), ("10.0.0.5", 403), ("203.0.113.9", 403), ("", 403)],
+)
 def test_metrics_without_a_token_judge_the_peer_address(db, settings, peer, status):
     settings.METRICS_TOKEN = ""
     assert Client(REMOTE_ADDR=peer).get("/metrics").status_code == status

@@ -62,23 +62,35 @@ def test_the_demo_starts_everything_and_ctrl_c_stops_all_of_it(tmp_path):
     web, desk_port = free_port(), free_port()
     env = {**os.environ, "DEBUG": "1", "VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
-    demo = subprocess.Popen([sys.executable, "manage.py", "rundemo", "--web", f"127.0.0.1:{web}",
-                             "--desk-port", str(desk_port)], cwd=PROJECT_DIR, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "rundemo", "--web", f"127.0.0.1:{web}", "--desk-port", str(desk_port)],
+        cwd=PROJECT_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
             try:
-                if requests.get(f"http://127.0.0.1:{web}/login/", timeout=1).status_code == 200 and \
-                        requests.get(f"http://127.0.0.1:{desk_port}/tickets", timeout=1).status_code == 200:
+                if (
+                    requests.get(f"http://127.0.0.1:{web}/login/", timeout=1).status_code == 200
+                    and requests.get(f"http://127.0.0.1:{desk_port}/tickets", timeout=1).status_code == 200
+                ):
                     break
             except requests.RequestException:
                 pass
             assert demo.poll() is None and time.monotonic() < deadline, "the demo did not come up"
             time.sleep(0.3)
         # The demo's desk refuses a write that carries no approval proof.
-        refused = requests.post(f"http://127.0.0.1:{desk_port}/tickets", json={"title": "by hand"},
-                                headers={"Idempotency-Key": "k"}, timeout=5)
+        refused = requests.post(
+            f"http://127.0.0.1:{desk_port}/tickets",
+            json={"title": "by hand"},
+            headers={"Idempotency-Key": "k"},
+            timeout=5,
+        )
         assert refused.status_code == 403 and refused.json()["error"]["code"] == "approval_proof_invalid"
         tickets = requests.get(f"http://127.0.0.1:{desk_port}/tickets", timeout=5).json()
         assert "by hand" not in [ticket["title"] for ticket in tickets]
@@ -98,8 +110,11 @@ def test_the_demo_starts_everything_and_ctrl_c_stops_all_of_it(tmp_path):
     assert "reviewer, reviewer2, operator, auditor, agent, admin" in output  # the logins are printed
     assert "Stopped web, worker and ticket desk." in output
     deadline = time.monotonic() + 20
-    while left := subprocess.run(["pgrep", "-f", "--", f"ticketdesk --port {desk_port}|runserver 127.0.0.1:{web}"],
-                                 capture_output=True, text=True).stdout.split():
+    while left := subprocess.run(
+        ["pgrep", "-f", "--", f"ticketdesk --port {desk_port}|runserver 127.0.0.1:{web}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split():
         assert time.monotonic() < deadline, f"left behind: {left}"
         time.sleep(0.1)
     alive = [pid for pid in children + sessions if _running(int(pid))]
@@ -112,9 +127,16 @@ def test_the_demo_desk_requires_proofs_checked_against_the_console_keys():
     commands = demo_commands("0.0.0.0:8000", 8100)
     assert list(commands) == ["web", "worker", "ticket desk"]  # the desk once the keys are served
     desk = commands["ticket desk"]
-    assert desk[desk.index("ticketdesk"):] == [
-        "ticketdesk", "--port", "8100", "--require-approval-proof",
-        "--jwks", "http://127.0.0.1:8000/.well-known/jwks.json", "--audience", "http://127.0.0.1:8100"]
+    assert desk[desk.index("ticketdesk") :] == [
+        "ticketdesk",
+        "--port",
+        "8100",
+        "--require-approval-proof",
+        "--jwks",
+        "http://127.0.0.1:8000/.well-known/jwks.json",
+        "--audience",
+        "http://127.0.0.1:8100",
+    ]
 
 
 def _running(pid: int) -> bool:

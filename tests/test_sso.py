@@ -16,23 +16,27 @@ import pytest
 import requests
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ImproperlyConfigured
-from tests.support.seeing import Client
 
 from durableconsole import env
 from tests.conftest import PASSWORD, run_until, ticket_plan
-from tests.test_gates import gated_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
+from tests.support import deciding as decide
+from tests.support.seeing import Client
+from tests.test_gates import gated_plan
 from workflows.engine import execution, gates
 from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
-from workflows.ops.processes import free_port
 from workflows.operations import plans
+from workflows.ops.processes import free_port
 from workflows.states import StepStatus
 from workflows.web import sso
 from workflows.web.auth import SIGNED_IN_AT
-from tests.support import deciding as decide
 
-ROLE_MAP = {"reviewers": ["idp-reviewers"], "operators": ["idp-ops"], "auditors": ["idp-audit"],
-            "payments-reviewers": ["idp-payments"]}
+ROLE_MAP = {
+    "reviewers": ["idp-reviewers"],
+    "operators": ["idp-ops"],
+    "auditors": ["idp-audit"],
+    "payments-reviewers": ["idp-payments"],
+}
 TEAM_MAP = {"payments": ["idp-payments"], "default": ["idp-reviewers"]}
 
 
@@ -97,17 +101,20 @@ def test_sign_in_runs_the_code_flow_with_state_nonce_and_pkce(sso_on):
     assert page.status_code == 200 and b"alice \xc2\xb7 reviewer" in page.content
 
 
-@pytest.mark.parametrize("mode, says", [
-    ("wrong_audience", "issued for another client (wrong audience)"),
-    ("bad_signature", "signature does not verify"),
-    ("expired", "has expired"),
-    ("wrong_nonce", "nonce does not match"),
-    ("alg_none", "signed with 'none', which is not accepted"),
-    ("hs256", "signed with 'HS256', which is not accepted"),
-    ("wrong_issuer", "issued by another issuer"),
-    ("wrong_azp", "names several audiences but not this client as its authorized party"),
-    ("foreign_azp", "issued to another client (its authorized party"),
-])
+@pytest.mark.parametrize(
+    "mode, says",
+    [
+        ("wrong_audience", "issued for another client (wrong audience)"),
+        ("bad_signature", "signature does not verify"),
+        ("expired", "has expired"),
+        ("wrong_nonce", "nonce does not match"),
+        ("alg_none", "signed with 'none', which is not accepted"),
+        ("hs256", "signed with 'HS256', which is not accepted"),
+        ("wrong_issuer", "issued by another issuer"),
+        ("wrong_azp", "names several audiences but not this client as its authorized party"),
+        ("foreign_azp", "issued to another client (its authorized party"),
+    ],
+)
 def test_a_bad_id_token_is_refused_with_its_reason_and_no_session(sso_on, mode, says):
     sso_on.control(mode=mode)
     client = Client()
@@ -288,8 +295,12 @@ def test_an_htmx_request_due_for_renewal_is_sent_through_the_provider_whole(sso_
     session = client.session
     session["oidc_id_token_expiration"] = time.time() - 1
     session.save()
-    answer = client.post("/workflows/00000000-0000-0000-0000-000000000000/approve", {},
-                         HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/workflows/")
+    answer = client.post(
+        "/workflows/00000000-0000-0000-0000-000000000000/approve",
+        {},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/workflows/",
+    )
     assert answer.status_code == 204 and answer["HX-Redirect"].startswith(sso_on.issuer + "/authorize")
     assert client.session["oidc_login_next"] == "/workflows/"
 
@@ -301,6 +312,7 @@ def test_local_sessions_are_not_sent_to_the_provider(sso_on, people):
 
 
 # --- LOCAL_LOGIN ------------------------------------------------------------------
+
 
 def test_local_login_off_leaves_only_the_provider(sso_on, settings, people):
     settings.LOCAL_LOGIN = False
@@ -326,16 +338,22 @@ def test_local_login_on_offers_both(sso_on, people):
 
 # --- decisions need a recent sign-in --------------------------------------------------
 
+
 def _stale(client, settings):
     session = client.session
     session[SIGNED_IN_AT] = int(time.time()) - settings.DECISION_MAX_AUTH_AGE - 60
     session.save()
 
 
-@pytest.mark.parametrize("route, verb", [
-    ("approve", "workflow.approved"), ("reject", "workflow.rejected"),
-    ("steps/close/approve", "gate.opened"), ("steps/close/reject", "gate.rejected"),
-])
+@pytest.mark.parametrize(
+    "route, verb",
+    [
+        ("approve", "workflow.approved"),
+        ("reject", "workflow.rejected"),
+        ("steps/close/approve", "gate.opened"),
+        ("steps/close/reject", "gate.rejected"),
+    ],
+)
 def test_a_console_decision_needs_a_recent_sign_in(route, verb, people, desk, settings):
     if route.startswith("steps/"):  # a gate decision: the plan approved, the run waiting at its gate
         workflow = plans.submit(people["agent"], gated_plan("stale")).workflow
@@ -384,10 +402,16 @@ def test_signing_in_again_at_the_provider_asks_it_to_authenticate_anew(sso_on, s
 
 # --- settings fail loudly -----------------------------------------------------------
 
-@pytest.mark.parametrize("raw, says", [
-    ("not json", "must be a JSON object"), ('["reviewers"]', "must be a JSON object"),
-    ('{"reviewers": "idp"}', "must map to a list"), ('{"reviewers": [1]}', "must map to a list"),
-])
+
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        ("not json", "must be a JSON object"),
+        ('["reviewers"]', "must be a JSON object"),
+        ('{"reviewers": "idp"}', "must map to a list"),
+        ('{"reviewers": [1]}', "must map to a list"),
+    ],
+)
 def test_a_bad_group_map_stops_start_up(monkeypatch, raw, says):
     monkeypatch.setenv("OIDC_ROLE_MAP", raw)
     with pytest.raises(ImproperlyConfigured, match=says):
@@ -409,17 +433,24 @@ def test_bad_proxies_and_secrets_stop_start_up(monkeypatch, tmp_path):
         env.env_secret("OIDC_CLIENT_SECRET")
 
 
-@pytest.mark.parametrize("environment, says", [
-    ({"LOCAL_LOGIN": "0"}, "LOCAL_LOGIN=0 needs OIDC_ISSUER"),
-    ({"OIDC_ISSUER": "https://id.example.com"}, "needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET"),
-    ({"OIDC_ISSUER": "id.example.com", "OIDC_CLIENT_ID": "c", "OIDC_CLIENT_SECRET": "s"}, "https:// URL"),
-    ({"OIDC_TEAM_MAP": '{"a team": ["g"]}'}, "must be a slug"),
-    ({"LOCAL_LOGIN": "maybe"}, "LOCAL_LOGIN must be one of"),
-    ({"OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS": "0"}, "at least 1"),
-])
+@pytest.mark.parametrize(
+    "environment, says",
+    [
+        ({"LOCAL_LOGIN": "0"}, "LOCAL_LOGIN=0 needs OIDC_ISSUER"),
+        ({"OIDC_ISSUER": "https://id.example.com"}, "needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET"),
+        ({"OIDC_ISSUER": "id.example.com", "OIDC_CLIENT_ID": "c", "OIDC_CLIENT_SECRET": "s"}, "https:// URL"),
+        ({"OIDC_TEAM_MAP": '{"a team": ["g"]}'}, "must be a slug"),
+        ({"LOCAL_LOGIN": "maybe"}, "LOCAL_LOGIN must be one of"),
+        ({"OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS": "0"}, "at least 1"),
+    ],
+)
 def test_bad_sign_in_settings_stop_start_up(environment, says):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OIDC_", "LOCAL_LOGIN"))}
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"],
-                            env={**environ, "DJANGO_SETTINGS_MODULE": "durableconsole.settings", "DEBUG": "1",
-                                 **environment}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={**environ, "DJANGO_SETTINGS_MODULE": "durableconsole.settings", "DEBUG": "1", **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0 and says in result.stderr

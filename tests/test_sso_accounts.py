@@ -11,17 +11,17 @@ import sys
 
 import pytest
 from django.contrib.auth.models import Group, User
-from tests.support.seeing import Client
 
 from tests.conftest import ticket_plan
+from tests.support.seeing import Client
 from tests.test_sso import sign_in, signed_in_user
 from tests.test_sso_sessions import provider, sso_on  # noqa: F401 (fixtures)
 from workflows import persons, roles, teams
 from workflows.models import AccountLink, AuditEvent, Team
 from workflows.operations import notifications, plans
 
-
 # --- no team unless mapped or OIDC_DEFAULT_TEAM -------------------------------------------
+
 
 def test_a_role_holder_with_no_mapped_team_gets_no_team_and_is_told_why(sso_on, people):
     workflow = plans.submit(people["agent"], ticket_plan("default-team")).workflow
@@ -65,6 +65,7 @@ def test_a_mapped_team_wins_over_the_default(sso_on, settings):
 
 # --- SSO and local accounts of one person -----------------------------------------------
 
+
 @pytest.fixture
 def local_bob(people):
     bob = User.objects.create_user("bob-local", email="Bob@Corp.example", password="x")
@@ -88,14 +89,17 @@ def test_a_verified_email_of_a_trusted_domain_links_the_local_account(sso_on, se
     assert AuditEvent.objects.filter(verb="person.linked").count() == 1
 
 
-@pytest.mark.parametrize("claims, domains", [
-    ({"email": "bob@corp.example", "email_verified": False}, ["corp.example"]),
-    ({"email": "bob@corp.example", "email_verified": None}, ["corp.example"]),
-    ({"email": "bob@corp.example", "email_verified": "true"}, ["corp.example"]),
-    ({"email": "bob@corp.example", "email_verified": True}, ["other.example"]),
-    ({"email": "bob@corp.example", "email_verified": True}, []),
-    ({"email": "bob@evil.corp.example", "email_verified": True}, ["corp.example"]),
-])
+@pytest.mark.parametrize(
+    "claims, domains",
+    [
+        ({"email": "bob@corp.example", "email_verified": False}, ["corp.example"]),
+        ({"email": "bob@corp.example", "email_verified": None}, ["corp.example"]),
+        ({"email": "bob@corp.example", "email_verified": "true"}, ["corp.example"]),
+        ({"email": "bob@corp.example", "email_verified": True}, ["other.example"]),
+        ({"email": "bob@corp.example", "email_verified": True}, []),
+        ({"email": "bob@evil.corp.example", "email_verified": True}, ["corp.example"]),
+    ],
+)
 def test_no_link_without_a_verified_email_of_a_trusted_domain(sso_on, settings, local_bob, claims, domains):
     settings.OIDC_LINK_EMAIL_DOMAINS = domains
     sso_on.control(sub="bob", groups=["idp-reviewers"], **claims)
@@ -126,26 +130,53 @@ def test_no_link_when_several_or_no_active_local_accounts_have_the_email(sso_on,
 
 # --- LOCAL_LOGIN defaults --------------------------------------------------------------------
 
-@pytest.mark.parametrize("environment, local_login", [
-    ({}, True),
-    ({"OIDC_ISSUER": "https://id.example.com", "OIDC_CLIENT_ID": "c", "OIDC_CLIENT_SECRET": "s"}, False),
-    ({"OIDC_ISSUER": "https://id.example.com", "OIDC_CLIENT_ID": "c", "OIDC_CLIENT_SECRET": "s",
-      "LOCAL_LOGIN": "1"}, True),
-])
+
+@pytest.mark.parametrize(
+    "environment, local_login",
+    [
+        ({}, True),
+        ({"OIDC_ISSUER": "https://id.example.com", "OIDC_CLIENT_ID": "c", "OIDC_CLIENT_SECRET": "s"}, False),
+        (
+            {
+                "OIDC_ISSUER": "https://id.example.com",
+                "OIDC_CLIENT_ID": "c",
+                "OIDC_CLIENT_SECRET": "s",
+                "LOCAL_LOGIN": "1",
+            },
+            True,
+        ),
+    ],
+)
 def test_local_login_is_off_by_default_with_a_provider(environment, local_login):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OIDC_", "LOCAL_LOGIN"))}
     result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
-                               "print(settings.LOCAL_LOGIN, settings.SESSION_MAX_AGE)"],
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.LOCAL_LOGIN, settings.SESSION_MAX_AGE)",
+        ],
         env={**environ, "DJANGO_SETTINGS_MODULE": "durableconsole.settings", "DEBUG": "1", **environment},
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(local_login), "28800"]
 
 
 def test_a_bad_default_team_stops_start_up():
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OIDC_", "LOCAL_LOGIN"))}
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"],
-                            env={**environ, "DJANGO_SETTINGS_MODULE": "durableconsole.settings", "DEBUG": "1",
-                                 "OIDC_DEFAULT_TEAM": "night shift"}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={
+            **environ,
+            "DJANGO_SETTINGS_MODULE": "durableconsole.settings",
+            "DEBUG": "1",
+            "OIDC_DEFAULT_TEAM": "night shift",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0 and "must be a slug" in result.stderr

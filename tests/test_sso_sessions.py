@@ -17,10 +17,10 @@ import requests
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ApiClient, ticket_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
+from tests.support.seeing import Client
 from tests.test_sso import ROLE_MAP, TEAM_MAP, sign_in, signed_in_user, start
 from workflows.models import ApiToken, AuditEvent
 from workflows.operations import persons, plans
@@ -39,8 +39,16 @@ def provider():
 
 @pytest.fixture
 def sso_on(settings, provider, db):
-    provider.control(mode="good", sub="alice", groups=["idp-reviewers"], auth_time=True, clear_log=True,
-                     sid="provider-session-1", email=None, email_verified=None)
+    provider.control(
+        mode="good",
+        sub="alice",
+        groups=["idp-reviewers"],
+        auth_time=True,
+        clear_log=True,
+        sid="provider-session-1",
+        email=None,
+        email_verified=None,
+    )
     settings.OIDC_ISSUER = provider.issuer
     settings.OIDC_CLIENT_ID = CLIENT_ID
     settings.OIDC_CLIENT_SECRET = CLIENT_SECRET
@@ -79,6 +87,7 @@ def logout(token: str):
 
 
 # --- back-channel logout -------------------------------------------------------------
+
 
 def test_backchannel_logout_ends_the_subjects_sessions_and_stops_their_agents(alices_agent, sso_on, people):
     second = Client()
@@ -136,18 +145,21 @@ def _unsigned(claims: dict) -> str:
     return f"{part({'alg': 'none', 'kid': 'test-key'})}.{part(claims)}."
 
 
-@pytest.mark.parametrize("changes, says", [
-    ({"sign": "other"}, "signature does not verify"),
-    ({"aud": "another-client"}, "another client"),
-    ({"iss": "http://127.0.0.1:1"}, "another issuer"),
-    ({"iat": None}, "lacks the 'iat' claim"),
-    ({"events": None}, "events claim"),
-    ({"events": {"http://schemas.openid.net/event/other": {}}}, "events claim"),
-    ({"events": ["http://schemas.openid.net/event/backchannel-logout"]}, "events claim"),
-    ({"nonce": "n-1"}, "no nonce"),
-    ({"sub": None}, "neither a subject"),
-    ({"exp": int(time.time()) - 600}, "ExpiredSignatureError"),
-])
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"sign": "other"}, "signature does not verify"),
+        ({"aud": "another-client"}, "another client"),
+        ({"iss": "http://127.0.0.1:1"}, "another issuer"),
+        ({"iat": None}, "lacks the 'iat' claim"),
+        ({"events": None}, "events claim"),
+        ({"events": {"http://schemas.openid.net/event/other": {}}}, "events claim"),
+        ({"events": ["http://schemas.openid.net/event/backchannel-logout"]}, "events claim"),
+        ({"nonce": "n-1"}, "no nonce"),
+        ({"sub": None}, "neither a subject"),
+        ({"exp": int(time.time()) - 600}, "ExpiredSignatureError"),
+    ],
+)
 def test_a_bad_logout_token_is_refused_and_ends_nothing(alices_agent, sso_on, changes, says):
     claims = {"sub": "alice", **changes}
     answer = logout(sso_on.logout_token(**claims))
@@ -160,11 +172,20 @@ def test_a_bad_logout_token_is_refused_and_ends_nothing(alices_agent, sso_on, ch
 
 def test_unsigned_or_secret_signed_or_missing_logout_tokens_are_refused(alices_agent, sso_on):
     now = int(time.time())
-    claims = {"iss": sso_on.issuer, "aud": CLIENT_ID, "iat": now, "sub": "alice",
-              "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}
+    claims = {
+        "iss": sso_on.issuer,
+        "aud": CLIENT_ID,
+        "iat": now,
+        "sub": "alice",
+        "events": {"http://schemas.openid.net/event/backchannel-logout": {}},
+    }
     hs256 = jwt.encode(claims, CLIENT_SECRET, algorithm="HS256", headers={"kid": "test-key"})
-    for token, says in ((_unsigned(claims), "'none'"), (hs256, "'HS256'"), ("", "no logout_token"),
-                        ("not.a.jwt", "not a valid JWT")):
+    for token, says in (
+        (_unsigned(claims), "'none'"),
+        (hs256, "'HS256'"),
+        ("", "no logout_token"),
+        ("not.a.jwt", "not a valid JWT"),
+    ):
         answer = logout(token)
         assert answer.status_code == 400 and says in answer.json()["error_description"]
     assert Client().get(BACKCHANNEL).status_code == 405
@@ -176,6 +197,7 @@ def test_without_an_issuer_there_is_no_backchannel_endpoint(db):
 
 
 # --- silent renewal refused ---------------------------------------------------------------
+
 
 def test_a_silent_renewal_the_provider_refuses_ends_every_session_and_stops_the_agents(alices_agent, sso_on):
     other_tab = Client()
@@ -192,11 +214,15 @@ def test_a_silent_renewal_the_provider_refuses_ends_every_session_and_stops_the_
 
 # --- no cross-site sign-out ---------------------------------------------------------------
 
-@pytest.mark.parametrize("query", [
-    {"error": "login_required"},
-    {"error": "login_required", "state": "forged-state"},
-    {"error": "access_denied", "error_description": "x", "state": ""},
-])
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"error": "login_required"},
+        {"error": "login_required", "state": "forged-state"},
+        {"error": "access_denied", "error_description": "x", "state": ""},
+    ],
+)
 def test_a_cross_site_request_to_the_callback_signs_nobody_out(alices_agent, query):
     answer = alices_agent["client"].get("/oidc/callback/", query)
     assert answer.status_code == 400 and "unknown state" in answer.content.decode()
@@ -234,6 +260,7 @@ def test_sso_sign_out_also_ends_the_provider_session(sso_on):
 
 # --- SESSION_MAX_AGE --------------------------------------------------------------------------
 
+
 def _age(client, seconds):
     session = client.session
     session[SESSION_STARTED] = int(time.time()) - seconds
@@ -267,6 +294,7 @@ def test_one_setting_sets_the_cookie_and_stored_session_too(settings):
 
 
 # --- next stays on this site -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("evil", EVIL)
 def test_next_after_a_local_sign_in_stays_local(people, evil):
@@ -317,6 +345,7 @@ def test_ended_sessions_are_gone_from_the_store(alices_agent, sso_on):
 
 
 # --- what already held: tokens and sessions stop with the account or its role -----------------
+
 
 def test_deactivating_an_account_stops_its_tokens_and_sessions(people, api):
     client = Client()

@@ -20,15 +20,45 @@ def workflow(people):
 
 def test_status_strings_are_the_contract():
     assert set(WorkflowStatus.values) == {
-        "PLANNED", "APPROVED", "RUNNING", "COMPLETE", "REJECTED", "EXPIRED", "CANCELLED", "FAILED",
-        "NEEDS_ATTENTION", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED", "WAITING_GATE"}
+        "PLANNED",
+        "APPROVED",
+        "RUNNING",
+        "COMPLETE",
+        "REJECTED",
+        "EXPIRED",
+        "CANCELLED",
+        "FAILED",
+        "NEEDS_ATTENTION",
+        "COMPENSATING",
+        "COMPENSATED",
+        "COMPENSATION_FAILED",
+        "WAITING_GATE",
+    }
     assert set(StepStatus.values) == {
-        "PENDING", "RUNNING", "VERIFYING", "COMPLETE", "WAITING_RETRY", "IN_DOUBT", "DEAD_LETTERED", "BLOCKED",
-        "COMPENSATING", "COMPENSATED", "WAITING_GATE"}
+        "PENDING",
+        "RUNNING",
+        "VERIFYING",
+        "COMPLETE",
+        "WAITING_RETRY",
+        "IN_DOUBT",
+        "DEAD_LETTERED",
+        "BLOCKED",
+        "COMPENSATING",
+        "COMPENSATED",
+        "WAITING_GATE",
+    }
     assert set(states.AttemptStatus.values) == {"REQUESTED", "SUCCEEDED", "FAILED", "UNKNOWN", "RECONCILED"}
     assert set(states.FailureClass.values) == {
-        "TRANSIENT", "RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "INVALID_ARGUMENTS",
-        "PERMISSION_DENIED", "POLICY_FAILED", "CONFLICT", "UNKNOWN"}
+        "TRANSIENT",
+        "RATE_LIMITED",
+        "DEPENDENCY_UNAVAILABLE",
+        "TIMEOUT",
+        "INVALID_ARGUMENTS",
+        "PERMISSION_DENIED",
+        "POLICY_FAILED",
+        "CONFLICT",
+        "UNKNOWN",
+    }
 
 
 @pytest.mark.parametrize("target", ["COMPLETE", "RUNNING", "FAILED", "COMPENSATED"])
@@ -50,8 +80,13 @@ def test_illegal_step_transition_raises(workflow):
 
 def test_every_table_target_is_a_known_status():
     for kind, table in states.TRANSITIONS.items():
-        known = {"workflow": WorkflowStatus, "step": StepStatus, "attempt": states.AttemptStatus,
-                 "compensation": states.CompensationStatus, "policy_change": states.PolicyChangeStatus}[kind].values
+        known = {
+            "workflow": WorkflowStatus,
+            "step": StepStatus,
+            "attempt": states.AttemptStatus,
+            "compensation": states.CompensationStatus,
+            "policy_change": states.PolicyChangeStatus,
+        }[kind].values
         assert set(table) == set(known), kind
         for targets in table.values():
             assert targets <= set(known)
@@ -163,5 +198,7 @@ def test_an_event_inserted_around_the_head_is_detected(workflow):
         f"INSERT INTO {AuditEvent._meta.db_table} (stream, seq, at, actor, verb, object_type, object_id, "
         "workflow_id, data, prev_hash, hash, hash_alg, key_id) SELECT stream, seq + 1, at, 'mallory', verb, "
         f"object_type, object_id, workflow_id, data, hash, hash, hash_alg, key_id FROM {AuditEvent._meta.db_table} "
-        "WHERE id = %s", [last.pk])
+        "WHERE id = %s",
+        [last.pk],
+    )
     assert any("beyond the chain's head" in p for p in journal.verify().problems)

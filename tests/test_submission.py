@@ -65,14 +65,22 @@ BAD_PLANS = {
     "args not an object": (_step(0, args=["a"]), "steps.0.args"),
     "reference to a later step": (_step(0, args={"title": {"$from": "close.result.id"}}), "steps.0.args.title"),
     "reference to an unknown step": (
-        _step(1, args={"ticket_id": {"$from": "nope.result.id"}, "body": "x"}), "steps.1.args.ticket_id"),
+        _step(1, args={"ticket_id": {"$from": "nope.result.id"}, "body": "x"}),
+        "steps.1.args.ticket_id",
+    ),
     "deadline out of range": ({**ticket_plan(), "deadline_seconds": 0}, "deadline_seconds"),
-    "unknown compensation action": (_step(0, compensation={"action": "undo.everything"}),
-                                    "steps.0.compensation.action"),
+    "unknown compensation action": (
+        _step(0, compensation={"action": "undo.everything"}),
+        "steps.0.compensation.action",
+    ),
     "idempotency declared as text": (
-        _step(0, action="http.post", args={"url": "https://hooks.example.com/x",
-                                           "receiver_honours_idempotency_key": "yes"}),
-        "steps.0.args.receiver_honours_idempotency_key"),
+        _step(
+            0,
+            action="http.post",
+            args={"url": "https://hooks.example.com/x", "receiver_honours_idempotency_key": "yes"},
+        ),
+        "steps.0.args.receiver_honours_idempotency_key",
+    ),
 }
 
 

@@ -10,16 +10,16 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
-from tests.support.seeing import Client
 
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows import actions, roles
 from workflows.actions import ActionError
+from workflows.audit import journal
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
-from workflows.audit import journal
 from workflows.operations import links, persons, policies, tokens
-from tests.support import deciding as decide
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks import events as webhook_events
@@ -72,15 +72,21 @@ def dead_letter_in(workflow, approver):
     execution.execute(execution.claim(workflow.pk))
     step = execution.claim(workflow.pk)
     attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"),
-                            step.fence)
+    outcomes.record_failure(
+        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"), step.fence
+    )
     return DeadLetter.objects.get(workflow=workflow)
 
 
 def half_done(key):
-    return {"name": "half done", "submission_key": key, "steps": [
-        {"key": "first", "action": "noop", "args": {}},
-        {"key": "open", "action": "ticket.create", "args": {"title": "t"}}]}
+    return {
+        "name": "half done",
+        "submission_key": key,
+        "steps": [
+            {"key": "first", "action": "noop", "args": {}},
+            {"key": "open", "action": "ticket.create", "args": {"title": "t"}},
+        ],
+    }
 
 
 # --- tokens, plans and the commands ---------------------------------------------
@@ -200,41 +206,53 @@ def test_audit_pages_and_exports_hold_only_the_auditors_teams(people, payments, 
 def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(people, payments, api):
     """Sign-ins, jobs, grants and links too, not only plans' events (DESIGN §27)."""
     paid = dead_letter_in(payments["agent"].submit(half_done("paid-half")), payments["reviewer"])
-    dead_letter_in(Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
-                   people["reviewer"])
+    dead_letter_in(
+        Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
+        people["reviewer"],
+    )
     jobs = {}
     for name, operator in (("paid", payments["operator"]), ("plain", people["operator"])):
-        answer = ApiClient(operator).post("/dead-letters/replay", {
-            "filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"})
+        answer = ApiClient(operator).post(
+            "/dead-letters/replay",
+            {"filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"},
+        )
         assert answer.status_code == 202, answer.content
         jobs[name] = answer.json()["job"]
     with transaction.atomic():
         for user in (payments["reviewer"], people["reviewer"]):
             journal.append(actor=user, verb="user.signed_in", obj_type="user", obj_id=user.pk, data={"via": "oidc"})
     persons.link(people["reviewer"], people["reviewer2"], by=None)
-    mine = {(row["object_type"], row["object_id"])
-            for row in ApiClient(payments["auditor"]).get("/audit", limit=500).json()["items"]}
+    mine = {
+        (row["object_type"], row["object_id"])
+        for row in ApiClient(payments["auditor"]).get("/audit", limit=500).json()["items"]
+    }
     assert ("job", jobs["paid"]) in mine and ("job", jobs["plain"]) not in mine
     assert ("user", str(payments["reviewer"].pk)) in mine and ("user", str(people["reviewer"].pk)) not in mine
     assert not any(kind == "person" for kind, _ in mine)
-    assert str(paid.workflow_id) in b"".join(console("pay-auditor").get("/audit/export.jsonl").streaming_content
-                                            ).decode()
+    assert (
+        str(paid.workflow_id) in b"".join(console("pay-auditor").get("/audit/export.jsonl").streaming_content).decode()
+    )
     # The default team's auditor sees the other half; a global auditor sees it all.
     theirs = {(row["object_type"], row["object_id"]) for row in api["auditor"].get("/audit", limit=500).json()["items"]}
     assert ("job", jobs["plain"]) in theirs and ("job", jobs["paid"]) not in theirs
     assert ("user", str(people["reviewer"].pk)) in theirs and ("user", str(payments["reviewer"].pk)) not in theirs
     person("all-seeing", roles.AUDITORS, roles.GLOBAL)
-    everything = {(row["object_type"], row["object_id"]) for row in ApiClient(User.objects.get(
-        username="all-seeing")).get("/audit", limit=500).json()["items"]}
+    everything = {
+        (row["object_type"], row["object_id"])
+        for row in ApiClient(User.objects.get(username="all-seeing")).get("/audit", limit=500).json()["items"]
+    }
     assert mine | theirs <= everything and any(kind == "person" for kind, _ in everything)
 
 
 def test_bulk_replay_touches_only_the_operators_teams(people, payments, api):
     paid = dead_letter_in(payments["agent"].submit(half_done("paid-half")), payments["reviewer"])
-    plain = dead_letter_in(Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half"))
-                                                .json()["id"]), people["reviewer"])
-    response = ApiClient(people["operator"]).post("/dead-letters/replay", {
-        "filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"})
+    plain = dead_letter_in(
+        Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
+        people["reviewer"],
+    )
+    response = ApiClient(people["operator"]).post(
+        "/dead-letters/replay", {"filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"}
+    )
     assert response.status_code == 202, response.content
     assert response.json()["matched"] == 1
     run_job(response.json()["job"])
@@ -267,8 +285,9 @@ def test_an_endpoint_hears_only_its_teams_plans(people, payments, api):
     webhook_events.emit("workflow.revised", paid.pk)
     assert list(WebhookDelivery.objects.values_list("endpoint", flat=True)) == [pay_endpoint.pk]
     # Another team's endpoint cannot be chosen, nor seen.
-    refused = ApiClient(people["operator"]).post("/webhooks", {"url": "https://hooks.example.com/x",
-                                                               "team": "payments"})
+    refused = ApiClient(people["operator"]).post(
+        "/webhooks", {"url": "https://hooks.example.com/x", "team": "payments"}
+    )
     assert refused.status_code == 400 and "team" in refused.json()["error"]["fields"]
     assert ApiClient(people["operator"]).get(f"/webhooks/{pay_endpoint.pk}").status_code == 404
     listed = ApiClient(people["operator"]).get("/webhook-deliveries").json()["items"]
@@ -302,8 +321,12 @@ def refund_reviewers(people, payments):
     """Only members of refund-reviewers approve a plan using noop."""
     group = Group.objects.create(name="refund-reviewers")
     payments["reviewer2"].groups.add(group)
-    result = policies.change("noop", by=people["operator"], reason="refunds need their reviewers",
-                             changes={"reviewer_group": "refund-reviewers"})
+    result = policies.change(
+        "noop",
+        by=people["operator"],
+        reason="refunds need their reviewers",
+        changes={"reviewer_group": "refund-reviewers"},
+    )
     assert result.applied and result.request is None  # naming a group where any reviewer could: a tightening
     return group
 
@@ -339,9 +362,16 @@ def test_the_recheck_drops_approvals_of_reviewers_who_left_the_group(people, pay
 
 
 def test_a_gate_is_approved_only_by_the_reviewer_group(people, payments, refund_reviewers):
-    plan = payments["agent"].submit({"name": "gated", "submission_key": "g", "steps": [
-        {"key": "first", "action": "noop", "args": {}},
-        {"key": "second", "action": "noop", "args": {}, "gate": {"approvals": 1}}]})
+    plan = payments["agent"].submit(
+        {
+            "name": "gated",
+            "submission_key": "g",
+            "steps": [
+                {"key": "first", "action": "noop", "args": {}},
+                {"key": "second", "action": "noop", "args": {}, "gate": {"approvals": 1}},
+            ],
+        }
+    )
     decide.approve(plan, by=payments["reviewer2"])
     assert run_until(plan.pk, WorkflowStatus.WAITING_GATE) == WorkflowStatus.WAITING_GATE
     refused = ApiClient(payments["reviewer"]).post(f"/workflows/{plan.pk}/steps/second/approve")

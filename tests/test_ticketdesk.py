@@ -224,9 +224,16 @@ def test_latency_fault_holds_no_lock_so_requests_wait_side_by_side(desk):
     desk.reset_concurrency()
     kinds = [
         ("POST /tickets", lambda i: create(desk, key=f"k{i}", timeout=60)),
-        ("POST /tickets/{id}/comments",
-         lambda i: desk.request("POST", f"/tickets/{ticket['id']}/comments", json={"body": f"c{i}"},
-                                headers={"Idempotency-Key": f"c{i}"}, timeout=60)),
+        (
+            "POST /tickets/{id}/comments",
+            lambda i: desk.request(
+                "POST",
+                f"/tickets/{ticket['id']}/comments",
+                json={"body": f"c{i}"},
+                headers={"Idempotency-Key": f"c{i}"},
+                timeout=60,
+            ),
+        ),
     ]
     n = 100  # per kind: 200 requests in all, against the default pool of 256
 

@@ -13,20 +13,26 @@ import sys
 
 import pytest
 import requests
-from tests.support.seeing import Client
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from durableconsole import telemetry
 from tests.conftest import ApiClient, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
+from tests.support import deciding as decide
+from tests.support.seeing import Client
 from workflows.audit import redaction, secrets
 from workflows.models import Step
 from workflows.operations import plans
-from tests.support import deciding as decide
 
-OWN_SPANS = {"durable.claim", "durable.policy_recheck", "durable.request", "durable.perform", "durable.record",
-             "durable.verify"}
+OWN_SPANS = {
+    "durable.claim",
+    "durable.policy_recheck",
+    "durable.request",
+    "durable.perform",
+    "durable.record",
+    "durable.verify",
+}
 FIELDS = {"durable.workflow_id", "durable.step_key", "durable.operation_key", "durable.attempt"}
 
 
@@ -39,8 +45,9 @@ def collector():
 def traced_worker(start_worker, collector, **env):
     # A tick far apart: the worker loop's own sweep would otherwise race
     # the approval's wake-up for the claim (a sweep's drain carries no trace).
-    return start_worker(OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="100",
-                        WORKER_TICK_SECONDS="30", **env)
+    return start_worker(
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="100", WORKER_TICK_SECONDS="30", **env
+    )
 
 
 def test_one_approvals_trace_runs_from_the_request_to_the_remote_call(spans, collector, people, start_worker, desk):
@@ -56,8 +63,11 @@ def test_one_approvals_trace_runs_from_the_request_to_the_remote_call(spans, col
     wait_for_status(workflow.pk, "COMPLETE")
     keys = {step.key: step.operation_key for step in Step.objects.filter(workflow=workflow)}
     worker_spans = collector.wait_for(
-        lambda found: {(s["name"], s["attributes"].get("durable.step_key")) for s in found}
-        >= {("durable.verify", key) for key in keys})
+        lambda found: (
+            {(s["name"], s["attributes"].get("durable.step_key")) for s in found}
+            >= {("durable.verify", key) for key in keys}
+        )
+    )
     ours = [s for s in worker_spans if s["name"].startswith("durable.")]
     # Every span of ours for this workflow's steps is in the approval's trace,
     # with the step's fields, and every phase of every step is there.
@@ -134,12 +144,20 @@ def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, des
     reconciles = [s for s in finished if s.name == "durable.reconcile"]
     assert len(reconciles) == 2  # the lookup, and recording what it found
     assert {(s.attributes["durable.step_key"], s.attributes["durable.operation_key"]) for s in reconciles} == {
-        ("open", step.operation_key)}
+        ("open", step.operation_key)
+    }
     assert len({s.context.trace_id for s in reconciles}) == 1
-    lookups = [s for s in finished if s.kind == SpanKind.CLIENT and s.parent is not None
-               and s.parent.span_id in {r.context.span_id for r in reconciles}]
-    assert len(lookups) == 1 and lookups[0].attributes.get("http.method", lookups[0].attributes.get(
-        "http.request.method")) == "GET"
+    lookups = [
+        s
+        for s in finished
+        if s.kind == SpanKind.CLIENT
+        and s.parent is not None
+        and s.parent.span_id in {r.context.span_id for r in reconciles}
+    ]
+    assert (
+        len(lookups) == 1
+        and lookups[0].attributes.get("http.method", lookups[0].attributes.get("http.request.method")) == "GET"
+    )
     assert not [s for s in finished if s.name == "durable.perform" and s.attributes["durable.step_key"] == "open"]
 
 
@@ -202,7 +220,11 @@ def test_json_log_lines_carry_the_trace_and_step_fields_and_are_scrubbed(spans, 
     assert inside["trace_id"] == format(span.get_span_context().trace_id, "032x")
     assert inside["span_id"] == format(span.get_span_context().span_id, "016x")
     assert (inside["workflow_id"], inside["step_key"], inside["operation_key"], inside["attempt"]) == (
-        str(workflow.pk), "open", step.operation_key, 1)
+        str(workflow.pk),
+        "open",
+        step.operation_key,
+        1,
+    )
     assert "4f9a8b7c6d5e4f3a2b1c" not in inside["message"] and "[REDACTED]" in inside["message"]
     assert inside["level"] == "WARNING" and inside["logger"] == "workflows.test.json"
     assert "workflow_id" not in outside and "trace_id" not in outside
@@ -224,10 +246,13 @@ def test_with_tracing_off_nothing_is_installed(people):
     assert telemetry.in_thread("durable.perform", step, fn) is fn
 
 
-@pytest.mark.parametrize("name, value, says", [
-    ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json"),
-    ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", "OTEL_EXPORTER_OTLP_ENDPOINT must be an http"),
-])
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", "OTEL_EXPORTER_OTLP_ENDPOINT must be an http"),
+    ],
+)
 def test_bad_tracing_and_log_settings_stop_start_up(name, value, says):
     env = {**os.environ, "DEBUG": "1", name: value}
     done = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True, timeout=120)

@@ -61,4 +61,3 @@ def test_netrc_logins_are_not_sent_to_plan_urls(monkeypatch, tmp_path, desk):
 
     headers = fresh_thread(call)
     assert "Authorization" not in headers
-

@@ -15,12 +15,12 @@ import pytest
 from django.db import connection, connections, transaction
 
 from tests.conftest import HttpApi
+from tests.support import deciding as decide
 from workflows.engine import announcements
 from workflows.models import Workflow
 from workflows.operations import plans
 from workflows.ops.processes import WebServer, database_url
 from workflows.web import waiting
-from tests.support import deciding as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,8 +29,12 @@ ASGI_APP_NAME = "wait-test-web"
 
 
 def noop_plan(key: str, **extra) -> dict:
-    return {"name": f"plan {key}", "submission_key": key, "steps": [{"key": "s", "action": "noop", "args": {}}],
-            **extra}
+    return {
+        "name": f"plan {key}",
+        "submission_key": key,
+        "steps": [{"key": "s", "action": "noop", "args": {}}],
+        **extra,
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -75,8 +79,9 @@ class Waiter(threading.Thread):
         self.started_at = time.monotonic()
 
     def run(self):
-        self.response = self.api.session.get(f"{self.api.base}/workflows/{self.workflow_id}/wait",
-                                             params=self.params, timeout=90)
+        self.response = self.api.session.get(
+            f"{self.api.base}/workflows/{self.workflow_id}/wait", params=self.params, timeout=90
+        )
         self.answered_at = time.monotonic()
 
     def answer(self, timeout=90) -> dict:
@@ -124,10 +129,17 @@ def test_wait_answers_with_the_current_state_at_its_timeout(server):
     assert 1.0 <= elapsed < 3.0
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"until": "approved"}, "until"), ({"until": ""}, "until"), ({"timeout": 0}, "timeout"),
-    ({"timeout": 61}, "timeout"), ({"timeout": "soon"}, "timeout"), ({"timeout": -5}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"until": "approved"}, "until"),
+        ({"until": ""}, "until"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": 61}, "timeout"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"timeout": -5}, "timeout"),
+    ],
+)
 def test_wait_refuses_a_bad_until_or_timeout_with_the_field(api, params, field):
     workflow_id = plans.submit(api["agent"].user, noop_plan("bad-params")).workflow.pk
 
@@ -212,11 +224,15 @@ def _database_sessions(application_name: str | None) -> int:
     name), or else every session but the server's."""
     with connection.cursor() as cursor:
         if application_name:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND application_name = %s", [application_name])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+                [application_name],
+            )
         else:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND application_name <> %s", [ASGI_APP_NAME])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name <> %s",
+                [ASGI_APP_NAME],
+            )
         return cursor.fetchone()[0]
 
 
@@ -250,8 +266,10 @@ def test_waiters_hold_no_database_connection_while_they_wait(server):
 
 def _listen_sessions(application_name: str) -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query = %s",
-                       [application_name, f"LISTEN {announcements.CHANNEL}"])
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query = %s",
+            [application_name, f"LISTEN {announcements.CHANNEL}"],
+        )
         return [pid for (pid,) in cursor.fetchall()]
 
 

@@ -115,8 +115,10 @@ def test_notifications_of_one_burst_wake_the_broker_for_one_look(listening, api,
 
 def _listening_sessions(application_name):
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query = %s",
-                       [application_name, f"LISTEN {CHANNEL}"])
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query = %s",
+            [application_name, f"LISTEN {CHANNEL}"],
+        )
         return cursor.fetchone()[0]
 
 

@@ -40,8 +40,15 @@ def secret_for(username: str, *options: str) -> str:
 
 
 def submit(api, url, key="hooked"):
-    answer = api["agent"].post("/workflows", {"name": "Hooked plan", "submission_key": key, "callback_url": url,
-                                              "steps": [{"key": "one", "action": "noop", "args": {}}]})
+    answer = api["agent"].post(
+        "/workflows",
+        {
+            "name": "Hooked plan",
+            "submission_key": key,
+            "callback_url": url,
+            "steps": [{"key": "one", "action": "noop", "args": {}}],
+        },
+    )
     assert answer.status_code == 201, answer.json()
     return answer.json()["id"]
 
@@ -83,7 +90,9 @@ def test_a_5xx_is_retried_with_the_same_webhook_id_until_it_succeeds(api, settin
         workflow_id = submit(api, receiver.url)
         api["reviewer"].post(f"/workflows/{workflow_id}/reject", {"comment": "no"})
         deliver_until(lambda: receiver.processed)
-    assert [r["headers"]["webhook-id"] for r in receiver.requests] == [receiver.requests[0]["headers"]["webhook-id"]] * 3
+    assert [r["headers"]["webhook-id"] for r in receiver.requests] == [
+        receiver.requests[0]["headers"]["webhook-id"]
+    ] * 3
     row = WebhookDelivery.objects.get()
     assert (row.status, row.attempts, row.last_status_code) == ("DELIVERED", 3, 200)
 
@@ -98,8 +107,14 @@ def test_an_endpoint_down_for_good_dead_letters_and_a_replay_keeps_the_webhook_i
         assert secret.startswith("whsec_")
         assert "secret" not in api["operator"].get(f"/webhooks/{created.json()['id']}").json()
         assert api["agent"].post("/webhooks", {"url": receiver.url}).status_code == 403
-        workflow_id = api["agent"].post("/workflows", {"name": "No callback", "submission_key": "k", "steps": [
-            {"key": "one", "action": "noop", "args": {}}]}).json()["id"]
+        workflow_id = (
+            api["agent"]
+            .post(
+                "/workflows",
+                {"name": "No callback", "submission_key": "k", "steps": [{"key": "one", "action": "noop", "args": {}}]},
+            )
+            .json()["id"]
+        )
         api["reviewer"].post(f"/workflows/{workflow_id}/reject", {"comment": "no"})
         deliver_until(lambda: WebhookDelivery.objects.filter(status="DEAD").exists())
         assert len(receiver.requests) == 3

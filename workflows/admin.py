@@ -11,8 +11,19 @@ class ActionPolicyAdmin(admin.ModelAdmin):
     """Read-only here: a change goes through the console or the API, where a
     loosening waits for a second operator (`workflows.operations.policies`)."""
 
-    list_display = ("action", "enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts",
-                    "max_in_flight", "rate_per_second", "version", "updated_by", "updated_at")
+    list_display = (
+        "action",
+        "enabled",
+        "risk",
+        "approvals_required",
+        "approval_ttl_seconds",
+        "max_attempts",
+        "max_in_flight",
+        "rate_per_second",
+        "version",
+        "updated_by",
+        "updated_at",
+    )
 
     def has_add_permission(self, request):
         return False

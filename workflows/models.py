@@ -9,15 +9,21 @@ import json
 import uuid
 
 from django.conf import settings
-from django.db import connection, models
 from django.contrib.auth import get_user_model
+from django.db import connection, models
 from django.db.models import Q
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from workflows import teams
 from workflows.states import (
-    AttemptStatus, CompensationStatus, FailureClass, PolicyChangeStatus, PreviewState, StepStatus, WorkflowStatus,
+    AttemptStatus,
+    CompensationStatus,
+    FailureClass,
+    PolicyChangeStatus,
+    PreviewState,
+    StepStatus,
+    WorkflowStatus,
 )
 
 
@@ -45,16 +51,17 @@ def update_rows(model, names: list[str], objs: list) -> None:
         arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in columns)
         sets = ", ".join(f"{quote(field.column)} = v.c{n}" for n, field in enumerate(fields, start=1))
         aliases = ", ".join(f"c{n}" for n in range(len(columns)))
-        params = [[field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs]
-                  for field in columns]
+        params = [
+            [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs] for field in columns
+        ]
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({aliases}) "
-                           f"WHERE {table}.{pk} = v.c0", params)
+            cursor.execute(
+                f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({aliases}) WHERE {table}.{pk} = v.c0", params
+            )
         return
     row = "(" + ", ".join(["%s"] * len(columns)) + ")"
     sets = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=2))
-    sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(objs))}) AS v "
-           f"WHERE {table}.{pk} = v.column1")
+    sql = f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(objs))}) AS v WHERE {table}.{pk} = v.column1"
     params = []
     for obj in objs:
         params += [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in columns]
@@ -112,8 +119,9 @@ class Workflow(models.Model):
     # The reviewer handling the plan ("I'm on it"), and when they last
     # showed it: the claim lapses REVIEW_CLAIM_MINUTES after that
     # (`operations.claims`). It only informs; it never blocks a decision.
-    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     claimed_at = models.DateTimeField(null=True, blank=True)
     # When reviewers are reminded and who is told once the review deadline
     # passes (DESIGN §22), as the plan set it: `{"deadline_seconds",
@@ -151,7 +159,8 @@ class Workflow(models.Model):
         if teams.is_staff_role(user):
             return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
         return self.submitted_by_id == user.pk and all(
-            getattr(self, name) == value for name, value in _token_team(user).items())
+            getattr(self, name) == value for name, value in _token_team(user).items()
+        )
 
     def require_visible_to(self, user) -> None:
         """404 (as if it did not exist) for a user outside its team."""
@@ -177,8 +186,8 @@ class Workflow(models.Model):
         if lapses <= (now or timezone.now()):
             return None
         if self.status != WorkflowStatus.PLANNED and not (
-                self.status == WorkflowStatus.FAILED
-                and self.steps.filter(lane=0, status=StepStatus.BLOCKED).exists()):
+            self.status == WorkflowStatus.FAILED and self.steps.filter(lane=0, status=StepStatus.BLOCKED).exists()
+        ):
             return None
         return self.claimed_by, lapses
 
@@ -273,13 +282,15 @@ class Step(models.Model):
     # The effect preview a worker took for the reviewer (`workflows.engine.previews`):
     # `{"summary", "details"}`, redacted, and the digest an approval binds.
     # Defaults in the database too: a process that predates previews still inserts steps.
-    preview_state = models.CharField(max_length=16, choices=PreviewState.choices, default=PreviewState.NONE,
-                                     db_default=PreviewState.NONE)
+    preview_state = models.CharField(
+        max_length=16, choices=PreviewState.choices, default=PreviewState.NONE, db_default=PreviewState.NONE
+    )
     preview = models.JSONField(null=True, blank=True)
     preview_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
     preview_error = models.TextField(blank=True, default="", db_default="")
-    preview_failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True, default="",
-                                             db_default="")
+    preview_failure_class = models.CharField(
+        max_length=32, choices=FailureClass.choices, blank=True, default="", db_default=""
+    )
     preview_at = models.DateTimeField(null=True, blank=True)
     # The preview as approved, kept when the one taken again before the effect
     # differed from it (the step is then BLOCKED): reviewers see both.
@@ -296,8 +307,9 @@ class Step(models.Model):
     # when none waits. Unindexed: nothing looks steps up by proposer, and
     # every step inserted would pay for the index.
     proposed_resolution = models.JSONField(null=True, blank=True)
-    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
-                                    related_name="+", db_index=False)
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+    )
 
     objects = StepQuerySet.as_manager()
 
@@ -314,8 +326,11 @@ class Step(models.Model):
             # implies on both databases: SQLite cannot match a status list
             # bound as parameters against one in an index's condition, and
             # would scan every PENDING step instead.
-            models.Index(fields=["next_attempt_at", "position", "id"], name="step_ready",
-                         condition=Q(next_attempt_at__isnull=False)),
+            models.Index(
+                fields=["next_attempt_at", "position", "id"],
+                name="step_ready",
+                condition=Q(next_attempt_at__isnull=False),
+            ),
             models.Index(fields=["status", "lease_expires_at"], name="step_lease"),
         ]
 
@@ -325,8 +340,9 @@ class Step(models.Model):
     def proposal_digest(self) -> str:
         """What a confirmation of the waiting answer binds: the answer, who
         gave it and when."""
-        return sha256_hex(canonical_json({"step": self.operation_key, "by": self.proposed_by_id,
-                                          **self.proposed_resolution}))
+        return sha256_hex(
+            canonical_json({"step": self.operation_key, "by": self.proposed_by_id, **self.proposed_resolution})
+        )
 
 
 class Attempt(models.Model):
@@ -493,8 +509,7 @@ class Compensation(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="compensations")
     lane = models.PositiveIntegerField()
-    status = models.CharField(max_length=16, choices=CompensationStatus.choices,
-                              default=CompensationStatus.REQUESTED)
+    status = models.CharField(max_length=16, choices=CompensationStatus.choices, default=CompensationStatus.REQUESTED)
     reason = models.TextField()
     # [{"compensates", "key", "action", "args"}] in the order they will run.
     plan = models.JSONField(default=list)
@@ -522,7 +537,8 @@ class Compensation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workflow", "lane"], name="compensation_lane_unique"),
             models.UniqueConstraint(
-                fields=["workflow"], condition=Q(status__in=["REQUESTED", "AUTHORIZED", "RUNNING"]),
+                fields=["workflow"],
+                condition=Q(status__in=["REQUESTED", "AUTHORIZED", "RUNNING"]),
                 name="one_open_compensation_per_workflow",
             ),
         ]
@@ -573,10 +589,12 @@ class ActionPolicy(models.Model):
     class Meta:
         verbose_name_plural = "action policies"
         constraints = [
-            models.CheckConstraint(condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1),
-                                   name="policy_max_in_flight_positive"),
-            models.CheckConstraint(condition=Q(rate_per_second__isnull=True) | Q(rate_per_second__gt=0),
-                                   name="policy_rate_positive"),
+            models.CheckConstraint(
+                condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1), name="policy_max_in_flight_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True) | Q(rate_per_second__gt=0), name="policy_rate_positive"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -683,9 +701,7 @@ class DeadLetter(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["step"], condition=Q(status="OPEN"), name="one_open_dead_letter_per_step"
-            ),
+            models.UniqueConstraint(fields=["step"], condition=Q(status="OPEN"), name="one_open_dead_letter_per_step"),
         ]
         indexes = [
             models.Index(fields=["status", "-created_at"], name="dead_letter_status"),
@@ -798,15 +814,20 @@ class AuditEventQuerySet(models.QuerySet):
         mine = teams.team_ids(user)
         endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
         jobs = [str(pk) for pk in Job.objects.visible_to(user).values_list("pk", flat=True)]
-        members = (get_user_model().objects.filter(teams.members_of_q(mine))
-                   .annotate(key=Cast("pk", output_field=models.CharField())).values("key"))
+        members = (
+            get_user_model()
+            .objects.filter(teams.members_of_q(mine))
+            .annotate(key=Cast("pk", output_field=models.CharField()))
+            .values("key")
+        )
         return self.filter(
             Q(workflow_id__in=Workflow.objects.visible_to(user).values("pk"))
             | (Q(workflow_id__isnull=True) & ~Q(object_type__in=TEAM_SCOPED_EVENTS))
             | Q(object_type="webhook_endpoint", object_id__in=endpoints)
             | Q(object_type="team", object_id__in=[str(pk) for pk in mine])
             | Q(object_type="job", object_id__in=jobs)
-            | Q(object_type="user", workflow_id__isnull=True, object_id__in=members))
+            | Q(object_type="user", workflow_id__isnull=True, object_id__in=members)
+        )
 
 
 # The kinds of object an event about no workflow may name that belong to a
@@ -1053,8 +1074,9 @@ class AccountLink(models.Model):
     (docs/approval-guarantees.md): a link never gives sign-in, roles or
     teams. An account with no row is a person of its own."""
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
-                                related_name="account_link")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="account_link"
+    )
     person = models.UUIDField(db_index=True)
     via = models.CharField(max_length=32)  # "manual", "sso-email"
     linked_at = models.DateTimeField(default=timezone.now)
@@ -1068,8 +1090,9 @@ class AgentOwner(models.Model):
     theirs for four-eyes, and their removal at the provider stops its
     tokens."""
 
-    agent = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
-                                 related_name="agent_owner")
+    agent = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="agent_owner"
+    )
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents_owned")
     since = models.DateTimeField(default=timezone.now)
 

@@ -21,8 +21,11 @@ def keys_of(user_ids: Iterable[int]) -> dict[int, str]:
     user_ids = {int(pk) for pk in user_ids if pk is not None}
     if not user_ids:
         return {}
-    rows = get_user_model().objects.filter(pk__in=user_ids).values_list(
-        "pk", "agent_owner__owner_id", "agent_owner__owner__account_link__person", "account_link__person")
+    rows = (
+        get_user_model()
+        .objects.filter(pk__in=user_ids)
+        .values_list("pk", "agent_owner__owner_id", "agent_owner__owner__account_link__person", "account_link__person")
+    )
     found = {}
     for pk, owner, owner_person, own_person in rows:
         person = owner_person if owner is not None else own_person
@@ -70,7 +73,8 @@ def plan_authors(workflows) -> dict:
     found = {w.pk: {w.submitted_by_id} for w in workflows}
     edited = [w.pk for w in workflows if w.revision > 1]
     if edited:
-        for workflow_id, by_id in (PlanRevision.objects.filter(workflow_id__in=edited, number__gt=1)
-                                   .values_list("workflow_id", "by_id")):
+        for workflow_id, by_id in PlanRevision.objects.filter(workflow_id__in=edited, number__gt=1).values_list(
+            "workflow_id", "by_id"
+        ):
             found[workflow_id].add(by_id)
     return found

@@ -41,7 +41,10 @@ def in_all_groups(user_ids, groups) -> set:
     if not groups or not user_ids:
         return user_ids
     have = defaultdict(set)
-    for user_id, name in (get_user_model().groups.through.objects
-                          .filter(user_id__in=user_ids, group__name__in=groups).values_list("user_id", "group__name")):
+    for user_id, name in (
+        get_user_model()
+        .groups.through.objects.filter(user_id__in=user_ids, group__name__in=groups)
+        .values_list("user_id", "group__name")
+    ):
         have[user_id].add(name)
     return {user_id for user_id in user_ids if groups <= have[user_id]}

@@ -26,7 +26,8 @@ def _step_out(step) -> dict:
                 "finished_at": a.finished_at,
                 # The approval proof its writes carried (DESIGN §25), never the token.
                 "proof": {"kid": a.proof_kid, "jti": a.proof_jti, "approvers": a.proof_approvers or []}
-                if a.proof_kid else None,
+                if a.proof_kid
+                else None,
             }
             for a in step.attempts.all()
         ],
@@ -38,9 +39,16 @@ def _pending_resolution_out(step) -> dict | None:
     proposal = step.proposed_resolution
     if proposal is None:
         return None
-    return {"by": step.proposed_by.get_username(), "decision": proposal["decision"],
-            "external_ref": proposal["external_ref"], "result": proposal["result"], "reason": proposal["reason"],
-            "at": proposal["at"], "digest": step.proposal_digest(), "awaiting_confirmation": True}
+    return {
+        "by": step.proposed_by.get_username(),
+        "decision": proposal["decision"],
+        "external_ref": proposal["external_ref"],
+        "result": proposal["result"],
+        "reason": proposal["reason"],
+        "at": proposal["at"],
+        "digest": step.proposal_digest(),
+        "awaiting_confirmation": True,
+    }
 
 
 def _revisions_out(workflow: Workflow) -> list[dict]:
@@ -48,10 +56,18 @@ def _revisions_out(workflow: Workflow) -> list[dict]:
     edited has one, the workflow's own."""
     rows = sorted(workflow.revisions.all(), key=lambda row: row.number)  # prefetched by lists
     if not rows:
-        return [{"number": 1, "plan_hash": workflow.plan_hash, "by": workflow.submitted_by.get_username(),
-                 "at": workflow.created_at}]
-    return [{"number": row.number, "plan_hash": row.plan_hash, "by": row.by.get_username(), "at": row.created_at}
-            for row in rows]
+        return [
+            {
+                "number": 1,
+                "plan_hash": workflow.plan_hash,
+                "by": workflow.submitted_by.get_username(),
+                "at": workflow.created_at,
+            }
+        ]
+    return [
+        {"number": row.number, "plan_hash": row.plan_hash, "by": row.by.get_username(), "at": row.created_at}
+        for row in rows
+    ]
 
 
 def _gate_out(workflow: Workflow, steps) -> dict | None:
@@ -61,9 +77,13 @@ def _gate_out(workflow: Workflow, steps) -> dict | None:
     step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
     if step is None:
         return None
-    return {"step": step.key, "note": str((step.gate or {}).get("note", "")),
-            "approvals": len(gates.valid_approvals(step, workflow)), "required": gates.required(step),
-            "results_digest": gates.results_digest(step)}
+    return {
+        "step": step.key,
+        "note": str((step.gate or {}).get("note", "")),
+        "approvals": len(gates.valid_approvals(step, workflow)),
+        "required": gates.required(step),
+        "results_digest": gates.results_digest(step),
+    }
 
 
 def _preview_out(step) -> dict:
@@ -99,6 +119,7 @@ def workflow_out(workflow: Workflow) -> dict:
         "steps": [_step_out(step) for step in steps if step.lane == 0],
         "compensation_steps": [
             {**_step_out(step), "compensates": step.compensates.key if step.compensates else None}
-            for step in steps if step.lane
+            for step in steps
+            if step.lane
         ],
     }

@@ -97,8 +97,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         # An operator may cancel a plan at any point of its run; its steps
         # stop where they stand (an effect in flight is still recorded).
         W.APPROVED: frozenset({W.RUNNING, W.CANCELLED}),
-        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING, W.CANCELLED,
-                              W.WAITING_GATE}),
+        W.RUNNING: frozenset({W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION, W.COMPENSATING, W.CANCELLED, W.WAITING_GATE}),
         # Paused at a gate: on with its approvals, ended by a rejection or the
         # deadline, or stopped by an operator.
         W.WAITING_GATE: frozenset({W.RUNNING, W.REJECTED, W.EXPIRED, W.CANCELLED}),
@@ -159,8 +158,19 @@ TERMINAL_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W
 ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
 # What a waiter for the end of a workflow waits for (DESIGN §21.2): the end
 # states, and the states that need a person, so that a waiter is never stuck.
-SETTLED_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W.FAILED, W.NEEDS_ATTENTION,
-                              W.COMPENSATED, W.COMPENSATION_FAILED, W.WAITING_GATE})
+SETTLED_WORKFLOW = frozenset(
+    {
+        W.COMPLETE,
+        W.REJECTED,
+        W.EXPIRED,
+        W.CANCELLED,
+        W.FAILED,
+        W.NEEDS_ATTENTION,
+        W.COMPENSATED,
+        W.COMPENSATION_FAILED,
+        W.WAITING_GATE,
+    }
+)
 RETRYABLE_CLASSES = frozenset({FailureClass.TRANSIENT, FailureClass.RATE_LIMITED, FailureClass.DEPENDENCY_UNAVAILABLE})
 
 

@@ -40,8 +40,11 @@ def is_global(user) -> bool:
 
 def is_staff_role(user) -> bool:
     """A reviewer, operator or auditor (or a superuser): a person, not an agent."""
-    return bool(user.is_authenticated and user.is_active
-                and (user.is_superuser or any(roles.has_role(user, role) for role in roles.ALL)))
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and (user.is_superuser or any(roles.has_role(user, role) for role in roles.ALL))
+    )
 
 
 def team_ids(user) -> set[int]:
@@ -56,8 +59,11 @@ def team_ids(user) -> set[int]:
         Team = apps.get_model("workflows", "Team")
         mine = Team.members.through.objects.filter(team=OuterRef("pk"), user=user.pk)
         sso = apps.get_model("workflows", "ProviderIdentity").objects.filter(user=user.pk)
-        rows = list(Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
-                .annotate(member=Exists(mine), sso=Exists(sso)).values_list("pk", "member", "sso"))
+        rows = list(
+            Team.objects.filter(Q(Exists(mine)) | Q(name=DEFAULT))
+            .annotate(member=Exists(mine), sso=Exists(sso))
+            .values_list("pk", "member", "sso")
+        )
         cache = {pk for pk, member, _ in rows if member}
         if not cache and not (rows[0][2] if rows else is_sso(user)):
             cache = {pk for pk, _, _ in rows} or {default_team_id()}
@@ -89,8 +95,9 @@ def members_of_q(team_ids: set[int]) -> Q:
     (no query of its own): `members_q` for several teams at once."""
     Team = apps.get_model("workflows", "Team")
     return Q(teams__id__in=team_ids) | (
-        Q(teams__isnull=True, provider_identity__isnull=True) & Q(Exists(Team.objects.filter(pk__in=team_ids,
-                                                                                          name=DEFAULT))))
+        Q(teams__isnull=True, provider_identity__isnull=True)
+        & Q(Exists(Team.objects.filter(pk__in=team_ids, name=DEFAULT)))
+    )
 
 
 def eligible_group(group: str, team_id: int) -> bool:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tests.support import seeing
 from workflows.operations import approvals, compensation, revisions
 from workflows.operations import gates as gate_decisions
 from workflows.operations.deciding import Seen
-
-from tests.support import seeing
 
 
 def approve(workflow, *, by, comment: str = "", preview_digests=None):
@@ -32,8 +31,9 @@ def gate_approve(workflow, step_key: str, *, by, comment: str = "", results_dige
 
 
 def gate_reject(workflow, step_key: str, *, by, comment: str = ""):
-    return gate_decisions.reject(workflow, step_key, by=by, seen=Seen.current(workflow, gate_step=step_key),
-                                 comment=comment)
+    return gate_decisions.reject(
+        workflow, step_key, by=by, seen=Seen.current(workflow, gate_step=step_key), comment=comment
+    )
 
 
 def authorize(comp, *, by, reason: str = ""):

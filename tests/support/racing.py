@@ -43,16 +43,22 @@ class Person:
         got = self.http.get(f"{self.base}/workflows/{workflow_id}", timeout=TIMEOUT)
         assert got.status_code == 200, got.content
         plan = got.json()
-        return {"revision": plan["revision"], "plan_hash": plan["plan_hash"],
-                "preview_digests": {step["key"]: step["preview"]["digest"] for step in plan["steps"]
-                                    if step["preview"]["state"] == "READY"}}
+        return {
+            "revision": plan["revision"],
+            "plan_hash": plan["plan_hash"],
+            "preview_digests": {
+                step["key"]: step["preview"]["digest"] for step in plan["steps"] if step["preview"]["state"] == "READY"
+            },
+        }
 
     def approve(self, workflow_id, seen: dict, comment: str = "") -> requests.Response:
         return self.post(f"/workflows/{workflow_id}/approve", {**seen, "comment": comment})
 
     def reject(self, workflow_id, seen: dict, comment: str = "") -> requests.Response:
-        return self.post(f"/workflows/{workflow_id}/reject",
-                         {"revision": seen["revision"], "plan_hash": seen["plan_hash"], "comment": comment})
+        return self.post(
+            f"/workflows/{workflow_id}/reject",
+            {"revision": seen["revision"], "plan_hash": seen["plan_hash"], "comment": comment},
+        )
 
     def post(self, path: str, body: dict) -> requests.Response:
         return self.http.post(f"{self.base}{path}", json=body, timeout=TIMEOUT)
@@ -80,8 +86,16 @@ class Console:
         self.base = base_url
         self.http = requests.Session()
         login = self.http.get(f"{base_url}/login/", timeout=TIMEOUT)
-        signed_in = self.http.post(f"{base_url}/login/", allow_redirects=False, timeout=TIMEOUT, data={
-            "username": user.get_username(), "password": PASSWORD, "csrfmiddlewaretoken": _field(CSRF, login.text)})
+        signed_in = self.http.post(
+            f"{base_url}/login/",
+            allow_redirects=False,
+            timeout=TIMEOUT,
+            data={
+                "username": user.get_username(),
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": _field(CSRF, login.text),
+            },
+        )
         assert signed_in.status_code == 302, signed_in.text[-2000:]
 
     def page(self, path: str) -> str:
@@ -101,8 +115,10 @@ def decision_form(page: str) -> dict | None:
     found = re.search(r'<form id="decision-form".*?</form>', page, re.DOTALL)
     if found is None:
         return None
-    return {name: html.unescape(value)
-            for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', found[0])}
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', found[0])
+    }
 
 
 def status_shown(page: str) -> str:

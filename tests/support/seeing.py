@@ -16,15 +16,16 @@ import time
 from django.test import Client as DjangoClient
 from django.test.client import MULTIPART_CONTENT
 
+from tests import processes
 from workflows.models import Compensation, Step, Workflow
 from workflows.operations import compensation
 from workflows.operations.deciding import Seen
 from workflows.states import PreviewState
 
-from tests import processes
-
-PLAN = re.compile(r"/workflows/(?P<id>[0-9a-f-]{36})/(?:(?P<revise>revise)|steps/(?P<gate>[^/]+)/(?:approve|reject)"
-                  r"|(?:approve|reject))/?$")
+PLAN = re.compile(
+    r"/workflows/(?P<id>[0-9a-f-]{36})/(?:(?P<revise>revise)|steps/(?P<gate>[^/]+)/(?:approve|reject)"
+    r"|(?:approve|reject))/?$"
+)
 UNDO = re.compile(r"/compensations/(?P<id>[0-9a-f-]{36})/(?:authorize|decline)/?$")
 
 

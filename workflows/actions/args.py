@@ -40,16 +40,26 @@ REFERENCE_SCHEMAS = {
     FROM: {
         "type": "object",
         "title": "Result of an earlier step",
-        "properties": {FROM: {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.result(\..+)?$",
-                              "description": "<step key>.result.<field>, resolved when the step runs"}},
+        "properties": {
+            FROM: {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.result(\..+)?$",
+                "description": "<step key>.result.<field>, resolved when the step runs",
+            }
+        },
         "required": [FROM],
         "additionalProperties": False,
     },
     SECRET: {
         "type": "object",
         "title": "Secret by name",
-        "properties": {SECRET: {"type": "string", "pattern": f"^{secrets.NAME.pattern}$",
-                                "description": "a name SECRETS_POLICY allows; the worker sends its value"}},
+        "properties": {
+            SECRET: {
+                "type": "string",
+                "pattern": f"^{secrets.NAME.pattern}$",
+                "description": "a name SECRETS_POLICY allows; the worker sends its value",
+            }
+        },
         "required": [SECRET],
         "additionalProperties": False,
     },
@@ -68,8 +78,9 @@ class ArgsModel(BaseModel):
         # An object field takes a reference only as Ref[Model]: otherwise
         # say so, rather than "unknown key $from".
         if kind := _meant_as(value):
-            raise PydanticCustomError("reference_not_allowed", "This field does not take a {kind} reference.",
-                                      {"kind": kind})
+            raise PydanticCustomError(
+                "reference_not_allowed", "This field does not take a {kind} reference.", {"kind": kind}
+            )
         return value
 
 
@@ -132,8 +143,9 @@ class _TakesReferences:
         if kind is None:
             return handler(value)
         if kind not in self.kinds:
-            raise PydanticCustomError("reference_not_allowed", "This field does not take a {kind} reference.",
-                                      {"kind": kind})
+            raise PydanticCustomError(
+                "reference_not_allowed", "This field does not take a {kind} reference.", {"kind": kind}
+            )
         if kind == FROM and not is_reference(value):
             raise PydanticCustomError("from_reference", FROM_MALFORMED)
         if kind == SECRET and not (secrets.is_reference(value) and secrets.NAME.fullmatch(value[SECRET])):

@@ -34,8 +34,10 @@ def class_problems(cls: object) -> list[str]:
     if name is None:
         problems.append(f"{cls.__qualname__} has no `name`")
     elif not isinstance(name, str) or len(name) > NAME_LENGTH or not NAME.fullmatch(name):
-        problems.append(f"{cls.__qualname__}.name must be lower-case letters, digits, '_', '-' and dots, "
-                        f"at most {NAME_LENGTH} characters; got {name!r}")
+        problems.append(
+            f"{cls.__qualname__}.name must be lower-case letters, digits, '_', '-' and dots, "
+            f"at most {NAME_LENGTH} characters; got {name!r}"
+        )
     if not _implements(cls, "perform"):
         problems.append(f"{cls.__qualname__} does not implement perform(args, operation_key)")
     for flag in FLAGS:

@@ -128,7 +128,8 @@ def _okp(key: signing.SigningKey) -> OKPKey:
     okp = _okp_keys.get(key.kid)
     if okp is None:
         okp = _okp_keys[key.kid] = OKPKey.import_key(
-            {"kty": "OKP", "crv": "Ed25519", "x": key.jwk()["x"], "d": signing.b64(signing.raw_private(key.private))})
+            {"kty": "OKP", "crv": "Ed25519", "x": key.jwk()["x"], "d": signing.b64(signing.raw_private(key.private))}
+        )
     return okp
 
 
@@ -160,8 +161,9 @@ class ProofAuth(requests.auth.AuthBase):
             body = request.body = body.encode("utf-8")
             request.prepare_content_length(body)
         elif body is not None and not isinstance(body, bytes):
-            raise ActionError(FailureClass.INVALID_ARGUMENTS,
-                              "a streamed body cannot carry an approval proof: send bytes")
+            raise ActionError(
+                FailureClass.INVALID_ARGUMENTS, "a streamed body cannot carry an approval proof: send bytes"
+            )
         request.headers[HEADER] = self.context.proof(request.method, request.url, body)
         return request
 

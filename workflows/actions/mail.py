@@ -92,18 +92,24 @@ class EmailSend(Action):
         to, cc = addresses(args.get("to")), addresses(args.get("cc"))
         subject = secrets.shown(args.get("subject"))
         everyone = ", ".join(str(address) for address in to + cc)
-        return Preview(f"Send “{subject}” to {everyone}",
-                       {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject})
+        return Preview(
+            f"Send “{subject}” to {everyone}",
+            {"from": settings.DEFAULT_FROM_EMAIL, "to": to, "cc": cc, "subject": subject},
+        )
 
     def request(self, args):
         """The message as the mail server gets it: sender, recipients, subject, text."""
         copied = _listed(args["cc"]) if args.get("cc") is not None else []
-        return MailMessage(settings.DEFAULT_FROM_EMAIL, tuple(_listed(args["to"])), tuple(copied),
-                           text(args["subject"]), text(args["body"]))
+        return MailMessage(
+            settings.DEFAULT_FROM_EMAIL,
+            tuple(_listed(args["to"])),
+            tuple(copied),
+            text(args["subject"]),
+            text(args["body"]),
+        )
 
     def perform(self, args, operation_key):
         import smtplib
-        import socket
 
         from django.core.mail import EmailMessage
 
@@ -112,8 +118,14 @@ class EmailSend(Action):
         # Sent with the line endings SMTP gives it anyway, so that the text
         # the proof covers is the text as sent.
         body = proof.mail_body(filled["body"])
-        message = EmailMessage(subject=filled["subject"], body=body, from_email=filled["from"], to=recipients,
-                               cc=copied, headers=mail_headers(operation_key, recipients + copied, body))
+        message = EmailMessage(
+            subject=filled["subject"],
+            body=body,
+            from_email=filled["from"],
+            to=recipients,
+            cc=copied,
+            headers=mail_headers(operation_key, recipients + copied, body),
+        )
         try:
             message.send(fail_silently=False)
         except smtplib.SMTPRecipientsRefused as exc:
@@ -122,12 +134,12 @@ class EmailSend(Action):
             raise ActionError(FailureClass.PERMISSION_DENIED, "the mail server refused our credentials") from None
         except (ConnectionRefusedError, smtplib.SMTPConnectError) as exc:
             raise ActionError(FailureClass.DEPENDENCY_UNAVAILABLE, f"mail server unavailable: {exc}") from None
-        except (socket.timeout, smtplib.SMTPServerDisconnected, OSError) as exc:
+        except (TimeoutError, smtplib.SMTPServerDisconnected, OSError) as exc:
             # The message may or may not have been accepted.
-            raise ActionError(FailureClass.TIMEOUT, f"mail server did not confirm: {exc}",
-                              outcome_unknown=True) from None
+            raise ActionError(
+                FailureClass.TIMEOUT, f"mail server did not confirm: {exc}", outcome_unknown=True
+            ) from None
         sent = {"to": recipients, "subject": filled["subject"]}
         if copied:
             sent["cc"] = copied
-        return Outcome(result=sent,
-                       external_ref=f"email:{operation_key}")
+        return Outcome(result=sent, external_ref=f"email:{operation_key}")

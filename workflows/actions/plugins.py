@@ -65,8 +65,10 @@ def discover(modules: list[str] | None = None, strict: bool | None = None) -> In
     if installed.problems:
         if strict:
             listed = "\n".join(f"  - {problem}" for problem in installed.problems)
-            raise ImproperlyConfigured(f"Action plugins failed to load (ACTION_PLUGINS_STRICT=0 starts without "
-                                       f"them, and shows them on the operators' page):\n{listed}")
+            raise ImproperlyConfigured(
+                f"Action plugins failed to load (ACTION_PLUGINS_STRICT=0 starts without "
+                f"them, and shows them on the operators' page):\n{listed}"
+            )
         for problem in installed.problems:
             log.warning("left out %s", problem)
     registry.install(installed)
@@ -77,8 +79,13 @@ def _entry_point_plugins() -> list[tuple[Source, Callable[[], list]]]:
     found = []
     for entry_point in importlib.metadata.entry_points(group=GROUP):
         dist = entry_point.dist
-        source = Source("entry point", entry_point.name, entry_point.value,
-                        dist.name if dist else "?", dist.version if dist else "?")
+        source = Source(
+            "entry point",
+            entry_point.name,
+            entry_point.value,
+            dist.name if dist else "?",
+            dist.version if dist else "?",
+        )
         found.append((source, lambda entry_point=entry_point: _classes(entry_point)))
     found.sort(key=lambda plugin: (not plugin[0].builtin, plugin[0].distribution.lower(), plugin[0].name))
     return found
@@ -106,8 +113,10 @@ def _load(source: Source, load: Callable[[], list], installed: Installed) -> tup
     except Exception as exc:
         return [], f"cannot be imported: {_describe(exc)}"
     if not classes:
-        return [], ("declares no action: decorate its Action classes with @register "
-                    "(only classes defined in the module it names, or its submodules, count)")
+        return [], (
+            "declares no action: decorate its Action classes with @register "
+            "(only classes defined in the module it names, or its submodules, count)"
+        )
     problems = [problem for cls in classes for problem in class_problems(cls)]
     if problems:
         whole = f" (so none of its {len(classes)} actions is installed)" if len(classes) > 1 else ""
@@ -133,8 +142,9 @@ def _leave_out_uncompensable(installed: Installed, provided: list[tuple[Source, 
         names = set(installed.actions)
         failing = []
         for source, plugin_names in provided:
-            problems = [problem for name in plugin_names
-                        for problem in compensation_problems(installed.actions[name], names)]
+            problems = [
+                problem for name in plugin_names for problem in compensation_problems(installed.actions[name], names)
+            ]
             if problems:
                 failing.append((source, plugin_names, problems))
         if not failing:
@@ -163,7 +173,8 @@ def check_install(pyproject: Path) -> None:
         raise ImproperlyConfigured(
             f"{PROJECT} is not installed in this Python environment ({sys.prefix}), so its built-in actions "
             f"(entry points of the group {GROUP!r}) cannot be found: run `make setup`, or "
-            f"`pip install -e .` in {pyproject.parent}") from None
+            f"`pip install -e .` in {pyproject.parent}"
+        ) from None
     if not pyproject.is_file():
         return
     project = tomllib.loads(pyproject.read_text()).get("project", {})
@@ -175,4 +186,5 @@ def check_install(pyproject: Path) -> None:
         raise ImproperlyConfigured(
             f"The installed metadata of {PROJECT} (at {dist.locate_file('')}) is out of date: pyproject.toml "
             f"declares the entry points {declared} of the group {GROUP!r}, the installed metadata has {recorded}. "
-            f"Run `make setup`, or `pip install -e .` in {pyproject.parent}")
+            f"Run `make setup`, or `pip install -e .` in {pyproject.parent}"
+        )

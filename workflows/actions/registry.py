@@ -43,8 +43,14 @@ class Source:
         return f"{self.via} {self.value}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"via": self.via, "name": self.name, "value": self.value,
-                "distribution": self.distribution or None, "version": self.version or None, "builtin": self.builtin}
+        return {
+            "via": self.via,
+            "name": self.name,
+            "value": self.value,
+            "distribution": self.distribution or None,
+            "version": self.version or None,
+            "builtin": self.builtin,
+        }
 
 
 @dataclass(frozen=True)

@@ -155,9 +155,12 @@ class HttpRequest(Request):
     body: Text = ()
 
     def _shown(self, value_of) -> dict:
-        return {"method": self.method, "url": _render(self.url, value_of),
-                "headers": {name: _render(value, value_of) for name, value in self.headers},
-                "body": _render(self.body, value_of)}
+        return {
+            "method": self.method,
+            "url": _render(self.url, value_of),
+            "headers": {name: _render(value, value_of) for name, value in self.headers},
+            "body": _render(self.body, value_of),
+        }
 
     @property
     def summary(self) -> str:
@@ -175,8 +178,13 @@ class MailMessage(Request):
     body: Text
 
     def _shown(self, value_of) -> dict:
-        return {"from": self.sender, "to": list(self.to), "cc": list(self.cc),
-                "subject": _render(self.subject, value_of), "body": _render(self.body, value_of)}
+        return {
+            "from": self.sender,
+            "to": list(self.to),
+            "cc": list(self.cc),
+            "subject": _render(self.subject, value_of),
+            "body": _render(self.body, value_of),
+        }
 
     @property
     def summary(self) -> str:

@@ -25,7 +25,7 @@ TicketId = Annotated[int, Field(ge=1, le=10**18 - 1)]
 # A ticket id is taken from the result of the step that opened the ticket;
 # a private system's ids may also travel as a secret, which then goes, as
 # text, in the URL path (to SECRETS_POLICY's hosts only).
-TICKET_ID = "The desk's ticket id, usually {\"$from\": \"<step>.result.id\"}."
+TICKET_ID = 'The desk\'s ticket id, usually {"$from": "<step>.result.id"}.'
 
 
 def desk(path: str) -> str:
@@ -48,8 +48,9 @@ def _post(path: Text, body: dict | None = None) -> HttpRequest:
 
 def _send(request: HttpRequest, operation_key: str):
     sent = request.sent()
-    return call("POST", sent["url"], operation_key=operation_key, headers=sent["headers"],
-                data=sent["body"].encode() or None)
+    return call(
+        "POST", sent["url"], operation_key=operation_key, headers=sent["headers"], data=sent["body"].encode() or None
+    )
 
 
 class DeskAction(Action):
@@ -87,8 +88,10 @@ class TicketCreate(DeskAction):
     def preview(self, args):
         title, body = secrets.shown(args.get("title")), secrets.shown(args.get("body", ""))
         host = secrets.host_of(settings.TICKET_DESK_URL)
-        return Preview(f"Create a ticket “{title}” on the desk at {host}",
-                       {"desk": host, "title": title, "body_characters": len(body) if isinstance(body, str) else None})
+        return Preview(
+            f"Create a ticket “{title}” on the desk at {host}",
+            {"desk": host, "title": title, "body_characters": len(body) if isinstance(body, str) else None},
+        )
 
     def request(self, args):
         return _post(("/tickets",), {"title": args["title"], "body": args.get("body", "")})
@@ -119,8 +122,9 @@ class TicketComment(DeskAction):
 
     def preview(self, args):
         ticket = _ticket_as_it_stands(args["ticket_id"])
-        return Preview(f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})",
-                       {"ticket": ticket})
+        return Preview(
+            f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})", {"ticket": ticket}
+        )
 
     def request(self, args):
         return _post(("/tickets/", *_ticket_path(args["ticket_id"]), "/comments"), {"body": args["body"]})
@@ -145,8 +149,7 @@ class TicketClose(DeskAction):
 
     def preview(self, args):
         ticket = _ticket_as_it_stands(args["ticket_id"])
-        return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})",
-                       {"ticket": ticket})
+        return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})", {"ticket": ticket})
 
     def request(self, args):
         return _post(("/tickets/", *_ticket_path(args["ticket_id"]), "/close"))

@@ -97,8 +97,10 @@ def classify_response(response: requests.Response) -> ActionError:
         return ActionError(FailureClass.INVALID_ARGUMENTS, message)
     if status in (401, 403):
         if _error_code(response) == PROOF_REFUSED:
-            message = (f"HTTP {status} from {response.request.method} {response.request.path_url.split('?')[0]}: "
-                       f"the receiver refused the approval proof: {body}")
+            message = (
+                f"HTTP {status} from {response.request.method} {response.request.path_url.split('?')[0]}: "
+                f"the receiver refused the approval proof: {body}"
+            )
         return ActionError(FailureClass.PERMISSION_DENIED, message)
     if status == 409:
         return ActionError(FailureClass.CONFLICT, message)
@@ -119,8 +121,9 @@ def classify_exception(exc: requests.RequestException) -> ActionError:
     return ActionError(FailureClass.UNKNOWN, text, outcome_unknown=True)
 
 
-def call(method: str, url: str, *, operation_key: str | None = None, checked: bool = False,
-         **kwargs) -> requests.Response:
+def call(
+    method: str, url: str, *, operation_key: str | None = None, checked: bool = False, **kwargs
+) -> requests.Response:
     """`checked`: the URL comes from a plan, so the outbound address rules
     apply (`workflows.webhooks.outbound`): a refused address is never
     called, and a redirect is an answer, not followed. A write made while
@@ -137,8 +140,9 @@ def call(method: str, url: str, *, operation_key: str | None = None, checked: bo
             response = outbound.send(method, url, headers=headers, timeout=timeout, **kwargs)
         else:
             session = http_session()
-            response = session.request(method, url, headers=headers, timeout=timeout, proxies=_proxies_for(url),
-                                       **kwargs)
+            response = session.request(
+                method, url, headers=headers, timeout=timeout, proxies=_proxies_for(url), **kwargs
+            )
     except outbound.AddressRefused as exc:
         raise ActionError(FailureClass.POLICY_FAILED, f"{url.split('?')[0]}: {exc}") from None
     except outbound.Unresolvable as exc:

@@ -20,8 +20,15 @@ from workflows.webhooks import outbound
 # Headers the console sets itself or that frame the request: a plan that
 # could set them could forge the approval proof or the idempotency key,
 # reach another virtual host, or split the request in two for the receiver.
-RESERVED_HEADERS = ("Approval-Proof", "Idempotency-Key", "Host", "Content-Length", "traceparent", "Cookie",
-                    "Transfer-Encoding")
+RESERVED_HEADERS = (
+    "Approval-Proof",
+    "Idempotency-Key",
+    "Host",
+    "Content-Length",
+    "traceparent",
+    "Cookie",
+    "Transfer-Encoding",
+)
 _RESERVED = {name.lower() for name in RESERVED_HEADERS}
 RESERVED_MESSAGE = f"Set by the console, never by a plan (reserved: {', '.join(RESERVED_HEADERS)})."
 
@@ -30,13 +37,18 @@ RESERVED_MESSAGE = f"Set by the console, never by a plan (reserved: {', '.join(R
 TOKEN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$"
 HeaderName = Annotated[
     str,
-    Check(re.compile(TOKEN).fullmatch, "Not a header name: 1 to 64 letters, digits or !#$%&'*+.^_`|~-.",
-          pattern=TOKEN),
+    Check(re.compile(TOKEN).fullmatch, "Not a header name: 1 to 64 letters, digits or !#$%&'*+.^_`|~-.", pattern=TOKEN),
     Check(lambda name: name.lower() not in _RESERVED, RESERVED_MESSAGE),
 ]
-HeaderValue = Annotated[str, Field(max_length=4096), Check(
-    lambda value: all(c == "\t" or " " <= c <= "~" for c in value),
-    "Must be one line of printable ASCII.", pattern=r"^[\t\x20-\x7e]*$")]
+HeaderValue = Annotated[
+    str,
+    Field(max_length=4096),
+    Check(
+        lambda value: all(c == "\t" or " " <= c <= "~" for c in value),
+        "Must be one line of printable ASCII.",
+        pattern=r"^[\t\x20-\x7e]*$",
+    ),
+]
 
 
 class _OutboundRules:
@@ -62,8 +74,9 @@ def _object_or_array(value: Any) -> bool:
     return isinstance(value, (dict, list))
 
 
-JsonBody = Annotated[Any, Check(_object_or_array, "Must be a JSON object or array.",
-                                anyOf=[{"type": "object"}, {"type": "array"}])]
+JsonBody = Annotated[
+    Any, Check(_object_or_array, "Must be a JSON object or array.", anyOf=[{"type": "object"}, {"type": "array"}])
+]
 
 
 @register
@@ -83,14 +96,22 @@ class HttpPost(Action):
         url: FromRef[Url] = Field(description="http:// or https://; its host is what SECRETS_POLICY's hosts allow.")
         # `json` would shadow BaseModel.json: the field takes its name by alias.
         body: FromRef[JsonBody] = Field(
-            default_factory=dict, alias="json", description="The body, a JSON object or array; may hold references anywhere.")
+            default_factory=dict,
+            alias="json",
+            description="The body, a JSON object or array; may hold references anywhere.",
+        )
         headers: dict[HeaderName, SecretRef[HeaderValue]] = Field(
-            default_factory=dict, max_length=32, json_schema_extra={"additionalProperties": False},
+            default_factory=dict,
+            max_length=32,
+            json_schema_extra={"additionalProperties": False},
             description="Extra headers: plain text, or a secret by reference for credentials. "
-                        f"Reserved (any case): {', '.join(RESERVED_HEADERS)}.")
+            f"Reserved (any case): {', '.join(RESERVED_HEADERS)}.",
+        )
         receiver_honours_idempotency_key: StrictBool = Field(
-            False, description="The receiver drops a repeated Idempotency-Key: only then is the call repeated "
-                               "after an unknown outcome.")
+            False,
+            description="The receiver drops a repeated Idempotency-Key: only then is the call repeated "
+            "after an unknown outcome.",
+        )
 
         @field_validator("headers")
         @classmethod
@@ -98,8 +119,9 @@ class HttpPost(Action):
             seen = set()
             for name in headers:
                 if name.lower() in seen:
-                    raise PydanticCustomError("duplicate_header", "{name} is given twice (header names ignore case).",
-                                              {"name": name})
+                    raise PydanticCustomError(
+                        "duplicate_header", "{name} is given twice (header names ignore case).", {"name": name}
+                    )
                 seen.add(name.lower())
             return headers
 
@@ -138,8 +160,14 @@ class HttpPost(Action):
 
     def perform(self, args, operation_key):
         sent = self.request(args).sent()
-        response = call("POST", sent["url"], operation_key=operation_key, data=sent["body"].encode(),
-                        headers=sent["headers"], checked=True)
+        response = call(
+            "POST",
+            sent["url"],
+            operation_key=operation_key,
+            data=sent["body"].encode(),
+            headers=sent["headers"],
+            checked=True,
+        )
         try:
             body = response.json()
         except ValueError:

@@ -36,11 +36,11 @@ import hashlib
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterator
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
@@ -48,10 +48,26 @@ from django.utils import timezone
 
 from workflows.audit import checkpoints, journal, keys, signing
 from workflows.models import (
-    Approval, Archive, ArchivedWorkflow, Attempt, AuditEvent, AuditHead, Compensation, DeadLetter, GateApproval,
-    PlanRevision, ReviewNotice, Step, Team, Trace, UsedReviewLink, WebhookDelivery, Workflow, canonical_json,
+    Approval,
+    Archive,
+    ArchivedWorkflow,
+    Attempt,
+    AuditEvent,
+    AuditHead,
+    Compensation,
+    DeadLetter,
+    GateApproval,
+    PlanRevision,
+    ReviewNotice,
+    Step,
+    Team,
+    Trace,
+    UsedReviewLink,
+    WebhookDelivery,
+    Workflow,
+    canonical_json,
 )
-from workflows.states import AttemptStatus, CompensationStatus, StepStatus, TERMINAL_WORKFLOW
+from workflows.states import TERMINAL_WORKFLOW, AttemptStatus, CompensationStatus, StepStatus
 
 VERSION = 1
 TYPE = "durable-console-archive"
@@ -162,8 +178,10 @@ def cutoffs(older_than: timedelta | None, now: datetime) -> dict[int, datetime]:
     given, else each team's `retention_days` (teams without one are kept)."""
     if older_than is not None:
         return {pk: now - older_than for pk in Team.objects.values_list("pk", flat=True)}
-    return {pk: now - timedelta(days=days)
-            for pk, days in Team.objects.filter(retention_days__isnull=False).values_list("pk", "retention_days")}
+    return {
+        pk: now - timedelta(days=days)
+        for pk, days in Team.objects.filter(retention_days__isnull=False).values_list("pk", "retention_days")
+    }
 
 
 def candidates(team_cutoffs: dict[int, datetime]):
@@ -178,15 +196,25 @@ def candidates(team_cutoffs: dict[int, datetime]):
     for team_id, cutoff in team_cutoffs.items():
         by_team |= Q(team_id=team_id, updated_at__lt=cutoff)
     workflow = OuterRef("pk")
-    busy = (Exists(Step.objects.filter(workflow=workflow, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]))
-            | Exists(Attempt.objects.filter(step__workflow=workflow,
-                                            status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]))
-            | Exists(DeadLetter.objects.filter(workflow=workflow, status=DeadLetter.Status.OPEN))
-            | Exists(Compensation.objects.filter(workflow=workflow, status__in=[
-                CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING]))
-            | Exists(WebhookDelivery.objects.filter(workflow=workflow, status=WebhookDelivery.Status.PENDING)))
-    return (Workflow.objects.filter(by_team, status__in=TERMINAL_WORKFLOW, restored_at__isnull=True)
-            .exclude(busy).order_by("created_at", "id"))
+    busy = (
+        Exists(Step.objects.filter(workflow=workflow, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]))
+        | Exists(
+            Attempt.objects.filter(step__workflow=workflow, status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN])
+        )
+        | Exists(DeadLetter.objects.filter(workflow=workflow, status=DeadLetter.Status.OPEN))
+        | Exists(
+            Compensation.objects.filter(
+                workflow=workflow,
+                status__in=[CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING],
+            )
+        )
+        | Exists(WebhookDelivery.objects.filter(workflow=workflow, status=WebhookDelivery.Status.PENDING))
+    )
+    return (
+        Workflow.objects.filter(by_team, status__in=TERMINAL_WORKFLOW, restored_at__isnull=True)
+        .exclude(busy)
+        .order_by("created_at", "id")
+    )
 
 
 # --- writing ----------------------------------------------------------------------
@@ -205,11 +233,17 @@ class Written:
 
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
-def write(directory: Path, *, older_than: timedelta | None, batch: int = DEFAULT_BATCH, by: str = "archive",
-          progress: Callable[[str], None] = lambda text: None) -> Written:
+def write(
+    directory: Path,
+    *,
+    older_than: timedelta | None,
+    batch: int = DEFAULT_BATCH,
+    by: str = "archive",
+    progress: Callable[[str], None] = lambda text: None,
+) -> Written:
     if not 1 <= batch <= MAX_BATCH:
         raise ArchiveError(f"--batch must be between 1 and {MAX_BATCH}")
     directory = Path(directory)
@@ -247,8 +281,11 @@ def write(directory: Path, *, older_than: timedelta | None, batch: int = DEFAULT
                     elif table.model is Workflow:
                         seen[row["id"]] = (row["status"], row["updated_at"])
                     out.add(row)
-            heads += [[stream, chunk_heads[stream].seq, chunk_heads[stream].hash]
-                      for stream in streams if stream in chunk_heads]
+            heads += [
+                [stream, chunk_heads[stream].seq, chunk_heads[stream].hash]
+                for stream in streams
+                if stream in chunk_heads
+            ]
             progress(f"written {len(seen)} of {len(ids)} workflows")
     finally:
         for out in files.values():
@@ -256,11 +293,22 @@ def write(directory: Path, *, older_than: timedelta | None, batch: int = DEFAULT
     heads.sort()
     key = signing.current()
     statement = {
-        "v": VERSION, "type": TYPE, "alg": "EdDSA", "kid": key.kid, "archive": str(archive_id),
-        "created_at": now.isoformat(), "by": by,
-        "rule": ({"older_than_seconds": older_than.total_seconds()} if older_than is not None
-                 else {"team_retention_days": dict(Team.objects.filter(pk__in=team_cutoffs)
-                                                   .values_list("name", "retention_days"))}),
+        "v": VERSION,
+        "type": TYPE,
+        "alg": "EdDSA",
+        "kid": key.kid,
+        "archive": str(archive_id),
+        "created_at": now.isoformat(),
+        "by": by,
+        "rule": (
+            {"older_than_seconds": older_than.total_seconds()}
+            if older_than is not None
+            else {
+                "team_retention_days": dict(
+                    Team.objects.filter(pk__in=team_cutoffs).values_list("name", "retention_days")
+                )
+            }
+        ),
         "workflows": len(seen),
         "counts": {name: out.rows for name, out in files.items()},
         "files": {name: {"sha256": out.sha256, "bytes": out.size, "rows": out.rows} for name, out in files.items()},
@@ -275,14 +323,35 @@ def write(directory: Path, *, older_than: timedelta | None, batch: int = DEFAULT
 
     # 2. The live chain learns of the archive before anything is deleted.
     with transaction.atomic():
-        archive = Archive.objects.create(id=archive_id, created_at=now, by=by, location=str(directory.resolve()),
-                                         manifest_digest=digest, workflows=len(seen))
+        archive = Archive.objects.create(
+            id=archive_id,
+            created_at=now,
+            by=by,
+            location=str(directory.resolve()),
+            manifest_digest=digest,
+            workflows=len(seen),
+        )
         parts = max(1, -(-len(heads) // batch))
-        journal.append_many([
-            journal.Entry(by, ARCHIVED, "archive", archive_id, None, {
-                "archive": str(archive_id), "manifest_sha256": digest, "workflows": len(seen),
-                "part": number, "parts": parts, "heads": part})
-            for number, part in enumerate(_chunks(heads, batch) if heads else [[]], start=1)])
+        journal.append_many(
+            [
+                journal.Entry(
+                    by,
+                    ARCHIVED,
+                    "archive",
+                    archive_id,
+                    None,
+                    {
+                        "archive": str(archive_id),
+                        "manifest_sha256": digest,
+                        "workflows": len(seen),
+                        "part": number,
+                        "parts": parts,
+                        "heads": part,
+                    },
+                )
+                for number, part in enumerate(_chunks(heads, batch) if heads else [[]], start=1)
+            ]
+        )
     checkpoints.save(checkpoints.write_now(full=True).full, directory / CHECKPOINT)
     done.archive = archive
     progress(f"manifest {digest} signed and recorded in the live audit chain")
@@ -349,28 +418,45 @@ def _delete(archive: Archive, chunk: list, seen: dict, head_of: dict) -> tuple[i
         lock = Workflow.objects.filter(pk__in=chunk).order_by("pk")
         if postgres:
             lock = lock.select_for_update(skip_locked=True, of=("self",))
-        rows = {str(pk): (pk, status, updated_at, team_id, submitted_by_id, name, created_at)
-                for pk, status, updated_at, team_id, submitted_by_id, name, created_at
-                in lock.values_list("pk", "status", "updated_at", "team_id", "submitted_by_id", "name",
-                                    "created_at")}
+        rows = {
+            str(pk): (pk, status, updated_at, team_id, submitted_by_id, name, created_at)
+            for pk, status, updated_at, team_id, submitted_by_id, name, created_at in lock.values_list(
+                "pk", "status", "updated_at", "team_id", "submitted_by_id", "name", "created_at"
+            )
+        }
         heads = AuditHead.objects.filter(stream__in=list(rows)).order_by("stream")
         if postgres:
             heads = heads.select_for_update(skip_locked=True)
         now_heads = {head.stream: (head.seq, head.hash) for head in heads}
         gone = []
         for stream, (pk, status, updated_at, *_) in rows.items():
-            if (seen.get(stream) == (status, _json_value(updated_at)) and status in TERMINAL_WORKFLOW
-                    and stream in head_of and now_heads.get(stream) == head_of[stream]):
+            if (
+                seen.get(stream) == (status, _json_value(updated_at))
+                and status in TERMINAL_WORKFLOW
+                and stream in head_of
+                and now_heads.get(stream) == head_of[stream]
+            ):
                 gone.append(stream)
         kept = [str(pk) for pk in chunk if str(pk) not in gone]
         if not gone:
             return 0, kept
-        ArchivedWorkflow.objects.bulk_create([
-            ArchivedWorkflow(workflow_id=rows[stream][0], archive=archive, team_id=rows[stream][3],
-                             submitted_by_id=rows[stream][4], name=rows[stream][5], status=rows[stream][1],
-                             created_at=rows[stream][6], archived_at=archive.created_at, seq=head_of[stream][0],
-                             head=head_of[stream][1])
-            for stream in gone])
+        ArchivedWorkflow.objects.bulk_create(
+            [
+                ArchivedWorkflow(
+                    workflow_id=rows[stream][0],
+                    archive=archive,
+                    team_id=rows[stream][3],
+                    submitted_by_id=rows[stream][4],
+                    name=rows[stream][5],
+                    status=rows[stream][1],
+                    created_at=rows[stream][6],
+                    archived_at=archive.created_at,
+                    seq=head_of[stream][0],
+                    head=head_of[stream][1],
+                )
+                for stream in gone
+            ]
+        )
         purge(archive, [rows[stream][0] for stream in gone])
     return len(gone), kept
 
@@ -451,8 +537,11 @@ def verify(directory: Path, *, jwks: Path | None = None, live: bool = True) -> V
     if set(files) != expected_files:
         found.append(f"manifest: lists files {sorted(files)}, an archive has {sorted(expected_files)}")
         return result
-    for extra in sorted(p.name for p in directory.iterdir() if p.name not in expected_files | {MANIFEST, CHECKPOINT}
-                        and not p.name.startswith(".")):
+    for extra in sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.name not in expected_files | {MANIFEST, CHECKPOINT} and not p.name.startswith(".")
+    ):
         found.append(f"{extra}: not part of the archive (the manifest does not list it)")
     usable = set()
     for name, meta in files.items():
@@ -477,8 +566,11 @@ def verify(directory: Path, *, jwks: Path | None = None, live: bool = True) -> V
                     rows += 1
                     if table.model is Workflow:
                         workflow_ids.add(row["id"])
-                    elif (table.workflow_column and "workflows.jsonl.gz" in usable
-                          and row.get(table.workflow_column) not in workflow_ids):
+                    elif (
+                        table.workflow_column
+                        and "workflows.jsonl.gz" in usable
+                        and row.get(table.workflow_column) not in workflow_ids
+                    ):
                         found.append(f"{table.file}: row {row.get('id')} belongs to no archived workflow")
         except (OSError, EOFError, ValueError, KeyError, TypeError, gzip.BadGzipFile) as exc:
             found.append(f"{table.file}: cannot be read ({exc.__class__.__name__}: {exc})")
@@ -487,8 +579,9 @@ def verify(directory: Path, *, jwks: Path | None = None, live: bool = True) -> V
             found.append(f"{table.file}: holds {rows} rows, the manifest says {files[table.file].get('rows')}")
     if "workflows.jsonl.gz" in usable:
         if len(workflow_ids) != statement.get("workflows"):
-            found.append(f"workflows.jsonl.gz: {len(workflow_ids)} workflows, the manifest says "
-                         f"{statement.get('workflows')}")
+            found.append(
+                f"workflows.jsonl.gz: {len(workflow_ids)} workflows, the manifest says {statement.get('workflows')}"
+            )
         if set(heads) != workflow_ids:
             found.append(f"manifest: its audit heads name {len(heads)} streams for {len(workflow_ids)} workflows")
     _check_checkpoint_file(directory, heads, jwks, result)
@@ -520,10 +613,19 @@ def _check_chains(path: Path, heads: dict, workflow_ids: set[str], result: Verif
                 found.append(f"{where}: sealed with audit key {row['key_id']!r}, which AUDIT_KEYS does not list")
         if key is not None or row["hash_alg"] == AuditEvent.SHA256:
             recomputed = journal.event_hash(
-                row["prev_hash"], key=key, stream=stream, seq=row["seq"], at=datetime.fromisoformat(row["at"]),
-                actor=row["actor"], verb=row["verb"], object_type=row["object_type"], object_id=row["object_id"],
-                workflow_id=row["workflow_id"], data=row["data"],
-                identity={name: row.get(name, "") for name in journal.IDENTITY_FIELDS})
+                row["prev_hash"],
+                key=key,
+                stream=stream,
+                seq=row["seq"],
+                at=datetime.fromisoformat(row["at"]),
+                actor=row["actor"],
+                verb=row["verb"],
+                object_type=row["object_type"],
+                object_id=row["object_id"],
+                workflow_id=row["workflow_id"],
+                data=row["data"],
+                identity={name: row.get(name, "") for name in journal.IDENTITY_FIELDS},
+            )
             if recomputed != row["hash"]:
                 found.append(f"{where}: altered (hash mismatch)")
         last[stream] = (row["seq"], row["hash"])
@@ -558,17 +660,24 @@ def _check_checkpoint_file(directory: Path, heads: dict, jwks: Path | None, resu
 def _check_joined(statement: dict, digest: str, heads: dict, result: Verified) -> None:
     """The live chain's `audit.archived` events carry this manifest's digest
     and its heads, and the system stream that holds them verifies."""
-    events = list(AuditEvent.objects.filter(stream=journal.SYSTEM_STREAM, verb=ARCHIVED,
-                                            object_id=str(statement.get("archive"))).order_by("seq"))
+    events = list(
+        AuditEvent.objects.filter(
+            stream=journal.SYSTEM_STREAM, verb=ARCHIVED, object_id=str(statement.get("archive"))
+        ).order_by("seq")
+    )
     if not events:
-        result.problems.append(f"live chain: no {ARCHIVED} event names archive {statement.get('archive')}: the "
-                               "archive does not join the live audit chain")
+        result.problems.append(
+            f"live chain: no {ARCHIVED} event names archive {statement.get('archive')}: the "
+            "archive does not join the live audit chain"
+        )
         return
     recorded: dict = {}
     for event in events:
         if event.data.get("manifest_sha256") != digest:
-            result.problems.append(f"live chain: {ARCHIVED} event {event.pk} carries manifest digest "
-                                   f"{event.data.get('manifest_sha256')}, this manifest's is {digest}")
+            result.problems.append(
+                f"live chain: {ARCHIVED} event {event.pk} carries manifest digest "
+                f"{event.data.get('manifest_sha256')}, this manifest's is {digest}"
+            )
             return
         recorded.update({stream: (seq, head) for stream, seq, head in event.data.get("heads", [])})
     if len(events) != events[0].data.get("parts") or recorded != heads:
@@ -625,8 +734,13 @@ def restore(directory: Path, workflow_id, *, by: str = "restore", jwks: Path | N
                     table.model.objects.bulk_create(found[table.model], batch_size=500)
             AuditHead.objects.create(stream=stream, seq=seq, hash=head)
             ArchivedWorkflow.objects.filter(workflow_id=workflow_id).update(restored_at=now)
-            journal.append(actor=by, verb=RESTORED, obj_type="workflow", obj_id=workflow_id, data={
-                "archive": checked.statement["archive"], "manifest_sha256": checked.digest, "workflow": stream})
+            journal.append(
+                actor=by,
+                verb=RESTORED,
+                obj_type="workflow",
+                obj_id=workflow_id,
+                data={"archive": checked.statement["archive"], "manifest_sha256": checked.digest, "workflow": stream},
+            )
     except IntegrityError as exc:
         raise ArchiveError(f"workflow {workflow_id} cannot be restored: {exc}") from None
     return found[Workflow][0]

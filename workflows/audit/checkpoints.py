@@ -89,25 +89,49 @@ def _write(*, due_only: bool, full: bool = False) -> Written | None:
         now = timezone.now()
         if due_only and latest and (now - latest.at).total_seconds() < settings.AUDIT_CHECKPOINT_MINUTES * 60:
             return None
-        signed = AuditCheckpointHead.objects.filter(stream=OuterRef("stream"), seq=OuterRef("seq"),
-                                                    hash=OuterRef("hash"))
-        changed = [list(row) for row in AuditHead.objects.exclude(Exists(signed)).filter(seq__gt=0)
-                   .order_by("stream").values_list("stream", "seq", "hash")]
+        signed = AuditCheckpointHead.objects.filter(
+            stream=OuterRef("stream"), seq=OuterRef("seq"), hash=OuterRef("hash")
+        )
+        changed = [
+            list(row)
+            for row in AuditHead.objects.exclude(Exists(signed))
+            .filter(seq__gt=0)
+            .order_by("stream")
+            .values_list("stream", "seq", "hash")
+        ]
         AuditCheckpointHead.objects.bulk_create(
             [AuditCheckpointHead(stream=stream, seq=seq, hash=head) for stream, seq, head in changed],
-            update_conflicts=True, unique_fields=["stream"], update_fields=["seq", "hash"], batch_size=2000)
+            update_conflicts=True,
+            unique_fields=["stream"],
+            update_fields=["seq", "hash"],
+            batch_size=2000,
+        )
         totals = AuditCheckpointHead.objects.aggregate(streams=Count("stream"), total=Sum("seq"))
         key = signing.current()
         statement = {
-            "v": VERSION, "type": DELTA, "number": latest.number + 1 if latest else 1, "at": now.isoformat(),
-            "kid": key.kid, "prev": latest.digest if latest else None, "total": totals["total"] or 0,
-            "stream_count": totals["streams"], "heads": changed,
+            "v": VERSION,
+            "type": DELTA,
+            "number": latest.number + 1 if latest else 1,
+            "at": now.isoformat(),
+            "kid": key.kid,
+            "prev": latest.digest if latest else None,
+            "total": totals["total"] or 0,
+            "stream_count": totals["streams"],
+            "heads": changed,
         }
         data = canonical_json(statement).encode()
         checkpoint = AuditCheckpoint.objects.create(
-            number=statement["number"], at=now, kid=key.kid, prev=statement["prev"] or "",
-            digest=hashlib.sha256(data).hexdigest(), statement=zlib.compress(data), signature=key.sign(data),
-            total=statement["total"], streams=statement["stream_count"], changed=len(changed))
+            number=statement["number"],
+            at=now,
+            kid=key.kid,
+            prev=statement["prev"] or "",
+            digest=hashlib.sha256(data).hexdigest(),
+            statement=zlib.compress(data),
+            signature=key.sign(data),
+            total=statement["total"],
+            streams=statement["stream_count"],
+            changed=len(changed),
+        )
         return Written(checkpoint, _full(checkpoint, key) if full else None)
 
 
@@ -127,8 +151,15 @@ def _lock(*, wait: bool) -> bool:
 def _full(checkpoint: AuditCheckpoint, key: signing.SigningKey) -> dict:
     heads = [list(row) for row in AuditCheckpointHead.objects.order_by("stream").values_list("stream", "seq", "hash")]
     statement = {
-        "v": VERSION, "type": FULL, "alg": "EdDSA", "number": checkpoint.number, "at": checkpoint.at.isoformat(),
-        "kid": key.kid, "delta": checkpoint.digest, "total": checkpoint.total, "stream_count": checkpoint.streams,
+        "v": VERSION,
+        "type": FULL,
+        "alg": "EdDSA",
+        "number": checkpoint.number,
+        "at": checkpoint.at.isoformat(),
+        "kid": key.kid,
+        "delta": checkpoint.digest,
+        "total": checkpoint.total,
+        "stream_count": checkpoint.streams,
         "heads": heads,
     }
     return {"statement": statement, "signature": key.sign(canonical_json(statement).encode())}
@@ -180,13 +211,21 @@ def stored_pins() -> Pins:
             continue
         key = keys.by_id(checkpoint.kid)
         if key is None or statement.get("kid") != checkpoint.kid:
-            pins.problems.append((BAD_CHECKPOINT, f"{name} is signed with key {checkpoint.kid!r}, which the "
-                                                  "signing key set does not hold"))
+            pins.problems.append(
+                (
+                    BAD_CHECKPOINT,
+                    f"{name} is signed with key {checkpoint.kid!r}, which the signing key set does not hold",
+                )
+            )
         elif not key.verifies(data, checkpoint.signature):
             pins.problems.append((BAD_CHECKPOINT, f"{name}: the signature does not verify"))
         elif statement.get("number") != checkpoint.number or statement.get("prev") != prev:
-            pins.problems.append((BAD_CHECKPOINT, f"{name} does not follow the checkpoint before it "
-                                                  "(a checkpoint was removed or replaced)"))
+            pins.problems.append(
+                (
+                    BAD_CHECKPOINT,
+                    f"{name} does not follow the checkpoint before it (a checkpoint was removed or replaced)",
+                )
+            )
         else:
             for stream, seq, head in heads:
                 pins.pin(stream, seq, head)
@@ -210,8 +249,11 @@ def file_pins(path: Path, jwks: Path | None = None) -> Pins:
         if statement.get("type") != FULL or statement.get("alg") != "EdDSA":
             raise ValueError("not an audit checkpoint")
         label = f"checkpoint file {path} ({int(statement['number'])} of {statement['at']})"
-        claimed = {"number": statement["number"], "total": int(statement["total"]),
-                   "stream_count": int(statement["stream_count"])}
+        claimed = {
+            "number": statement["number"],
+            "total": int(statement["total"]),
+            "stream_count": int(statement["stream_count"]),
+        }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         pins.problems.append((BAD_CHECKPOINT, f"{path} is not a readable checkpoint file ({exc})"))
         return pins
@@ -243,5 +285,9 @@ def _public_key(kid: str, jwks: Path | None) -> signing.SigningKey | None:
 
 def _check_totals(pins: Pins, statement: dict, last_seqs: dict[str, int]) -> None:
     if statement["total"] != sum(last_seqs.values()) or statement["stream_count"] != len(last_seqs):
-        pins.problems.append((BAD_CHECKPOINT, f"checkpoint {statement['number']}: its total and stream count "
-                                              "do not match the heads it lists"))
+        pins.problems.append(
+            (
+                BAD_CHECKPOINT,
+                f"checkpoint {statement['number']}: its total and stream count do not match the heads it lists",
+            )
+        )

@@ -24,9 +24,16 @@ class Requester:
 
     def fields(self) -> dict[str, str]:
         """The non-empty identity fields, as the audit event stores them."""
-        return {name: value for name, value in (
-            ("subject", self.subject), ("issuer", self.issuer), ("token_id", self.token),
-            ("client_address", self.client_address)) if value}
+        return {
+            name: value
+            for name, value in (
+                ("subject", self.subject),
+                ("issuer", self.issuer),
+                ("token_id", self.token),
+                ("client_address", self.client_address),
+            )
+            if value
+        }
 
 
 NOBODY = Requester()

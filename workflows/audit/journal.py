@@ -12,10 +12,10 @@ catches a whole stream deleted, truncated or rewritten.
 """
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _string
 from pathlib import Path
-from typing import Iterable
 
 from django.db import transaction
 from django.utils import timezone
@@ -30,8 +30,21 @@ SYSTEM_STREAM = "system"
 GENESIS = "0" * 64
 
 
-def event_hash(prev_hash: str, *, key: AuditKey | None = None, stream, seq, at, actor, verb, object_type, object_id,
-               workflow_id, data, identity: dict | None = None) -> str:
+def event_hash(
+    prev_hash: str,
+    *,
+    key: AuditKey | None = None,
+    stream,
+    seq,
+    at,
+    actor,
+    verb,
+    object_type,
+    object_id,
+    workflow_id,
+    data,
+    identity: dict | None = None,
+) -> str:
     """HMAC-SHA256 under `key` (plain SHA-256 without one: rows written before
     keyed audit) over the previous hash and the event's canonical JSON
     (sorted keys, no spaces): {"actor", "at", "data", "identity",
@@ -40,8 +53,20 @@ def event_hash(prev_hash: str, *, key: AuditKey | None = None, stream, seq, at, 
     `client_address`, the non-empty ones) is left out when empty, as it is
     for every event written before it was recorded: their links still
     verify."""
-    return _digest(key, prev_hash, stream, seq, at.isoformat(), actor, verb, object_type, str(object_id),
-                   str(workflow_id) if workflow_id else None, canonical_json(data), identity_json(identity))
+    return _digest(
+        key,
+        prev_hash,
+        stream,
+        seq,
+        at.isoformat(),
+        actor,
+        verb,
+        object_type,
+        str(object_id),
+        str(workflow_id) if workflow_id else None,
+        canonical_json(data),
+        identity_json(identity),
+    )
 
 
 def identity_json(identity: dict | None) -> str:
@@ -57,17 +82,35 @@ def identity_of(event: AuditEvent) -> dict[str, str]:
 IDENTITY_FIELDS = ("subject", "issuer", "token_id", "client_address")
 
 
-def _digest(key, prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json,
-            identity_json="") -> str:
+def _digest(
+    key, prev_hash, stream, seq, at, actor, verb, object_type, object_id, workflow_id, data_json, identity_json=""
+) -> str:
     # The canonical JSON of the event, assembled in key order around the
     # data's own canonical JSON (exactly canonical_json of the whole object).
-    body = "".join((
-        '{"actor":', _string(actor), ',"at":', _string(at), ',"data":', data_json,
-        ',"identity":' + identity_json if identity_json else "",
-        ',"object_id":', _string(object_id), ',"object_type":', _string(object_type), ',"seq":', str(int(seq)),
-        ',"stream":', _string(stream), ',"verb":', _string(verb),
-        ',"workflow_id":', "null" if workflow_id is None else _string(workflow_id), "}",
-    ))
+    body = "".join(
+        (
+            '{"actor":',
+            _string(actor),
+            ',"at":',
+            _string(at),
+            ',"data":',
+            data_json,
+            ',"identity":' + identity_json if identity_json else "",
+            ',"object_id":',
+            _string(object_id),
+            ',"object_type":',
+            _string(object_type),
+            ',"seq":',
+            str(int(seq)),
+            ',"stream":',
+            _string(stream),
+            ',"verb":',
+            _string(verb),
+            ',"workflow_id":',
+            "null" if workflow_id is None else _string(workflow_id),
+            "}",
+        )
+    )
     return key.mac(prev_hash + body) if key is not None else sha256_hex(prev_hash + body)
 
 
@@ -120,11 +163,20 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
         workflow_id = str(entry.workflow_id) if entry.workflow_id else None
         actor = actor_name(entry.actor)
         who = requester_fields(actor)
-        row = (head.stream, head.seq + 1, at, actor, entry.verb, entry.obj_type,
-               str(entry.obj_id), workflow_id, canonical_json(redact(entry.data or {})), head.hash)
+        row = (
+            head.stream,
+            head.seq + 1,
+            at,
+            actor,
+            entry.verb,
+            entry.obj_type,
+            str(entry.obj_id),
+            workflow_id,
+            canonical_json(redact(entry.data or {})),
+            head.hash,
+        )
         digest = _digest(key, head.hash, row[0], row[1], at_text, *row[3:9], identity_json(who))
-        rows.append((*row, digest, AuditEvent.HMAC_SHA256, key.kid,
-                     *(who.get(name, "") for name in IDENTITY_FIELDS)))
+        rows.append((*row, digest, AuditEvent.HMAC_SHA256, key.kid, *(who.get(name, "") for name in IDENTITY_FIELDS)))
         head.seq, head.hash = row[1], digest
     connection = transaction.get_connection()
     if connection.vendor == "postgresql" and len(rows) > 1:
@@ -140,8 +192,22 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
     return events
 
 
-_COLUMNS = ("stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-            "prev_hash", "hash", "hash_alg", "key_id", *IDENTITY_FIELDS)
+_COLUMNS = (
+    "stream",
+    "seq",
+    "at",
+    "actor",
+    "verb",
+    "object_type",
+    "object_id",
+    "workflow_id",
+    "data",
+    "prev_hash",
+    "hash",
+    "hash_alg",
+    "key_id",
+    *IDENTITY_FIELDS,
+)
 
 
 def _copy(connection, rows: list[tuple]) -> None:
@@ -159,8 +225,6 @@ def _stream(workflow_id) -> str:
 def _lock_heads(streams: list[str]) -> dict[str, AuditHead]:
     locked = AuditHead.objects.select_for_update().filter(stream__in=streams).order_by("stream")
     return {head.stream: head for head in locked}
-
-
 
 
 # --- verification -------------------------------------------------------------
@@ -203,8 +267,9 @@ class VerifyResult:
         return leading + [problem for problem in rest if problem not in leading]
 
 
-def verify(streams: Iterable[str] | None = None, *, checkpoint: str | Path | None = None,
-           jwks: str | Path | None = None) -> VerifyResult:
+def verify(
+    streams: Iterable[str] | None = None, *, checkpoint: str | Path | None = None, jwks: str | Path | None = None
+) -> VerifyResult:
     """Recompute every link of every stream (or of `streams`), each with its
     own algorithm and key, and hold each stream to the signed checkpoints
     (the stored ones, or the checkpoint file given): a stream they saw must
@@ -237,8 +302,12 @@ def verify(streams: Iterable[str] | None = None, *, checkpoint: str | Path | Non
             if _archived_at_or_beyond(archived.get(stream), pins.heads[stream]):
                 result.archived += 1
                 continue
-            result.found.append((DELETED_STREAM, f"{stream}: deleted: {pins.label} saw it up to seq "
-                                                 f"{pins.last_seq(stream)}, its head is gone"))
+            result.found.append(
+                (
+                    DELETED_STREAM,
+                    f"{stream}: deleted: {pins.label} saw it up to seq {pins.last_seq(stream)}, its head is gone",
+                )
+            )
     return result
 
 
@@ -293,8 +362,7 @@ class _StreamCheck:
         found, stream = self.result.found, self.stream
         where = f"{stream}: event {event.pk} (seq {event.seq})"
         if event.seq != self.expected_seq:
-            found.append((MISSING, f"{stream}: expected seq {self.expected_seq}, found {event.seq} "
-                                   f"(event {event.pk})"))
+            found.append((MISSING, f"{stream}: expected seq {self.expected_seq}, found {event.seq} (event {event.pk})"))
         elif event.prev_hash != self.prev:
             found.append((ALTERED, f"{where} does not link to the previous event"))
         key = None
@@ -302,22 +370,42 @@ class _StreamCheck:
             self.keyed = True
             key = keys.by_id(event.key_id)
             if key is None:
-                found.append((UNKNOWN_KEY, f"{where} is sealed with key {event.key_id!r}, which AUDIT_KEYS "
-                                           "does not list"))
+                found.append(
+                    (UNKNOWN_KEY, f"{where} is sealed with key {event.key_id!r}, which AUDIT_KEYS does not list")
+                )
         elif event.hash_alg != AuditEvent.SHA256:
             found.append((ALTERED, f"{where} names an unknown hash algorithm {event.hash_alg!r}"))
         elif self.keyed:
             found.append((UNKEYED, f"{where} is plain sha256 after keyed events: rewritten without the key"))
         elif self.pins.label and not self.pinned:
-            found.append((FORGED_STREAM, f"{where} is plain sha256 in a stream {self.pins.label} never saw: a "
-                                         "stream made without the key"))
+            found.append(
+                (
+                    FORGED_STREAM,
+                    f"{where} is plain sha256 in a stream {self.pins.label} never saw: a stream made without the key",
+                )
+            )
         elif self.pins.label and event.seq > self.last_pin:
-            found.append((UNKEYED, f"{where} is plain sha256 beyond seq {self.last_pin}, the last that "
-                                   f"{self.pins.label} saw of this stream: written without the key"))
+            found.append(
+                (
+                    UNKEYED,
+                    f"{where} is plain sha256 beyond seq {self.last_pin}, the last that "
+                    f"{self.pins.label} saw of this stream: written without the key",
+                )
+            )
         if (key is not None or event.hash_alg == AuditEvent.SHA256) and event.hash != event_hash(
-                event.prev_hash, key=key, stream=event.stream, seq=event.seq, at=event.at, actor=event.actor,
-                verb=event.verb, object_type=event.object_type, object_id=event.object_id,
-                workflow_id=event.workflow_id, data=event.data, identity=identity_of(event)):
+            event.prev_hash,
+            key=key,
+            stream=event.stream,
+            seq=event.seq,
+            at=event.at,
+            actor=event.actor,
+            verb=event.verb,
+            object_type=event.object_type,
+            object_id=event.object_id,
+            workflow_id=event.workflow_id,
+            data=event.data,
+            identity=identity_of(event),
+        ):
             found.append((ALTERED, f"{where} was altered (hash mismatch)"))
         if self.pinned.get(event.seq, event.hash) != event.hash:
             found.append((ALTERED, f"{where} is not the event {self.pins.label} signed: history rewritten"))
@@ -330,24 +418,30 @@ class _StreamCheck:
             now_head = AuditHead.objects.filter(stream=stream).values_list("seq", flat=True).first()
         if self.headless:
             if now_head is None:  # not a stream that began while this ran
-                found.append((FORGED_STREAM, f"{stream}: {self.headless} event(s) in a stream with no head (a "
-                                             "stream the trail never started)"))
+                found.append(
+                    (
+                        FORGED_STREAM,
+                        f"{stream}: {self.headless} event(s) in a stream with no head (a "
+                        "stream the trail never started)",
+                    )
+                )
             return
         last = self.expected_seq - 1
         if self.last_pin > last:
             kind = DELETED_STREAM if last == 0 else MISSING
-            found.append((kind, f"{stream}: {self.pins.label} saw it up to seq {self.last_pin}, the chain ends "
-                                f"at seq {last}"))
+            found.append(
+                (kind, f"{stream}: {self.pins.label} saw it up to seq {self.last_pin}, the chain ends at seq {last}")
+            )
         if self.head.seq != last or self.head.hash != self.prev:
             kind = DELETED_STREAM if last == 0 else MISSING
             found.append((kind, f"{stream}: chain ends at seq {last} but its head says {self.head.seq}"))
         if self.beyond is not None and self.beyond.seq > (now_head or 0):
-            found.append((ALTERED, f"{stream}: event {self.beyond.pk} lies beyond the chain's head (inserted "
-                                   "around it)"))
+            found.append(
+                (ALTERED, f"{stream}: event {self.beyond.pk} lies beyond the chain's head (inserted around it)")
+            )
 
 
-def record_verification(*, by: str, streams: list[str] | None = None, checkpoint=None,
-                        jwks=None) -> AuditVerification:
+def record_verification(*, by: str, streams: list[str] | None = None, checkpoint=None, jwks=None) -> AuditVerification:
     """Recompute the chain (every stream, or only `streams`), hold it to
     the signed checkpoints (or the checkpoint file given) and record the
     outcome, the first problem of each kind first. The full result is

@@ -49,11 +49,13 @@ def parse(raw: str, *, name: str = "AUDIT_KEYS") -> list[AuditKey]:
             continue
         kid, sep, secret = item.partition(":")
         if not sep or not KEY_ID.match(kid):
-            raise ImproperlyConfigured(f"{name}: entry {number} must be kid:secret, the kid 1-32 of "
-                                       "letters, digits, '.', '_' or '-'")
+            raise ImproperlyConfigured(
+                f"{name}: entry {number} must be kid:secret, the kid 1-32 of letters, digits, '.', '_' or '-'"
+            )
         if len(secret) < MIN_SECRET_LENGTH:
-            raise ImproperlyConfigured(f"{name}: the secret of key {kid!r} must be at least "
-                                       f"{MIN_SECRET_LENGTH} characters")
+            raise ImproperlyConfigured(
+                f"{name}: the secret of key {kid!r} must be at least {MIN_SECRET_LENGTH} characters"
+            )
         if any(key.kid == kid for key in keys):
             raise ImproperlyConfigured(f"{name}: key id {kid!r} is listed twice")
         keys.append(AuditKey(kid, secret.encode()))

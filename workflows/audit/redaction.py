@@ -30,6 +30,8 @@ SECRET_KEY_PATTERN = re.compile(
 )
 # Keys whose values are prompts or conversation transcripts.
 PROMPT_KEY_PATTERN = re.compile(r"(prompt|messages|transcript|system_message|completion)", re.IGNORECASE)
+
+
 def _random_looking(token: str) -> bool:
     """Long enough, and mixing letters with digits again and again, or cases
     inside the word, as keys and their encodings do and words don't:
@@ -60,27 +62,37 @@ class CredentialPattern:
 
 # Values that are credentials wherever they appear.
 CREDENTIAL_PATTERNS = [
-    CredentialPattern("an authorization header's credential",
-                      re.compile(r"(?i)\b(bearer|basic|token)\s+([A-Za-z0-9._~+/=-]{8,})"), _random_looking),
+    CredentialPattern(
+        "an authorization header's credential",
+        re.compile(r"(?i)\b(bearer|basic|token)\s+([A-Za-z0-9._~+/=-]{8,})"),
+        _random_looking,
+    ),
     CredentialPattern("an API key (sk-...)", re.compile(r"\bsk-([A-Za-z0-9_-]{12,})"), _random_looking),
-    CredentialPattern("an AWS access key", re.compile(r"\b(AKIA|ASIA)([A-Z0-9]{16})\b"),
-                      lambda key: any(c.isdigit() for c in key)),
+    CredentialPattern(
+        "an AWS access key", re.compile(r"\b(AKIA|ASIA)([A-Z0-9]{16})\b"), lambda key: any(c.isdigit() for c in key)
+    ),
     CredentialPattern("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b")),
     CredentialPattern("a Slack token", re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}")),
-    CredentialPattern("a private key",
-                      re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)")),
+    CredentialPattern(
+        "a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)")
+    ),
     # `password=hunter2`, as in a query string or a configuration line.
-    CredentialPattern("a password or key assignment",
-                      re.compile(r"(?i)\b(api[-_]?key|secret|password|passwd|pwd|token)=([^\s&,;\"']{4,})")),
+    CredentialPattern(
+        "a password or key assignment",
+        re.compile(r"(?i)\b(api[-_]?key|secret|password|passwd|pwd|token)=([^\s&,;\"']{4,})"),
+    ),
     # `password: hunter2`, but not `password: see the vault`.
-    CredentialPattern("a password or key",
-                      re.compile(r"(?i)\b(api[-_]?key|secret|password|passwd|token)\s*[:=]\s*([^\s&,;\"']+)"),
-                      _password_like),
+    CredentialPattern(
+        "a password or key",
+        re.compile(r"(?i)\b(api[-_]?key|secret|password|passwd|token)\s*[:=]\s*([^\s&,;\"']+)"),
+        _password_like,
+    ),
 ]
 # Every pattern above needs one of these: a string with none (most are) is
 # left as it is after one search instead of eight.
-_MAY_HOLD_SECRET = re.compile(r"bearer|basic|token|sk-|akia|asia|gh[pousr]_|xox|-----begin|api|secret|passw|pwd",
-                              re.IGNORECASE)
+_MAY_HOLD_SECRET = re.compile(
+    r"bearer|basic|token|sk-|akia|asia|gh[pousr]_|xox|-----begin|api|secret|passw|pwd", re.IGNORECASE
+)
 PROMPT_LIMIT = 500
 
 
@@ -200,8 +212,10 @@ class CredentialRefused(DomainError):
 
     def __init__(self, fields: dict[str, str]):
         names = ", ".join(sorted(fields))
-        super().__init__(f"Refused: {names} looks like it holds a credential. Remove it; "
-                         f"credentials never belong in comments, reasons or evidence.")
+        super().__init__(
+            f"Refused: {names} looks like it holds a credential. Remove it; "
+            f"credentials never belong in comments, reasons or evidence."
+        )
         self.fields = fields
 
 

@@ -60,7 +60,8 @@ def parse_policy(raw: str | None, variable: str = "SECRETS_POLICY") -> dict[str,
         raise ImproperlyConfigured(f"{variable} is not valid JSON: {exc}") from None
     if not isinstance(policy, dict):
         raise ImproperlyConfigured(
-            f'{variable} must be a JSON object: {{"NAME": {{"actions": [...], "hosts": [...]}}}}')
+            f'{variable} must be a JSON object: {{"NAME": {{"actions": [...], "hosts": [...]}}}}'
+        )
     rules = {}
     for name, rule in policy.items():
         if not NAME.fullmatch(name):
@@ -71,8 +72,10 @@ def parse_policy(raw: str | None, variable: str = "SECRETS_POLICY") -> dict[str,
             items = rule.get(part, [])
             if not isinstance(items, list) or not all(isinstance(item, str) and item for item in items):
                 raise ImproperlyConfigured(f"{variable}: {name}.{part} must be a list of names")
-        rules[name] = {"actions": list(rule.get("actions", [])),
-                       "hosts": [host.lower() for host in rule.get("hosts", [])]}
+        rules[name] = {
+            "actions": list(rule.get("actions", [])),
+            "hosts": [host.lower() for host in rule.get("hosts", [])],
+        }
     return rules
 
 

@@ -66,8 +66,14 @@ class SigningKey:
         return True
 
     def jwk(self) -> dict:
-        return {"kty": "OKP", "crv": "Ed25519", "x": b64(_raw_public(self.public)), "kid": self.kid,
-                "alg": "EdDSA", "use": "sig"}
+        return {
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": b64(_raw_public(self.public)),
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        }
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,9 @@ class KeySet:
         within the overlap."""
         now = now or timezone.now()
         overlap = timedelta(hours=settings.SIGNING_KEY_OVERLAP_HOURS)
-        others = [key for key in self.keys if key is not self.current
-                  and (key.retired is None or now - key.retired < overlap)]
+        others = [
+            key for key in self.keys if key is not self.current and (key.retired is None or now - key.retired < overlap)
+        ]
         return [self.current, *others]
 
 
@@ -122,8 +129,9 @@ def keyset() -> KeySet:
     try:
         stat = path.stat()
     except FileNotFoundError:
-        raise ImproperlyConfigured(f"SIGNING_KEYS_FILE {path} does not exist: create it with "
-                                   "`python manage.py signing_key --new`") from None
+        raise ImproperlyConfigured(
+            f"SIGNING_KEYS_FILE {path} does not exist: create it with `python manage.py signing_key --new`"
+        ) from None
     stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
     cached = _loaded.get(path)
     if cached is None or cached[0] != stamp:

@@ -37,8 +37,10 @@ def workflows_moved(ids: list, current: str, target: str) -> None:
     if not ids or not answers_waiters(current, target) or not enabled():
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                       [CHANNEL, [f"{pk} {target}" for pk in ids]])
+        cursor.execute(
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+            [CHANNEL, [f"{pk} {target}" for pk in ids]],
+        )
 
 
 def parse(payload: str) -> tuple[UUID, str] | None:

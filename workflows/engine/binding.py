@@ -18,6 +18,7 @@ from datetime import UTC
 from workflows.audit import keys
 from workflows.models import Approval, Compensation, Step, canonical_json, sha256_hex
 
+
 def entry(key: str, action: str, args, compensation, gate=None) -> dict:
     """One step as the plan hash covers it: the shape plans were always
     hashed in (`plans.canonical_plan`), so hashes stored before binding was
@@ -42,7 +43,8 @@ def stored_hashes(lanes, manager=None) -> dict[tuple, str]:
     if not lanes:
         return {}
     steps = (Step.objects if manager is None else manager).filter(
-        workflow_id__in={workflow for workflow, _ in lanes}, lane__in={lane for _, lane in lanes})
+        workflow_id__in={workflow for workflow, _ in lanes}, lane__in={lane for _, lane in lanes}
+    )
     gated = manager is None or any(field.name == "gate" for field in manager.model._meta.get_fields())
     columns = ("workflow_id", "lane", "key", "action", "args", "compensation") + (("gate",) if gated else ())
     plans: dict[tuple, list[dict]] = {lane: [] for lane in lanes}
@@ -64,40 +66,46 @@ def sealed_text(record: Approval | Compensation) -> str:
     `seal` label keeps a MAC made for one kind of record (or for anything
     else signed with the audit key) from passing for another."""
     if record._meta.model_name == "gateapproval":
-        return canonical_json({
-            "seal": "gate",
+        return canonical_json(
+            {
+                "seal": "gate",
+                "workflow": str(record.workflow_id),
+                "step": record.step_id,
+                "plan_hash": record.plan_hash,
+                "results": record.results_digest,
+                "reviewer": record.reviewer_id,
+                "decision": record.decision,
+                "at": _instant(record.created_at),
+            }
+        )
+    if record._meta.model_name == "compensation":  # also a migration's historical model
+        return canonical_json(
+            {
+                "seal": "compensation",
+                "workflow": str(record.workflow_id),
+                "compensation": str(record.pk),
+                "lane": record.lane,
+                "plan_hash": record.plan_hash,
+                "requested_by": record.requested_by_id,
+                "authorized_by": record.authorized_by_id,
+                "at": _instant(record.decided_at),
+            }
+        )
+    return canonical_json(
+        {
+            "seal": "approval",
             "workflow": str(record.workflow_id),
-            "step": record.step_id,
+            # The seal names the revision so that an approval of one revision
+            # can never pass for another (a migration's historical model may
+            # predate the field: its approvals were of revision 1).
+            "revision": getattr(record, "revision", 1),
             "plan_hash": record.plan_hash,
-            "results": record.results_digest,
             "reviewer": record.reviewer_id,
             "decision": record.decision,
             "at": _instant(record.created_at),
-        })
-    if record._meta.model_name == "compensation":  # also a migration's historical model
-        return canonical_json({
-            "seal": "compensation",
-            "workflow": str(record.workflow_id),
-            "compensation": str(record.pk),
-            "lane": record.lane,
-            "plan_hash": record.plan_hash,
-            "requested_by": record.requested_by_id,
-            "authorized_by": record.authorized_by_id,
-            "at": _instant(record.decided_at),
-        })
-    return canonical_json({
-        "seal": "approval",
-        "workflow": str(record.workflow_id),
-        # The seal names the revision so that an approval of one revision
-        # can never pass for another (a migration's historical model may
-        # predate the field: its approvals were of revision 1).
-        "revision": getattr(record, "revision", 1),
-        "plan_hash": record.plan_hash,
-        "reviewer": record.reviewer_id,
-        "decision": record.decision,
-        "at": _instant(record.created_at),
-        "previews": _previews(record),
-    })
+            "previews": _previews(record),
+        }
+    )
 
 
 def _previews(approval) -> list:

@@ -15,18 +15,32 @@ def step_complete(workflow: Workflow, step: Step) -> None:
     """An undo step completed: mark what it undid, and finish the run if done."""
     comp = Compensation.objects.select_for_update().get(pk=step.compensation_run_id)
     original = Step.objects.get(pk=step.compensates_id)
-    move(original, StepStatus.COMPENSATED, actor=WORKER, verb="step.compensated",
-         data={"undo_step": step.key, "undo_operation_key": step.operation_key,
-               "external_ref": step.external_ref, "compensation": str(comp.pk)})
+    move(
+        original,
+        StepStatus.COMPENSATED,
+        actor=WORKER,
+        verb="step.compensated",
+        data={
+            "undo_step": step.key,
+            "undo_operation_key": step.operation_key,
+            "external_ref": step.external_ref,
+            "compensation": str(comp.pk),
+        },
+    )
     if not comp.steps.exclude(status=StepStatus.COMPLETE).exists():
         finish(workflow, comp)
 
 
 def finish(workflow: Workflow, comp: Compensation) -> None:
-    move(comp, CompensationStatus.COMPENSATED, actor=WORKER,
-         data={"irreversible": [i["key"] for i in comp.irreversible]})
-    move(workflow, WorkflowStatus.COMPENSATED, actor=WORKER,
-         data={"compensation": str(comp.pk), "irreversible": [i["key"] for i in comp.irreversible]})
+    move(
+        comp, CompensationStatus.COMPENSATED, actor=WORKER, data={"irreversible": [i["key"] for i in comp.irreversible]}
+    )
+    move(
+        workflow,
+        WorkflowStatus.COMPENSATED,
+        actor=WORKER,
+        data={"compensation": str(comp.pk), "irreversible": [i["key"] for i in comp.irreversible]},
+    )
 
 
 def halt(workflow: Workflow, step: Step, **data) -> None:
@@ -37,5 +51,9 @@ def halt(workflow: Workflow, step: Step, **data) -> None:
     if comp.status == CompensationStatus.RUNNING:
         move(comp, CompensationStatus.FAILED, actor=WORKER, data={"step": step.key, "remaining": remaining, **data})
     if workflow.status == WorkflowStatus.COMPENSATING:
-        move(workflow, WorkflowStatus.COMPENSATION_FAILED, actor=WORKER,
-             data={"step": step.key, "remaining": remaining, **data})
+        move(
+            workflow,
+            WorkflowStatus.COMPENSATION_FAILED,
+            actor=WORKER,
+            data={"step": step.key, "remaining": remaining, **data},
+        )

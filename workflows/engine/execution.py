@@ -30,8 +30,20 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
-    draining, failpoints, gatekeeper, gates, inflight, limits, outcomes, planning, policy, previews, proofs, recovery,
-    references, wakeups,
+    draining,
+    failpoints,
+    gatekeeper,
+    gates,
+    inflight,
+    limits,
+    outcomes,
+    planning,
+    policy,
+    previews,
+    proofs,
+    recovery,
+    references,
+    wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
@@ -160,7 +172,8 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
         held = limits.held_back()
         with fixed_plans():
             candidates = due_steps(workflow_id, window=limit * 4, exclude_actions=held).annotate(
-                open_attempts=Exists(unsettled), attempts_made=Subquery(latest))
+                open_attempts=Exists(unsettled), attempts_made=Subquery(latest)
+            )
             if connection.features.has_select_for_update_skip_locked:
                 candidates = candidates.select_for_update(skip_locked=True, of=("self",))
             found = list(candidates.select_related("workflow")[:limit])
@@ -195,10 +208,15 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
                 lease_expires_at=expires,
                 next_attempt_at=None,
             )
-        starting = {step.workflow_id: step.workflow for step in claimed
-                    if step.workflow.status == WorkflowStatus.APPROVED}
-        started = {workflow.pk for workflow in move_many(
-            list(starting.values()), WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started", log=log)}
+        starting = {
+            step.workflow_id: step.workflow for step in claimed if step.workflow.status == WorkflowStatus.APPROVED
+        }
+        started = {
+            workflow.pk
+            for workflow in move_many(
+                list(starting.values()), WorkflowStatus.RUNNING, actor=WORKER, verb="workflow.started", log=log
+            )
+        }
         for step in claimed:
             step.attempt = None
             if step.workflow_id in started:
@@ -214,8 +232,13 @@ def _shares_checkpoints(step: Step) -> bool:
     """Steps of an idempotent in-process action with nothing to reconcile
     share their checkpoint commits with the rest of their batch."""
     action = actions.find(step.action)
-    return (action is not None and action.in_process and action.is_idempotent(step.args) and not step.lane
-            and not step.open_attempts)
+    return (
+        action is not None
+        and action.in_process
+        and action.is_idempotent(step.args)
+        and not step.lane
+        and not step.open_attempts
+    )
 
 
 def _request_shared(steps: list[Step], log: list) -> None:
@@ -228,8 +251,13 @@ def _request_shared(steps: list[Step], log: list) -> None:
     # workflows sees any cancel that committed first (`locks`).
     with telemetry.steps_span("durable.policy_recheck", steps):
         checks = policy.evaluate_many(steps)
-    ready = [step for step in steps if not policy.problems(checks[step.pk]) and not references.problems(step)
-             and not previews.request_problems(step, actions.find(step.action))]
+    ready = [
+        step
+        for step in steps
+        if not policy.problems(checks[step.pk])
+        and not references.problems(step)
+        and not previews.request_problems(step, actions.find(step.action))
+    ]
     with telemetry.steps_span("durable.request", ready):
         inflight.write_requested(ready, log)
 
@@ -418,5 +446,3 @@ def _request_attempt(step: Step, fence: int, policy_version: int | None = None, 
             data={"step": step.key, "number": number, "operation_key": step.operation_key, "fence": fence},
         )
     return attempt
-
-

@@ -8,7 +8,6 @@ from workflows.engine.transitions import move
 from workflows.models import Workflow
 from workflows.states import WorkflowStatus
 
-
 AT_GATE = "the workflow's deadline passed while it waited at a gate"
 
 
@@ -21,14 +20,21 @@ def expire_overdue(limit: int = 200) -> int:
     overdue = Workflow.objects.awaiting_review().filter(deadline__lte=timezone.now()).order_by("deadline")[:limit]
     for workflow in overdue:
         with transaction.atomic():
-            expired += int(move(workflow, WorkflowStatus.EXPIRED, actor="system",
-                                data={"reason": "the plan's deadline passed before enough approvals"}))
+            expired += int(
+                move(
+                    workflow,
+                    WorkflowStatus.EXPIRED,
+                    actor="system",
+                    data={"reason": "the plan's deadline passed before enough approvals"},
+                )
+            )
     at_gate = Workflow.objects.filter(status=WorkflowStatus.WAITING_GATE, deadline__lte=timezone.now())
     for workflow in at_gate.order_by("deadline")[:limit]:
         with transaction.atomic():
             locked = locks.plan(workflow.pk)
             if locked.status == WorkflowStatus.WAITING_GATE and move(
-                    locked, WorkflowStatus.EXPIRED, actor="system", data={"reason": AT_GATE}):
+                locked, WorkflowStatus.EXPIRED, actor="system", data={"reason": AT_GATE}
+            ):
                 gatekeeper.leave(locked, "system", "gate.closed", {"reason": AT_GATE})
                 expired += 1
     return expired
@@ -40,5 +46,9 @@ def expire_one(workflow: Workflow) -> bool:
     if workflow.deadline > timezone.now():
         return False
     with transaction.atomic():
-        return move(workflow, WorkflowStatus.EXPIRED, actor="system",
-                    data={"reason": "the plan's deadline passed before enough approvals"})
+        return move(
+            workflow,
+            WorkflowStatus.EXPIRED,
+            actor="system",
+            data={"reason": "the plan's deadline passed before enough approvals"},
+        )

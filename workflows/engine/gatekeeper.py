@@ -15,14 +15,26 @@ def pause(steps: list[Step]) -> None:
     """Inside the claim's transaction, with these (ready, PENDING) steps'
     rows locked: each waits at its gate, and so does its workflow."""
     log: list[journal.Entry] = []
-    waiting = move_many([step for step in steps if step.status == StepStatus.PENDING], StepStatus.WAITING_GATE,
-                        actor=WORKER, verb="step.waiting_gate", locked=True, log=log, next_attempt_at=None,
-                        data=lambda step: {"gate": step.gate})
+    waiting = move_many(
+        [step for step in steps if step.status == StepStatus.PENDING],
+        StepStatus.WAITING_GATE,
+        actor=WORKER,
+        verb="step.waiting_gate",
+        locked=True,
+        log=log,
+        next_attempt_at=None,
+        data=lambda step: {"gate": step.gate},
+    )
     workflows = {step.workflow_id: step.workflow for step in waiting}
     for status in (WorkflowStatus.APPROVED, WorkflowStatus.RUNNING):
-        move_many([w for w in workflows.values() if w.status == status], WorkflowStatus.WAITING_GATE,
-                  actor=WORKER, verb="workflow.waiting_gate", log=log,
-                  data=lambda workflow: {"steps": [s.key for s in waiting if s.workflow_id == workflow.pk]})
+        move_many(
+            [w for w in workflows.values() if w.status == status],
+            WorkflowStatus.WAITING_GATE,
+            actor=WORKER,
+            verb="workflow.waiting_gate",
+            log=log,
+            data=lambda workflow: {"steps": [s.key for s in waiting if s.workflow_id == workflow.pk]},
+        )
     journal.append_many(log)
 
 

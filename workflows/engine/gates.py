@@ -27,9 +27,12 @@ def shut(step: Step) -> bool:
 def results_shown(step: Step) -> list[list]:
     """What a gate's approvers see of the run so far: each forward step
     before the gate, in order, with its status and result."""
-    return [[key, status, result] for key, status, result in
-            Step.objects.filter(workflow_id=step.workflow_id, lane=0, position__lt=step.position)
-            .order_by("position").values_list("key", "status", "result")]
+    return [
+        [key, status, result]
+        for key, status, result in Step.objects.filter(workflow_id=step.workflow_id, lane=0, position__lt=step.position)
+        .order_by("position")
+        .values_list("key", "status", "result")
+    ]
 
 
 def results_digest(step: Step) -> str:
@@ -44,20 +47,42 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
     plan's authors. One per person."""
     digest = digest or results_digest(step)
     approvals = list(GateApproval.objects.filter(step=step, decision=GateApproval.Decision.APPROVE))
-    reviewers = set(get_user_model().objects.filter(
-        pk__in={a.reviewer_id for a in approvals}, is_active=True, groups__name=roles.REVIEWERS,
-    ).values_list("pk", flat=True)) if approvals else set()
+    reviewers = (
+        set(
+            get_user_model()
+            .objects.filter(
+                pk__in={a.reviewer_id for a in approvals},
+                is_active=True,
+                groups__name=roles.REVIEWERS,
+            )
+            .values_list("pk", flat=True)
+        )
+        if approvals
+        else set()
+    )
     # Only reviewers still in the reviewer groups the plan's policies name.
-    groups = set(ActionPolicy.objects.filter(action__in={s["action"] for s in workflow.plan})
-                 .exclude(reviewer_group="").values_list("reviewer_group", flat=True)) if reviewers else set()
+    groups = (
+        set(
+            ActionPolicy.objects.filter(action__in={s["action"] for s in workflow.plan})
+            .exclude(reviewer_group="")
+            .values_list("reviewer_group", flat=True)
+        )
+        if reviewers
+        else set()
+    )
     reviewers = roles.in_all_groups(reviewers, groups)
     authors = persons.plan_authors([workflow])[workflow.pk] if reviewers else set()
     people = persons.keys_of(reviewers | authors)
     written = {people[pk] for pk in authors}
     counted = {}
     for a in approvals:  # one per person, never an author's
-        if (a.plan_hash == workflow.plan_hash and a.results_digest == digest and binding.verifies(a)
-                and a.reviewer_id in reviewers and people[a.reviewer_id] not in written):
+        if (
+            a.plan_hash == workflow.plan_hash
+            and a.results_digest == digest
+            and binding.verifies(a)
+            and a.reviewer_id in reviewers
+            and people[a.reviewer_id] not in written
+        ):
             a.person = people[a.reviewer_id]
             counted.setdefault(a.person, a)
     return list(counted.values())

@@ -82,8 +82,9 @@ def _detached(fn, *args):
         connections.close_all()
 
 
-def perform(action: Action, args: dict, operation_key: str, context: PerformContext | None = None
-            ) -> Outcome | ActionError:
+def perform(
+    action: Action, args: dict, operation_key: str, context: PerformContext | None = None
+) -> Outcome | ActionError:
     """The effect itself, with no database, inside its perform context (the
     approval proof's source: `workflows.actions.context`). A bug in an
     action (any other exception) is an error of unknown outcome, handled
@@ -95,8 +96,9 @@ def perform(action: Action, args: dict, operation_key: str, context: PerformCont
         return err
     except Exception as exc:
         log.exception("action %s raised an unclassified error", action.name)
-        return ActionError(FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500],
-                           outcome_unknown=True)
+        return ActionError(
+            FailureClass.UNKNOWN, redact_text(f"{type(exc).__name__}: {exc}")[:500], outcome_unknown=True
+        )
     # Results and error texts are redacted when recorded; this reference is
     # recorded as it is, and a remote system may echo a secret into it.
     outcome.external_ref = redact_text(outcome.external_ref)
@@ -111,18 +113,37 @@ def write_requested(steps: list[Step], log: list) -> list[Attempt]:
     versions = {name: p.version for name, p in policy.policies_for({step.action for step in steps}).items()}
     kid = proofs.current_kid() if any(not _in_process(step) for step in steps) else ""
     attempts = [
-        Attempt(step=step, number=(step.attempts_made or 0) + 1, operation_key=step.operation_key,
-                fence=step.fence, worker=step.lease_owner, lease_expires_at=step.lease_expires_at,
-                policy_version=versions[step.action], plan_hash=step.bound_plan_hash,
-                **proofs.identity(step, actions.find(step.action), kid))
+        Attempt(
+            step=step,
+            number=(step.attempts_made or 0) + 1,
+            operation_key=step.operation_key,
+            fence=step.fence,
+            worker=step.lease_owner,
+            lease_expires_at=step.lease_expires_at,
+            policy_version=versions[step.action],
+            plan_hash=step.bound_plan_hash,
+            **proofs.identity(step, actions.find(step.action), kid),
+        )
         for step in steps
     ]
     Attempt.objects.bulk_create(attempts)
     for attempt in attempts:
         attempt.step.attempt = attempt
-        log.append(journal.Entry(WORKER, "attempt.requested", "attempt", attempt.pk, attempt.step.workflow_id,
-                                 {"step": attempt.step.key, "number": attempt.number,
-                                  "operation_key": attempt.operation_key, "fence": attempt.fence}))
+        log.append(
+            journal.Entry(
+                WORKER,
+                "attempt.requested",
+                "attempt",
+                attempt.pk,
+                attempt.step.workflow_id,
+                {
+                    "step": attempt.step.key,
+                    "number": attempt.number,
+                    "operation_key": attempt.operation_key,
+                    "fence": attempt.fence,
+                },
+            )
+        )
     return attempts
 
 
@@ -213,14 +234,22 @@ class Effects:
         if not steps:
             return
         with transaction.atomic(), planning.by_key():
-            move_many(steps, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.released", expect=("fence",),
-                      data=lambda step: {"reason": "the cluster is draining", "fence": step.fence},
-                      next_attempt_at=timezone.now(), lease_owner="", lease_expires_at=None)
+            move_many(
+                steps,
+                StepStatus.WAITING_RETRY,
+                actor=WORKER,
+                verb="step.released",
+                expect=("fence",),
+                data=lambda step: {"reason": "the cluster is draining", "fence": step.fence},
+                next_attempt_at=timezone.now(),
+                lease_owner="",
+                lease_expires_at=None,
+            )
         self.keeper.release([step.pk for step in steps])
 
     def _fill(self) -> None:
         if self.room > 0 and self.waiting:
-            steps, self.waiting = self.waiting[:self.room], self.waiting[self.room:]
+            steps, self.waiting = self.waiting[: self.room], self.waiting[self.room :]
             self._prepare(steps)
 
     def _prepare(self, steps: list[Step]) -> None:
@@ -234,17 +263,21 @@ class Effects:
         ready = []
         for step in steps:
             action = actions.find(step.action)
-            problems = (policy.problems(checks[step.pk]) + references.problems(step)
-                        + previews.request_problems(step, action))
+            problems = (
+                policy.problems(checks[step.pk]) + references.problems(step) + previews.request_problems(step, action)
+            )
             try:
                 if action is None or problems:
                     outcomes.block(step, step.fence, problems or [f"unknown action {step.action}"])
                 elif step.open_attempts:
                     settles = recovery.unsettled(step)
                     if action.can_lookup:
-                        self._send(Flight(step, action, settles),
-                                   telemetry.in_thread("durable.reconcile", step, recovery.look_up),
-                                   action, step.operation_key)
+                        self._send(
+                            Flight(step, action, settles),
+                            telemetry.in_thread("durable.reconcile", step, recovery.look_up),
+                            action,
+                            step.operation_key,
+                        )
                         continue
                     if not recovery.settle_without_lookup(step, action, step.fence, settles):
                         ready.append(step)
@@ -278,8 +311,9 @@ class Effects:
             return
         verified, self.verified = self.verified, []
         with telemetry.steps_span("durable.request", steps), transaction.atomic(), planning.by_key():
-            held = still_held_each([(step, StepStatus.VERIFYING) for step in verified]
-                                   + [(step, StepStatus.RUNNING) for step in steps])
+            held = still_held_each(
+                [(step, StepStatus.VERIFYING) for step in verified] + [(step, StepStatus.RUNNING) for step in steps]
+            )
             requesting = {step.pk for step in steps}
             entries: list[journal.Entry] = []
             outcomes.complete_held([step for step in held if step.pk not in requesting], entries)
@@ -304,8 +338,14 @@ class Effects:
                 outcomes.record_performed([step], {}, {step.pk: err})
                 self.keeper.release([step.pk])
                 continue
-            self._send(Flight(step, action), telemetry.in_thread("durable.perform", step, perform),
-                       action, args, step.operation_key, context)
+            self._send(
+                Flight(step, action),
+                telemetry.in_thread("durable.perform", step, perform),
+                action,
+                args,
+                step.operation_key,
+                context,
+            )
 
     def _send(self, flight: Flight, fn, *args) -> None:
         future = pool().submit(_detached, fn, *args)
@@ -369,13 +409,15 @@ class Effects:
             if not self.arrivals.wait_for(self._back, timeout):
                 return []
             # A future is done a moment before its callback notes the arrival.
-            first = min((at for future, at in self.arrived_at.items() if future in self.flights),
-                        default=time.monotonic())
+            first = min(
+                (at for future, at in self.arrived_at.items() if future in self.flights), default=time.monotonic()
+            )
             self.arrivals.wait_for(lambda: self._back() >= want, first + GATHER_SECONDS - time.monotonic())
             back = [future for future in self.flights if future.done()]
             taken = set(back)
-            self.arrived_at = {future: at for future, at in self.arrived_at.items()
-                               if future in self.flights and future not in taken}
+            self.arrived_at = {
+                future: at for future, at in self.arrived_at.items() if future in self.flights and future not in taken
+            }
         return back
 
     def _blocked_by_preview(self, step: Step, taken) -> bool:

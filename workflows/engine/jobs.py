@@ -30,8 +30,14 @@ def kick_stalled(now=None) -> int:
     now = now or timezone.now()
     running = Job.objects.filter(status=Job.Status.RUNNING)
     stale = running.filter(updated_at__lt=now - timedelta(seconds=STALL_SECONDS))
-    dead = [owner for owner in running.filter(owner__startswith=f"{LOCAL_PREFIX}:")
-            .order_by().values_list("owner", flat=True).distinct() if not process_alive(owner)]
+    dead = [
+        owner
+        for owner in running.filter(owner__startswith=f"{LOCAL_PREFIX}:")
+        .order_by()
+        .values_list("owner", flat=True)
+        .distinct()
+        if not process_alive(owner)
+    ]
     kicked = 0
     for job in running.filter(Q(pk__in=stale.values("pk")) | Q(owner__in=dead)).only("pk", "batch", "owner"):
         # Touched first, under the batch number read: one kick per stall.

@@ -115,7 +115,9 @@ def _extend(held: Q, lease: float) -> None:
     with transaction.atomic(), planning.by_key():
         rows = Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
         if connection.features.has_select_for_update_skip_locked:
-            rows = Step.objects.filter(pk__in=list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True)))
+            rows = Step.objects.filter(
+                pk__in=list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True))
+            )
         rows.update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
 
 

@@ -71,20 +71,28 @@ def in_flight(names) -> dict[str, int]:
     names = list(names)
     if not names:
         return {}
-    rows = (Step.objects.filter(status=StepStatus.RUNNING, action__in=names).order_by()
-            .values("action").annotate(n=Count("pk")).values_list("action", "n"))
+    rows = (
+        Step.objects.filter(status=StepStatus.RUNNING, action__in=names)
+        .order_by()
+        .values("action")
+        .annotate(n=Count("pk"))
+        .values_list("action", "n")
+    )
     return {name: 0 for name in names} | dict(rows)
 
 
 def _watched_policies(now: datetime):
     """Policies with a limit, or whose action is paused: a few rows at most."""
     throttle = ActionThrottle.objects.filter(action=OuterRef("action"))
-    return (ActionPolicy.objects
-            .annotate(paused_until=Subquery(throttle.values("paused_until")[:1]),
-                      tokens=Subquery(throttle.values("tokens")[:1]),
-                      refilled_at=Subquery(throttle.values("refilled_at")[:1]))
-            .filter(Q(max_in_flight__isnull=False) | Q(rate_per_second__isnull=False) | Q(paused_until__gt=now))
-            .values_list("action", "max_in_flight", "rate_per_second", "paused_until", "tokens", "refilled_at"))
+    return (
+        ActionPolicy.objects.annotate(
+            paused_until=Subquery(throttle.values("paused_until")[:1]),
+            tokens=Subquery(throttle.values("tokens")[:1]),
+            refilled_at=Subquery(throttle.values("refilled_at")[:1]),
+        )
+        .filter(Q(max_in_flight__isnull=False) | Q(rate_per_second__isnull=False) | Q(paused_until__gt=now))
+        .values_list("action", "max_in_flight", "rate_per_second", "paused_until", "tokens", "refilled_at")
+    )
 
 
 def held_back(now=None) -> HeldBack:
@@ -98,8 +106,11 @@ def held_back(now=None) -> HeldBack:
     counts = in_flight(row[0] for row in rows if row[1] is not None)
     for name, most, rate, paused_until, tokens, refilled_at in rows:
         bucket = None if tokens is None else ActionThrottle(action=name, tokens=tokens, refilled_at=refilled_at)
-        if ((paused_until and paused_until > now) or (most is not None and counts[name] >= most)
-                or (rate is not None and level(bucket, rate, now) < 1.0)):
+        if (
+            (paused_until and paused_until > now)
+            or (most is not None and counts[name] >= most)
+            or (rate is not None and level(bucket, rate, now) < 1.0)
+        ):
             held.add(name)
     return held
 
@@ -177,8 +188,13 @@ def note_rate_limited(action: str, retry_after: float | None, now=None) -> datet
         return before
     ActionThrottle.objects.filter(action=action).update(paused_until=until)
     if before is None or before <= now:
-        journal.append(actor=WORKER, verb="action.paused", obj_type="action", obj_id=action,
-                       data={"action": action, "until": until.isoformat(), "retry_after": retry_after})
+        journal.append(
+            actor=WORKER,
+            verb="action.paused",
+            obj_type="action",
+            obj_id=action,
+            data={"action": action, "until": until.isoformat(), "retry_after": retry_after},
+        )
     return until
 
 

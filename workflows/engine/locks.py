@@ -18,8 +18,12 @@ from workflows.models import Step, Workflow
 def plan(workflow_id) -> Workflow:
     """Inside a transaction: lock the workflow's forward steps, then the
     workflow, and return the workflow as it now stands (404 if there is none)."""
-    list(Step.objects.select_for_update().filter(workflow_id=workflow_id, lane=0).order_by("pk")
-         .values_list("pk", flat=True))
+    list(
+        Step.objects.select_for_update()
+        .filter(workflow_id=workflow_id, lane=0)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     found = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
     if found is None:
         raise NotVisible("No such workflow.")

@@ -31,8 +31,13 @@ def record_outcome(step: Step, attempt: Attempt, outcome: Outcome, fence: int, a
     """The checkpoint after the effect: the attempt's outcome, the step VERIFYING."""
     with transaction.atomic(), planning.by_key():
         assert_lease(step, fence, StepStatus.RUNNING)
-        move(attempt, attempt_status, actor=WORKER, finished_at=timezone.now(),
-             data={"external_ref": outcome.external_ref})
+        move(
+            attempt,
+            attempt_status,
+            actor=WORKER,
+            finished_at=timezone.now(),
+            data={"external_ref": outcome.external_ref},
+        )
         moved = move(
             step,
             StepStatus.VERIFYING,
@@ -55,20 +60,35 @@ def record_outcomes(steps: list[Step], outcomes: dict[int, Outcome]) -> list[Ste
     with transaction.atomic(), planning.by_key():
         held = still_held(steps, StepStatus.RUNNING)
         log: list[journal.Entry] = []
-        move_many([step.attempt for step in held], AttemptStatus.SUCCEEDED, actor=WORKER, locked=True, log=log,
-                  finished_at=timezone.now(), data=lambda a: {"external_ref": outcomes[a.step_id].external_ref})
+        move_many(
+            [step.attempt for step in held],
+            AttemptStatus.SUCCEEDED,
+            actor=WORKER,
+            locked=True,
+            log=log,
+            finished_at=timezone.now(),
+            data=lambda a: {"external_ref": outcomes[a.step_id].external_ref},
+        )
         moved = move_many(
-            held, StepStatus.VERIFYING, actor=WORKER, locked=True, log=log, failure_class="",
-            each=lambda step: {"result": redact(outcomes[step.pk].result),
-                               "external_ref": outcomes[step.pk].external_ref},
+            held,
+            StepStatus.VERIFYING,
+            actor=WORKER,
+            locked=True,
+            log=log,
+            failure_class="",
+            each=lambda step: {
+                "result": redact(outcomes[step.pk].result),
+                "external_ref": outcomes[step.pk].external_ref,
+            },
             data=lambda step: {"external_ref": outcomes[step.pk].external_ref, "attempt": step.attempt.number},
         )
         journal.append_many(log)
     return moved
 
 
-def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: dict[int, ActionError],
-                     verified: list[Step] | None = None) -> None:
+def record_performed(
+    steps: list[Step], answers: dict[int, Outcome], failures: dict[int, ActionError], verified: list[Step] | None = None
+) -> None:
     """After perform(): the outcomes of several steps, each under its own
     attempt and fence. The answered ones in one commit, then verified, then
     COMPLETE in one commit (a compensation's step, or one that failed its
@@ -85,15 +105,22 @@ def record_performed(steps: list[Step], answers: dict[int, Outcome], failures: d
         for step in failed:
             try:
                 with telemetry.step_span("durable.record", step):
-                    record_failure(step, step.attempt, actions.get(step.action), failures[step.pk], step.fence,
-                                   rules[step.action].max_attempts)
+                    record_failure(
+                        step,
+                        step.attempt,
+                        actions.get(step.action),
+                        failures[step.pk],
+                        step.fence,
+                        rules[step.action].max_attempts,
+                    )
             except LeaseLost:
                 log.warning("lease on step %s was taken over; dropping this worker's result", step.pk)
     failpoints.hit_each(failpoints.AFTER_RECORD, recorded)
     with telemetry.steps_span("durable.verify", recorded):
-        verdicts = {step.pk: actions.get(step.action).verify(Outcome(result=step.result or {},
-                                                                     external_ref=step.external_ref))
-                    for step in recorded}
+        verdicts = {
+            step.pk: actions.get(step.action).verify(Outcome(result=step.result or {}, external_ref=step.external_ref))
+            for step in recorded
+        }
         failpoints.hit_each(failpoints.AFTER_VERIFY, recorded)
         passed = [step for step in recorded if verdicts[step.pk] and not step.lane]
         if verified is None:
@@ -127,12 +154,20 @@ def settle(step: Step, ok: bool, fence: int) -> None:
             Step.objects.ready_after([step])
             if step.lane:
                 compensating.step_complete(workflow, step)
-            elif (workflow.status == WorkflowStatus.RUNNING
-                  and not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists()):
+            elif (
+                workflow.status == WorkflowStatus.RUNNING
+                and not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists()
+            ):
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
-            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
-                 data={"reason": "the recorded outcome did not pass verification"})
+            move(
+                step,
+                StepStatus.IN_DOUBT,
+                actor=WORKER,
+                guard={"fence": fence},
+                lease_expires_at=None,
+                data={"reason": "the recorded outcome did not pass verification"},
+            )
             workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
 
 
@@ -158,13 +193,19 @@ def complete_held(steps: list[Step], log: list) -> None:
     Step.objects.ready_after(done)
     touched = {step.workflow_id for step in done}
     unfinished = set(
-        Step.objects.filter(workflow_id__in=touched, lane=0).exclude(status=StepStatus.COMPLETE)
-        .order_by().values_list("workflow_id", flat=True).distinct()
+        Step.objects.filter(workflow_id__in=touched, lane=0)
+        .exclude(status=StepStatus.COMPLETE)
+        .order_by()
+        .values_list("workflow_id", flat=True)
+        .distinct()
     )
     # By key, the status compared here (as `move_many` does): a status in the
     # query would read every RUNNING plan's index entry when statistics lag.
-    finished = [workflow for workflow in Workflow.objects.filter(pk__in=touched - unfinished)
-                if workflow.status == WorkflowStatus.RUNNING]
+    finished = [
+        workflow
+        for workflow in Workflow.objects.filter(pk__in=touched - unfinished)
+        if workflow.status == WorkflowStatus.RUNNING
+    ]
     move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
 
 
@@ -199,8 +240,9 @@ def block(step: Step, fence: int, problems: list[str], **fields) -> None:
             workflow_to(workflow, step, WorkflowStatus.FAILED, reason="policy recheck failed")
 
 
-def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence: int,
-                   max_attempts: int = retry.MAX_ATTEMPTS) -> None:
+def record_failure(
+    step: Step, attempt: Attempt, action, err: ActionError, fence: int, max_attempts: int = retry.MAX_ATTEMPTS
+) -> None:
     """A failed attempt, by its class: a retry at its due time when the class
     and the action allow one and the deadline leaves room; IN_DOUBT when the
     outcome is unknown and repeating is not safe; otherwise a dead letter."""
@@ -212,12 +254,26 @@ def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence
             limits.note_rate_limited(step.action, err.retry_after, now)
         assert_lease(step, fence, StepStatus.RUNNING)
         attempt_status = AttemptStatus.UNKNOWN if err.outcome_unknown else AttemptStatus.FAILED
-        move(attempt, attempt_status, actor=WORKER, finished_at=now, failure_class=err.failure_class,
-             error=redact_text(err.message)[:2000], data={"failure_class": err.failure_class})
+        move(
+            attempt,
+            attempt_status,
+            actor=WORKER,
+            finished_at=now,
+            failure_class=err.failure_class,
+            error=redact_text(err.message)[:2000],
+            data={"failure_class": err.failure_class},
+        )
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if err.outcome_unknown and not action.is_safe_to_repeat(step.args):
-            move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
-                 lease_expires_at=None, data={"failure_class": err.failure_class, "attempt": attempt.number})
+            move(
+                step,
+                StepStatus.IN_DOUBT,
+                actor=WORKER,
+                guard={"fence": fence},
+                failure_class=err.failure_class,
+                lease_expires_at=None,
+                data={"failure_class": err.failure_class, "attempt": attempt.number},
+            )
             workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             return
         retryable = err.failure_class in RETRYABLE_CLASSES or (
@@ -225,16 +281,34 @@ def record_failure(step: Step, attempt: Attempt, action, err: ActionError, fence
         )
         due = None
         if retryable and action.is_safe_to_repeat(step.args):
-            due = retry.next_attempt_at(now, attempt.number - step.retry_base, deadline_of(step), err.retry_after,
-                                        max_attempts=max_attempts)
+            due = retry.next_attempt_at(
+                now, attempt.number - step.retry_base, deadline_of(step), err.retry_after, max_attempts=max_attempts
+            )
         if due is not None:
-            move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence}, next_attempt_at=due,
-                 failure_class=err.failure_class, lease_expires_at=None,
-                 data={"failure_class": err.failure_class, "attempt": attempt.number,
-                       "retry_in_seconds": round((due - now).total_seconds(), 3)})
+            move(
+                step,
+                StepStatus.WAITING_RETRY,
+                actor=WORKER,
+                guard={"fence": fence},
+                next_attempt_at=due,
+                failure_class=err.failure_class,
+                lease_expires_at=None,
+                data={
+                    "failure_class": err.failure_class,
+                    "attempt": attempt.number,
+                    "retry_in_seconds": round((due - now).total_seconds(), 3),
+                },
+            )
             return
-        move(step, StepStatus.DEAD_LETTERED, actor=WORKER, guard={"fence": fence}, failure_class=err.failure_class,
-             lease_expires_at=None, data={"failure_class": err.failure_class, "attempts": attempt.number})
+        move(
+            step,
+            StepStatus.DEAD_LETTERED,
+            actor=WORKER,
+            guard={"fence": fence},
+            failure_class=err.failure_class,
+            lease_expires_at=None,
+            data={"failure_class": err.failure_class, "attempts": attempt.number},
+        )
         attempt.refresh_from_db()
         parking.park(step, attempt, err.failure_class, err.message)
         workflow_to(workflow, step, WorkflowStatus.FAILED, reason=f"step {step.key} dead-lettered")

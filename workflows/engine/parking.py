@@ -16,16 +16,17 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
     Runs inside the caller's transaction."""
     timings = {}
     if attempt is not None:
-        timings = {"started_at": attempt.started_at.isoformat(),
-                   "finished_at": attempt.finished_at.isoformat() if attempt.finished_at else None,
-                   "duration_ms": attempt.duration_ms}
+        timings = {
+            "started_at": attempt.started_at.isoformat(),
+            "finished_at": attempt.finished_at.isoformat() if attempt.finished_at else None,
+            "duration_ms": attempt.duration_ms,
+        }
     trace = Trace.objects.create(
         step=step,
         attempt=attempt,
         failure_class=failure_class,
         error=redact_text(error)[:2000],
-        request={"action": step.action, "operation_key": step.operation_key,
-                 "arg_names": sorted(redact(step.args))},
+        request={"action": step.action, "operation_key": step.operation_key, "arg_names": sorted(redact(step.args))},
         timings=timings,
     )
     dead_letter = DeadLetter.objects.create(
@@ -37,11 +38,30 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
         attempt_count=step.attempts.filter(number__gt=step.retry_base).count(),
         trace=trace,
     )
-    journal.append(actor="worker", verb="dead_letter.created", obj_type="dead_letter", obj_id=dead_letter.pk,
-                 workflow_id=step.workflow_id,
-                 data={"step": step.key, "failure_class": failure_class, "attempts": dead_letter.attempt_count,
-                       "trace": str(trace.pk)})
-    events.emit("step.dead_lettered", step.workflow_id, {"dead_letter": {
-        "id": str(dead_letter.pk), "step_key": step.key, "action": step.action, "failure_class": failure_class,
-        "attempt_count": dead_letter.attempt_count}})
+    journal.append(
+        actor="worker",
+        verb="dead_letter.created",
+        obj_type="dead_letter",
+        obj_id=dead_letter.pk,
+        workflow_id=step.workflow_id,
+        data={
+            "step": step.key,
+            "failure_class": failure_class,
+            "attempts": dead_letter.attempt_count,
+            "trace": str(trace.pk),
+        },
+    )
+    events.emit(
+        "step.dead_lettered",
+        step.workflow_id,
+        {
+            "dead_letter": {
+                "id": str(dead_letter.pk),
+                "step_key": step.key,
+                "action": step.action,
+                "failure_class": failure_class,
+                "attempt_count": dead_letter.attempt_count,
+            }
+        },
+    )
     return dead_letter

@@ -38,7 +38,8 @@ def by_key():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT current_setting('enable_seqscan'), current_setting('jit'),"
-            " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)")
+            " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+        )
         seqscan, jit, _, _ = cursor.fetchone()
     yield
     # In a transaction of its own (the engine's `with transaction.atomic(),

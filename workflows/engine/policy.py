@@ -19,7 +19,6 @@ from workflows.engine import binding, gates
 from workflows.models import ActionPolicy, Approval, Step, Workflow
 from workflows.states import WorkflowStatus
 
-
 NOT_CANCELLED = "workflow not cancelled"
 CANCELLED = "the workflow was cancelled: none of its steps starts any more"
 
@@ -80,25 +79,36 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     `hashes`: each workflow's plan hash recomputed from its stored steps, as
     `binding.stored_hashes` gives it (read here when not given)."""
     now = now or timezone.now()
-    approvals = list(Approval.objects.filter(workflow__in=[w.pk for w in workflows],
-                                             decision=Approval.Decision.APPROVE)
-                     .select_related("reviewer").order_by("-created_at"))
+    approvals = list(
+        Approval.objects.filter(workflow__in=[w.pk for w in workflows], decision=Approval.Decision.APPROVE)
+        .select_related("reviewer")
+        .order_by("-created_at")
+    )
     if not approvals:
         return {workflow.pk: Tally([]) for workflow in workflows}
     if hashes is None:
         hashes = binding.stored_hashes((workflow.pk, 0) for workflow in workflows)
     oldest = {}
     for workflow in workflows:
-        ttls = [p.approval_ttl_seconds for p in policies[workflow.pk]
-                if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds]
+        ttls = [
+            p.approval_ttl_seconds
+            for p in policies[workflow.pk]
+            if p.risk == ActionPolicy.Risk.HIGH and p.approval_ttl_seconds
+        ]
         oldest[workflow.pk] = now - timedelta(seconds=min(ttls)) if ttls else None
     # The approvers' current accounts and roles, so that a deactivated
     # approver or one removed from the reviewers no longer counts. Asked
     # apart: joined into the query above, the planner may walk a busy
     # reviewer's every approval instead of these workflows' few.
-    reviewers = set(get_user_model().objects.filter(
-        pk__in={approval.reviewer_id for approval in approvals}, is_active=True, groups__name=roles.REVIEWERS,
-    ).values_list("pk", flat=True))
+    reviewers = set(
+        get_user_model()
+        .objects.filter(
+            pk__in={approval.reviewer_id for approval in approvals},
+            is_active=True,
+            groups__name=roles.REVIEWERS,
+        )
+        .values_list("pk", flat=True)
+    )
     # A policy's reviewer group: only approvals of reviewers still in it
     # count, as if the others had been deactivated.
     groups = {workflow.pk: reviewer_groups(policies[workflow.pk]) for workflow in workflows}
@@ -111,14 +121,18 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     for approval in approvals:
         workflow = by_pk[approval.workflow_id]
         tally = tallies[workflow.pk]
-        if (not approval.plan_hash == workflow.plan_hash == hashes[workflow.pk, 0]
-                or approval.revision != workflow.revision):
+        if (
+            not approval.plan_hash == workflow.plan_hash == hashes[workflow.pk, 0]
+            or approval.revision != workflow.revision
+        ):
             tally.other_plan += 1
         elif not binding.verifies(approval):
             tally.unsealed += 1
-        elif (approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
-              and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
-              and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])):
+        elif (
+            approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
+            and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
+            and not (oldest[workflow.pk] and approval.created_at < oldest[workflow.pk])
+        ):
             # One per person: accounts of one person count once.
             approval.person = people[approval.reviewer_id]
             counted[workflow.pk].setdefault(approval.person, approval)
@@ -149,8 +163,11 @@ def outside_reviewer_groups(workflow: Workflow, user, plan_policies=None) -> lis
     if not needed:
         return []
     held = set(user.groups.filter(name__in=needed).values_list("name", flat=True))
-    return sorted((name, rules.reviewer_group) for name, rules in current.items()
-                  if rules.reviewer_group and rules.reviewer_group not in held)
+    return sorted(
+        (name, rules.reviewer_group)
+        for name, rules in current.items()
+        if rules.reviewer_group and rules.reviewer_group not in held
+    )
 
 
 def evaluate(step: Step) -> list[Check]:
@@ -172,8 +189,9 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
     current = policies_for(set().union({step.action for step in steps}, *plan_actions.values()))
     forward = {step.workflow_id: step.workflow for step in steps if not step.lane}
-    plan_policies = {step.workflow_id: [current[name] for name in plan_actions[step.pk]]
-                     for step in steps if not step.lane}
+    plan_policies = {
+        step.workflow_id: [current[name] for name in plan_actions[step.pk]] for step in steps if not step.lane
+    }
     tallies = _tally_approvals(list(forward.values()), plan_policies, now, hashes) if forward else {}
     # Read afresh, not from the claim: a cancel may have come in since.
     cancelled = cancelled_workflows(forward)
@@ -184,26 +202,42 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         known = actions.find(step.action) is not None
         checks.append(Check("action available", known, step.action if known else f"{step.action} is not installed"))
         policy = current[step.action]
-        checks.append(Check("action enabled", policy.enabled,
-                            f"policy v{policy.version}" + ("" if policy.enabled else ": switched off")))
+        checks.append(
+            Check(
+                "action enabled",
+                policy.enabled,
+                f"policy v{policy.version}" + ("" if policy.enabled else ": switched off"),
+            )
+        )
         if step.lane:
             results[step.pk] = checks + _compensation_checks(step, now)
             comp = step.compensation_run
-            step.approvers = approvers_out([(comp.requested_by_id, comp.created_at),
-                                            (comp.authorized_by_id, comp.decided_at)])
+            step.approvers = approvers_out(
+                [(comp.requested_by_id, comp.created_at), (comp.authorized_by_id, comp.decided_at)]
+            )
             continue
         workflow = step.workflow
-        checks.append(Check(NOT_CANCELLED, workflow.pk not in cancelled,
-                            CANCELLED if workflow.pk in cancelled else "the workflow goes on"))
-        checks.append(Check("deadline not passed", workflow.deadline > now,
-                            f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC"))
+        checks.append(
+            Check(
+                NOT_CANCELLED,
+                workflow.pk not in cancelled,
+                CANCELLED if workflow.pk in cancelled else "the workflow goes on",
+            )
+        )
+        checks.append(
+            Check("deadline not passed", workflow.deadline > now, f"deadline {workflow.deadline:%Y-%m-%d %H:%M:%S} UTC")
+        )
         unchanged = step.bound_plan_hash == workflow.plan_hash
-        checks.append(Check(
-            "plan as approved", unchanged,
-            f"its stored steps hash to {step.bound_plan_hash[:12]}…" if unchanged else
-            f"the plan no longer matches what was approved: its stored steps hash to "
-            f"{step.bound_plan_hash[:12]}…, the approved plan to {workflow.plan_hash[:12]}…",
-        ))
+        checks.append(
+            Check(
+                "plan as approved",
+                unchanged,
+                f"its stored steps hash to {step.bound_plan_hash[:12]}…"
+                if unchanged
+                else f"the plan no longer matches what was approved: its stored steps hash to "
+                f"{step.bound_plan_hash[:12]}…, the approved plan to {workflow.plan_hash[:12]}…",
+            )
+        )
         required = approvals_required(plan_policies[workflow.pk])
         tally = tallies[workflow.pk]
         # The preview of this step that the latest approval still counting
@@ -211,22 +245,27 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         latest = tally.valid[0].preview_digests if tally.valid else {}
         step.bound_preview_digest = latest.get(step.key) if isinstance(latest, dict) else None
         names = ", ".join(sorted(a.reviewer.get_username() for a in tally.valid)) or "none"
-        checks.append(Check(
-            "approvals still valid",
-            len(tally.valid) >= required,
-            f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
-            f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
-            f"{_set_aside(tally)}",
-        ))
+        checks.append(
+            Check(
+                "approvals still valid",
+                len(tally.valid) >= required,
+                f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
+                f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
+                f"{_set_aside(tally)}",
+            )
+        )
         step.approvers = approvers_out((a.reviewer_id, a.created_at) for a in tally.valid)
         if step.gate:
             valid, need = gates.valid_approvals(step, workflow), gates.required(step)
             step.approvers += approvers_out((a.reviewer_id, a.created_at) for a in valid)
-            checks.append(Check(
-                "gate approved", len(valid) >= need,
-                f"{len(valid)} of {need} gate approvals valid (sealed, approver active, still a reviewer, plan "
-                "and the results before the gate as they were shown)",
-            ))
+            checks.append(
+                Check(
+                    "gate approved",
+                    len(valid) >= need,
+                    f"{len(valid)} of {need} gate approvals valid (sealed, approver active, still a reviewer, plan "
+                    "and the results before the gate as they were shown)",
+                )
+            )
         results[step.pk] = checks
     return results
 
@@ -240,9 +279,10 @@ def approvers_out(decisions) -> list[dict]:
     """`[{"sub", "at"}]` of (user id, time) pairs, oldest first: an opaque
     id (the account's primary key; never a name or an address) and when
     that person decided. Pairs without a person are left out."""
-    return [{"sub": str(pk), "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-            for pk, at in sorted((d for d in decisions if d[0] is not None and d[1] is not None),
-                                 key=lambda d: d[1])]
+    return [
+        {"sub": str(pk), "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        for pk, at in sorted((d for d in decisions if d[0] is not None and d[1] is not None), key=lambda d: d[1])
+    ]
 
 
 def cancelled_workflows(workflow_ids) -> set:
@@ -268,24 +308,36 @@ def _compensation_checks(step: Step, now) -> list[Check]:
     sealed for the undo steps as they are stored now (`binding`)."""
     comp = step.compensation_run
     authorizer = comp.authorized_by
-    still_valid = (authorizer is not None and roles.is_reviewer(authorizer)
-                   and not persons.same(authorizer, comp.requested_by_id))
+    still_valid = (
+        authorizer is not None and roles.is_reviewer(authorizer) and not persons.same(authorizer, comp.requested_by_id)
+    )
     if comp.plan_hash != step.bound_plan_hash:
         authorized = f"{comp.plan_hash[:12]}…" if comp.plan_hash else "nothing sealed"
-        bound = (f"the undo no longer matches what was authorized: its stored steps hash to "
-                 f"{step.bound_plan_hash[:12]}…, the authorized undo to {authorized}")
+        bound = (
+            f"the undo no longer matches what was authorized: its stored steps hash to "
+            f"{step.bound_plan_hash[:12]}…, the authorized undo to {authorized}"
+        )
     elif not binding.verifies(comp):
         bound = "the authorization's seal does not verify (altered, or not recorded by the console)"
     else:
         bound = ""
     return [
-        Check("compensation authorized", still_valid,
-              f"authorized by {authorizer.get_username() if authorizer else 'nobody'}"
-              + ("" if still_valid else ": no longer an active reviewer")),
-        Check("compensation as authorized", not bound,
-              bound or f"its stored steps hash to {step.bound_plan_hash[:12]}…, sealed by the authorizer"),
-        Check("deadline not passed", comp.deadline is not None and comp.deadline > now,
-              f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline"),
+        Check(
+            "compensation authorized",
+            still_valid,
+            f"authorized by {authorizer.get_username() if authorizer else 'nobody'}"
+            + ("" if still_valid else ": no longer an active reviewer"),
+        ),
+        Check(
+            "compensation as authorized",
+            not bound,
+            bound or f"its stored steps hash to {step.bound_plan_hash[:12]}…, sealed by the authorizer",
+        ),
+        Check(
+            "deadline not passed",
+            comp.deadline is not None and comp.deadline > now,
+            f"compensation deadline {comp.deadline:%Y-%m-%d %H:%M:%S} UTC" if comp.deadline else "no deadline",
+        ),
     ]
 
 
@@ -301,9 +353,19 @@ def recheck(step: Step) -> list[str]:
     return problems(evaluate(step))
 
 
-EDITABLE = ("enabled", "risk", "approvals_required", "approval_ttl_seconds", "max_attempts", "max_in_flight",
-            "rate_per_second", "review_deadline_seconds", "review_reminder_seconds", "escalation_group",
-            "reviewer_group")
+EDITABLE = (
+    "enabled",
+    "risk",
+    "approvals_required",
+    "approval_ttl_seconds",
+    "max_attempts",
+    "max_in_flight",
+    "rate_per_second",
+    "review_deadline_seconds",
+    "review_reminder_seconds",
+    "escalation_group",
+    "reviewer_group",
+)
 
 
 def update(action: str, *, by, reason: str = "", context: dict | None = None, **changes) -> ActionPolicy:
@@ -325,12 +387,21 @@ def update(action: str, *, by, reason: str = "", context: dict | None = None, **
             version=F("version") + 1, updated_by=_actor(by), updated_at=timezone.now(), **changes
         )
         current.refresh_from_db()
-        data = {"action": action, "version": current.version, "changed": changes,
-                "previous": {name: getattr(before, name) for name in changes}}
+        data = {
+            "action": action,
+            "version": current.version,
+            "changed": changes,
+            "previous": {name: getattr(before, name) for name in changes},
+        }
         if reason:
             data["reason"] = reason
-        journal.append(actor=by, verb="policy.changed", obj_type="action_policy", obj_id=current.pk,
-                       data={**data, **(context or {})})
+        journal.append(
+            actor=by,
+            verb="policy.changed",
+            obj_type="action_policy",
+            obj_id=current.pk,
+            data={**data, **(context or {})},
+        )
     return current
 
 

@@ -77,8 +77,11 @@ def take(action: Action, args: dict) -> Preview | ActionError | None:
     if found is not None and not isinstance(found, Preview):
         return ActionError(FailureClass.UNKNOWN, f"the preview of {action.name} is not a Preview")
     found = found or Preview(request.summary)
-    return Preview(redact_text(str(found.summary))[:500], redact(found.details),
-                   _redacted(request.shown()) if request is not None else None)
+    return Preview(
+        redact_text(str(found.summary))[:500],
+        redact(found.details),
+        _redacted(request.shown()) if request is not None else None,
+    )
 
 
 def _redacted(template: dict) -> dict:
@@ -86,6 +89,7 @@ def _redacted(template: dict) -> dict:
     credential in TICKET_DESK_URL, say). By value, not by key: a header
     named Authorization shows its `secret:NAME`. Its `template_sha256` is
     of the template as built, which the engine builds again to compare."""
+
     def walk(value):
         if isinstance(value, str):
             return redact_text(value)
@@ -102,13 +106,31 @@ def stored(taken: Preview | ActionError | None) -> dict:
     """A step's preview fields for what `take` gave."""
     now = timezone.now()
     if isinstance(taken, Preview):
-        return {"preview_state": PreviewState.READY, "preview": taken.as_json(), "preview_digest": taken.digest,
-                "preview_error": "", "preview_failure_class": "", "preview_at": now}
+        return {
+            "preview_state": PreviewState.READY,
+            "preview": taken.as_json(),
+            "preview_digest": taken.digest,
+            "preview_error": "",
+            "preview_failure_class": "",
+            "preview_at": now,
+        }
     if isinstance(taken, ActionError):
-        return {"preview_state": PreviewState.FAILED, "preview": None, "preview_digest": "",
-                "preview_error": taken.message, "preview_failure_class": taken.failure_class, "preview_at": now}
-    return {"preview_state": PreviewState.NONE, "preview": None, "preview_digest": "", "preview_error": "",
-            "preview_failure_class": "", "preview_at": now}
+        return {
+            "preview_state": PreviewState.FAILED,
+            "preview": None,
+            "preview_digest": "",
+            "preview_error": taken.message,
+            "preview_failure_class": taken.failure_class,
+            "preview_at": now,
+        }
+    return {
+        "preview_state": PreviewState.NONE,
+        "preview": None,
+        "preview_digest": "",
+        "preview_error": "",
+        "preview_failure_class": "",
+        "preview_at": now,
+    }
 
 
 def _detached(fn, *args):
@@ -126,9 +148,13 @@ def compute(workflow_id) -> int:
     if found is None or found[1] in TERMINAL_WORKFLOW:
         return 0  # gone, or ended (cancelled, rejected, expired...) before its previews: nobody will read them
     revision = found[0]
-    steps = [step for step in Step.objects.filter(workflow_id=workflow_id, lane=0,
-                                                  preview_state=PreviewState.PENDING).order_by("position")
-             if actions.find(step.action) is not None]
+    steps = [
+        step
+        for step in Step.objects.filter(workflow_id=workflow_id, lane=0, preview_state=PreviewState.PENDING).order_by(
+            "position"
+        )
+        if actions.find(step.action) is not None
+    ]
     if not steps:
         return 0
     # The reads run while this connection sits idle in autocommit: no
@@ -151,8 +177,14 @@ def compute(workflow_id) -> int:
                 summary[step.key] = fields["preview_digest"] or fields["preview_state"]
         if summary:
             workflow = steps[0].workflow_id
-            journal.append(actor=WORKER, verb="workflow.previewed", obj_type="workflow", obj_id=workflow,
-                           workflow_id=workflow, data={"previews": summary})
+            journal.append(
+                actor=WORKER,
+                verb="workflow.previewed",
+                obj_type="workflow",
+                obj_id=workflow,
+                workflow_id=workflow,
+                data={"previews": summary},
+            )
     return len(summary)
 
 
@@ -172,8 +204,12 @@ def request_problems(step: Step, action: Action | None) -> list[str]:
     except TypeError:
         kept = False
     if not kept:
-        return [(f"the approved preview (digest {bound[:12]}…) is no longer on record: its request cannot be "
-                 "checked before it is sent")]
+        return [
+            (
+                f"the approved preview (digest {bound[:12]}…) is no longer on record: its request cannot be "
+                "checked before it is sent"
+            )
+        ]
     if approved.get("request") is None:
         return []  # approved before previews carried requests: the plan hash binds its args
     was = approved["request"] if isinstance(approved["request"], dict) else {}
@@ -184,9 +220,13 @@ def request_problems(step: Step, action: Action | None) -> list[str]:
     template = rebuilt.shown()
     if template["template_sha256"] == was.get("template_sha256"):
         return []
-    return [(f"the request it would send is not the one approved: approved {_described(was)} "
-             f"(template {str(was.get('template_sha256'))[:12]}…), now {_described(_redacted(template))} "
-             f"(template {template['template_sha256'][:12]}…)")]
+    return [
+        (
+            f"the request it would send is not the one approved: approved {_described(was)} "
+            f"(template {str(was.get('template_sha256'))[:12]}…), now {_described(_redacted(template))} "
+            f"(template {template['template_sha256'][:12]}…)"
+        )
+    ]
 
 
 def _described(template: dict) -> str:
@@ -200,8 +240,7 @@ def must_retake(step: Step, action: Action) -> bool:
     a binding action whose approval bound a preview of it
     (`bound_preview_digest`, set by the policy recheck), unless an earlier
     attempt's outcome is unknown (it stays so once repeated)."""
-    return (action.preview_binding and bool(getattr(step, "bound_preview_digest", None))
-            and not step.open_attempts)
+    return action.preview_binding and bool(getattr(step, "bound_preview_digest", None)) and not step.open_attempts
 
 
 def changed(step: Step, taken: Preview | ActionError | None) -> tuple[list[str], dict] | None:

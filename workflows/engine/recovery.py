@@ -74,14 +74,27 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
             workflow = Workflow.objects.get(pk=step.workflow_id)
             due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
             if due is None:
-                move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence},
-                     failure_class=err.failure_class, lease_expires_at=None,
-                     data={"reason": "reconciliation lookup kept failing"})
+                move(
+                    step,
+                    StepStatus.IN_DOUBT,
+                    actor=WORKER,
+                    guard={"fence": fence},
+                    failure_class=err.failure_class,
+                    lease_expires_at=None,
+                    data={"reason": "reconciliation lookup kept failing"},
+                )
                 workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             else:
-                move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
-                     next_attempt_at=due, failure_class=err.failure_class, lease_expires_at=None,
-                     data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class})
+                move(
+                    step,
+                    StepStatus.WAITING_RETRY,
+                    actor=WORKER,
+                    guard={"fence": fence},
+                    next_attempt_at=due,
+                    failure_class=err.failure_class,
+                    lease_expires_at=None,
+                    data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class},
+                )
         return True
     settled_at = _in_flight_until(open_attempts)
     if found is None and settled_at > timezone.now():
@@ -90,16 +103,27 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
         # flight at the remote. Look again when its time is up.
         with transaction.atomic():
             assert_lease(step, fence, StepStatus.RUNNING)
-            move(step, StepStatus.WAITING_RETRY, actor=WORKER, guard={"fence": fence},
-                 next_attempt_at=settled_at, lease_expires_at=None,
-                 data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"})
+            move(
+                step,
+                StepStatus.WAITING_RETRY,
+                actor=WORKER,
+                guard={"fence": fence},
+                next_attempt_at=settled_at,
+                lease_expires_at=None,
+                data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"},
+            )
         return True
     with transaction.atomic():
         assert_lease(step, fence, StepStatus.RUNNING)
         for attempt in open_attempts:
-            move(attempt, AttemptStatus.RECONCILED, actor=WORKER, verb="attempt.reconciled",
-                 finished_at=attempt.finished_at or timezone.now(),
-                 data={"found": found is not None, "external_ref": found.external_ref if found else ""})
+            move(
+                attempt,
+                AttemptStatus.RECONCILED,
+                actor=WORKER,
+                verb="attempt.reconciled",
+                finished_at=attempt.finished_at or timezone.now(),
+                data={"found": found is not None, "external_ref": found.external_ref if found else ""},
+            )
         if found is not None:
             # In the commit that settles the attempts: were these two
             # commits, a crash between them would leave no open attempt
@@ -121,8 +145,13 @@ def settle_without_lookup(step: Step, action, fence: int, open_attempts: list) -
             assert_lease(step, fence, StepStatus.RUNNING)
             for attempt in open_attempts:
                 if attempt.status == AttemptStatus.REQUESTED:
-                    move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now(),
-                         data={"reason": "interrupted; repeated with the same operation key"})
+                    move(
+                        attempt,
+                        AttemptStatus.UNKNOWN,
+                        actor=WORKER,
+                        finished_at=timezone.now(),
+                        data={"reason": "interrupted; repeated with the same operation key"},
+                    )
         return False
     with transaction.atomic():
         assert_lease(step, fence, StepStatus.RUNNING)
@@ -130,9 +159,15 @@ def settle_without_lookup(step: Step, action, fence: int, open_attempts: list) -
             if attempt.status == AttemptStatus.REQUESTED:
                 move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now())
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        move(step, StepStatus.IN_DOUBT, actor=WORKER, guard={"fence": fence}, lease_expires_at=None,
-             failure_class=FailureClass.UNKNOWN,
-             data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"})
+        move(
+            step,
+            StepStatus.IN_DOUBT,
+            actor=WORKER,
+            guard={"fence": fence},
+            lease_expires_at=None,
+            failure_class=FailureClass.UNKNOWN,
+            data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"},
+        )
         workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
     return True
 
@@ -149,9 +184,17 @@ def _record_reconciled(step: Step, outcome: Outcome, fence: int) -> None:
     """Inside the caller's transaction, under its lease check: the outcome
     found by lookup, recorded as if the call had answered (VERIFYING)."""
     external_ref = redact_text(outcome.external_ref)
-    moved = move(step, StepStatus.VERIFYING, actor=WORKER, verb="step.reconciled", guard={"fence": fence},
-                 result=redact(outcome.result), external_ref=external_ref, failure_class="",
-                 data={"external_ref": external_ref})
+    moved = move(
+        step,
+        StepStatus.VERIFYING,
+        actor=WORKER,
+        verb="step.reconciled",
+        guard={"fence": fence},
+        result=redact(outcome.result),
+        external_ref=external_ref,
+        failure_class="",
+        data={"external_ref": external_ref},
+    )
     if not moved:
         raise LeaseLost()
 
@@ -165,8 +208,12 @@ def recover_expired_leases(now=None) -> int:
     in_flight = Step.objects.filter(status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
     expired = list(in_flight.filter(lease_expires_at__lt=now)[:500])
     # Few processes hold many leases: ask after each owner once.
-    owners = (in_flight.filter(lease_owner__startswith=f"{LOCAL_PREFIX}:", lease_expires_at__gte=now)
-              .order_by().values_list("lease_owner", flat=True).distinct())
+    owners = (
+        in_flight.filter(lease_owner__startswith=f"{LOCAL_PREFIX}:", lease_expires_at__gte=now)
+        .order_by()
+        .values_list("lease_owner", flat=True)
+        .distinct()
+    )
     gone = [owner for owner in owners if not process_alive(owner)]
     if gone:
         expired += list(in_flight.filter(lease_owner__in=gone, lease_expires_at__gte=now)[:500])
@@ -174,10 +221,16 @@ def recover_expired_leases(now=None) -> int:
     for step in expired:
         with transaction.atomic():
             if step.status == StepStatus.RUNNING:
-                moved = move(step, StepStatus.WAITING_RETRY, actor=WORKER, verb="step.lease_expired",
-                             guard={"fence": step.fence, "lease_owner": step.lease_owner},
-                             next_attempt_at=timezone.now(), lease_expires_at=None,
-                             data={"previous_owner": step.lease_owner, "fence": step.fence})
+                moved = move(
+                    step,
+                    StepStatus.WAITING_RETRY,
+                    actor=WORKER,
+                    verb="step.lease_expired",
+                    guard={"fence": step.fence, "lease_owner": step.lease_owner},
+                    next_attempt_at=timezone.now(),
+                    lease_expires_at=None,
+                    data={"previous_owner": step.lease_owner, "fence": step.fence},
+                )
             else:
                 moved = _reverify_later(step)
             recovered += int(bool(moved))
@@ -191,8 +244,14 @@ def _reverify_later(step: Step) -> bool:
         pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_owner=step.lease_owner
     ).update(fence=F("fence") + 1, lease_owner="", lease_expires_at=None)
     if updated:
-        journal.append(actor=WORKER, verb="step.lease_expired", obj_type="step", obj_id=step.pk,
-                     workflow_id=step.workflow_id, data={"status": step.status, "previous_owner": step.lease_owner})
+        journal.append(
+            actor=WORKER,
+            verb="step.lease_expired",
+            obj_type="step",
+            obj_id=step.pk,
+            workflow_id=step.workflow_id,
+            data={"status": step.status, "previous_owner": step.lease_owner},
+        )
     return bool(updated)
 
 
@@ -201,9 +260,9 @@ def finish_verifying(limit: int = 100) -> int:
     done = 0
     lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
     for step in Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True)[:limit]:
-        taken = Step.objects.filter(pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence,
-                                    lease_expires_at__isnull=True).update(
-            fence=F("fence") + 1, lease_owner=worker_id(), lease_expires_at=timezone.now() + lease)
+        taken = Step.objects.filter(
+            pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_expires_at__isnull=True
+        ).update(fence=F("fence") + 1, lease_owner=worker_id(), lease_expires_at=timezone.now() + lease)
         if not taken:
             continue
         step.refresh_from_db()

@@ -34,8 +34,9 @@ class _Results:
         fault: INVALID_ARGUMENTS."""
         if self.results is None:
             self.results = dict(
-                Step.objects.filter(workflow_id=self.step.workflow_id, position__lt=self.step.position,
-                                    status=StepStatus.COMPLETE).values_list("key", "result")
+                Step.objects.filter(
+                    workflow_id=self.step.workflow_id, position__lt=self.step.position, status=StepStatus.COMPLETE
+                ).values_list("key", "result")
             )
         step_key, _, path = ref.partition(".result.")
         value = self.results.get(step_key)
@@ -106,5 +107,8 @@ def readers_of(step: Step) -> list[str]:
     """The keys of the later steps of its lane whose args take a value from
     this step's result by `$from`."""
     later = Step.objects.filter(workflow_id=step.workflow_id, lane=step.lane, position__gt=step.position)
-    return [key for key, args in later.order_by("position").values_list("key", "args")
-            if any(ref.partition(".result.")[0] == step.key for ref in _from_references(args))]
+    return [
+        key
+        for key, args in later.order_by("position").values_list("key", "args")
+        if any(ref.partition(".result.")[0] == step.key for ref in _from_references(args))
+    ]

@@ -20,8 +20,9 @@ def backoff(attempt_number: int, retry_after: float | None = None, *, rng=random
     return delay
 
 
-def next_attempt_at(now: datetime, attempt_number: int, deadline: datetime, retry_after: float | None,
-                    max_attempts: int = MAX_ATTEMPTS) -> datetime | None:
+def next_attempt_at(
+    now: datetime, attempt_number: int, deadline: datetime, retry_after: float | None, max_attempts: int = MAX_ATTEMPTS
+) -> datetime | None:
     """The due time of the next attempt, or None when the budget is spent:
     attempts exhausted, or the wait would end past the operation's deadline."""
     if attempt_number >= max_attempts:

@@ -12,14 +12,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.audit import journal
-from workflows.errors import WrongState
 from workflows.engine import announcements
+from workflows.errors import WrongState
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
 from workflows.states import IllegalTransition, check
 from workflows.webhooks import events
 
-_KIND = {Workflow: "workflow", Step: "step", Attempt: "attempt", Compensation: "compensation",
-         PolicyChange: "policy_change"}
+_KIND = {
+    Workflow: "workflow",
+    Step: "step",
+    Attempt: "attempt",
+    Compensation: "compensation",
+    PolicyChange: "policy_change",
+}
 
 
 def _workflow_id(obj):
@@ -32,8 +37,16 @@ def _workflow_id(obj):
     return obj.step.workflow_id
 
 
-def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | None = None,
-         guard: dict | None = None, **fields) -> bool:
+def move(
+    obj,
+    target: str,
+    *,
+    actor=None,
+    verb: str | None = None,
+    data: dict | None = None,
+    guard: dict | None = None,
+    **fields,
+) -> bool:
     """Move `obj` from its current status to `target`.
 
     `guard` adds conditions the row must still meet (for example the fencing
@@ -79,8 +92,19 @@ def move(obj, target: str, *, actor=None, verb: str | None = None, data: dict | 
     return True
 
 
-def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, expect: tuple[str, ...] = (),
-              data=None, each=None, locked: bool = False, log: list | None = None, **fields) -> list:
+def move_many(
+    objs: list,
+    target: str,
+    *,
+    actor=None,
+    verb: str | None = None,
+    expect: tuple[str, ...] = (),
+    data=None,
+    each=None,
+    locked: bool = False,
+    log: list | None = None,
+    **fields,
+) -> list:
     """Move several rows of one kind, all read in the same status, to `target`
     in the caller's transaction: one lock, one update and one audit insert
     for the lot, with the same checks as `move`.
@@ -121,9 +145,11 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
         # APPROVED, every step PENDING) to intersect it with these few keys.
         rows = model.objects.select_for_update().filter(pk__in=by_pk).order_by("pk")
         found = rows.values_list("pk", "status", *expect)
-        moving = [by_pk[pk] for pk, status, *values in found
-                  if status == current
-                  and all(getattr(by_pk[pk], name) == value for name, value in zip(expect, values))]
+        moving = [
+            by_pk[pk]
+            for pk, status, *values in found
+            if status == current and all(getattr(by_pk[pk], name) == value for name, value in zip(expect, values))
+        ]
         if not moving:
             return []
     for obj in moving:
@@ -140,8 +166,14 @@ def move_many(objs: list, target: str, *, actor=None, verb: str | None = None, e
                 names.add(name)
         update_rows(model, ["status", *fields, *sorted(names)], moving)
     entries = [
-        journal.Entry(actor, verb or f"{kind}.{target.lower()}", kind, obj.pk, _workflow_id(obj),
-                    {"from": current, "to": target, **((data(obj) if callable(data) else data) or {})})
+        journal.Entry(
+            actor,
+            verb or f"{kind}.{target.lower()}",
+            kind,
+            obj.pk,
+            _workflow_id(obj),
+            {"from": current, "to": target, **((data(obj) if callable(data) else data) or {})},
+        )
         for obj in moving
     ]
     if log is None:

@@ -102,8 +102,7 @@ class QueueBroker(ORM):
 
     def drains_queued(self) -> int:
         """Wake-ups of due work waiting in this queue (ready, not taken)."""
-        return (self.get_connection()
-                .filter(key=self.list_key, lock__lte=timezone.now() - HEAD_START / 2).count())
+        return self.get_connection().filter(key=self.list_key, lock__lte=timezone.now() - HEAD_START / 2).count()
 
     # Whether this broker's last take was a drain's wake-up (`_next`).
     last_was_drain = False
@@ -118,8 +117,11 @@ class QueueBroker(ORM):
         drain, so the effects still start before the notices queued ahead."""
         queue = self.get_connection().filter(key=self.list_key)
         if self.last_was_drain:
-            overdue = list(queue.filter(lock__gt=now - HEAD_START / 2, lock__lt=now - FAIR_WAIT)
-                           .order_by("lock", "id")[: Conf.BULK])
+            overdue = list(
+                queue.filter(lock__gt=now - HEAD_START / 2, lock__lt=now - FAIR_WAIT).order_by("lock", "id")[
+                    : Conf.BULK
+                ]
+            )
             if overdue:
                 return overdue
         return list(queue.filter(lock__lt=now).order_by("lock", "id")[: Conf.BULK])
@@ -155,8 +157,11 @@ class QueueBroker(ORM):
         fewer are queued than workers. Returns how many were dropped."""
         keep = max(1, settings.Q_CLUSTER["workers"])
         queue = self.get_connection()
-        surplus = list(queue.filter(key=self.list_key, lock__lte=now - HEAD_START / 2)
-                       .order_by("lock", "id").values_list("id", flat=True)[keep:keep + COLLAPSE_BATCH])
+        surplus = list(
+            queue.filter(key=self.list_key, lock__lte=now - HEAD_START / 2)
+            .order_by("lock", "id")
+            .values_list("id", flat=True)[keep : keep + COLLAPSE_BATCH]
+        )
         if not surplus:
             return 0
         dropped, _ = queue.filter(id__in=surplus, lock__lte=now - HEAD_START / 2).delete()

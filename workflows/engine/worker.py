@@ -60,16 +60,18 @@ class StallWatch:
         self.due_since = (self.due_since or now) if due else None
         stalled = due and now - max(self.due_since, _last_pickup.value) > self.limit
         if stalled and not self.stalled:
-            log.error("no worker took a task for %.0f s while work was due: the cluster is wedged; "
-                      "withholding the heartbeat so that the supervisor restarts the process group", self.limit)
+            log.error(
+                "no worker took a task for %.0f s while work was due: the cluster is wedged; "
+                "withholding the heartbeat so that the supervisor restarts the process group",
+                self.limit,
+            )
         self.stalled = stalled
         return stalled
 
 
 def work_is_due() -> bool:
     return (
-        execution.any_due()
-        or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
+        execution.any_due() or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
     )
 
 
@@ -96,8 +98,10 @@ def tick(broker) -> bool:
         async_task("workflows.tasks.deliver_webhooks", task_name="deliver webhooks", broker=broker)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.
-    if ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists() \
-            and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+    if (
+        ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists()
+        and broker.queue_size() < settings.Q_CLUSTER["workers"]
+    ):
         async_task("workflows.tasks.send_review_notices", task_name="review notices", broker=broker)
     return due
 

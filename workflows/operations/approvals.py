@@ -14,9 +14,9 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
+from workflows import actions
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
-from workflows import actions
 from workflows.engine import binding, expiry, locks, policy, wakeups
 from workflows.engine.transitions import move
 from workflows.errors import PreviewChanged, PreviewPending, WrongState
@@ -44,8 +44,9 @@ def approve(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> 
 
 def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
     plan_policies = list(policy.policies_for({s["action"] for s in locked.plan}).values())
-    me = deciding.eligible_reviewer(locked, by, "approve this plan", approving=True, editors_too=True,
-                                    plan_policies=plan_policies)
+    me = deciding.eligible_reviewer(
+        locked, by, "approve this plan", approving=True, editors_too=True, plan_policies=plan_policies
+    )
     steps = list(locked.steps.filter(lane=0).order_by("position"))
     blocked = [step for step in steps if step.status == StepStatus.BLOCKED]
     if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
@@ -55,14 +56,35 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
     counted = {approval.person for approval in policy.valid_approvals(locked, plan_policies)}
     if locked.status == WorkflowStatus.PLANNED and me in counted:
         raise WrongState("You have already approved this revision (four eyes count people, not accounts).")
-    binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.APPROVE, comment=comment,
-                          plan_hash=locked.plan_hash, revision=locked.revision, preview_digests=shown)).save()
+    binding.seal(
+        Approval(
+            workflow=locked,
+            reviewer=by,
+            decision=Approval.Decision.APPROVE,
+            comment=comment,
+            plan_hash=locked.plan_hash,
+            revision=locked.revision,
+            preview_digests=shown,
+        )
+    ).save()
     required, have = policy.approvals_required(plan_policies), len(counted | {me})
-    data = {"comment": comment, "plan_hash": locked.plan_hash, "revision": locked.revision,
-            "preview_digests": shown, "approvals": have, "required": required}
+    data = {
+        "comment": comment,
+        "plan_hash": locked.plan_hash,
+        "revision": locked.revision,
+        "preview_digests": shown,
+        "approvals": have,
+        "required": required,
+    }
     if have < required:
-        journal.append(actor=by, verb="workflow.approval_recorded", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk, data=data)
+        journal.append(
+            actor=by,
+            verb="workflow.approval_recorded",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data=data,
+        )
         return
     if locked.status == WorkflowStatus.PLANNED:
         move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
@@ -81,20 +103,29 @@ def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str
     approval until a step yet to run has one."""
     for step in steps:
         action = actions.find(step.action)
-        if (action is not None and action.preview_required and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
-                and step.preview_state in (PreviewState.PENDING, PreviewState.FAILED)):
+        if (
+            action is not None
+            and action.preview_required
+            and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
+            and step.preview_state in (PreviewState.PENDING, PreviewState.FAILED)
+        ):
             if step.preview_state == PreviewState.PENDING:
-                raise PreviewPending(f"Step {step.key} ({step.action}) cannot be approved before its preview "
-                                     "exists, and a worker has yet to take it: wait a moment and look again.")
-            raise PreviewPending(f"Step {step.key} ({step.action}) cannot be approved before its preview exists, "
-                                 f"and taking it failed ({step.preview_failure_class}): take the previews again, "
-                                 "or reject the plan.")
+                raise PreviewPending(
+                    f"Step {step.key} ({step.action}) cannot be approved before its preview "
+                    "exists, and a worker has yet to take it: wait a moment and look again."
+                )
+            raise PreviewPending(
+                f"Step {step.key} ({step.action}) cannot be approved before its preview exists, "
+                f"and taking it failed ({step.preview_failure_class}): take the previews again, "
+                "or reject the plan."
+            )
     current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
     if shown is None and current:
         deciding.require(Seen(), "preview_digests")
     if shown is not None and shown != current:
-        raise PreviewChanged("The effect previews changed since you looked: review the new previews, then "
-                             "decide again.")
+        raise PreviewChanged(
+            "The effect previews changed since you looked: review the new previews, then decide again."
+        )
     return current
 
 
@@ -108,14 +139,26 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
         blocked = locked.steps.filter(status=StepStatus.BLOCKED, lane=0).exists()
         if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
             raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
-        again = list(locked.steps.filter(lane=0, status__in=[StepStatus.PENDING, StepStatus.BLOCKED],
-                                         preview_state__in=[PreviewState.READY, PreviewState.FAILED])
-                     .order_by("position").values_list("key", flat=True))
+        again = list(
+            locked.steps.filter(
+                lane=0,
+                status__in=[StepStatus.PENDING, StepStatus.BLOCKED],
+                preview_state__in=[PreviewState.READY, PreviewState.FAILED],
+            )
+            .order_by("position")
+            .values_list("key", flat=True)
+        )
         if not again:
             raise WrongState("No step of this plan has a preview to take again.")
         Step.objects.filter(workflow=locked, key__in=again).update(preview_state=PreviewState.PENDING)
-        journal.append(actor=by, verb="workflow.previews_requested", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk, data={"steps": again})
+        journal.append(
+            actor=by,
+            verb="workflow.previews_requested",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data={"steps": again},
+        )
         wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
     return locked
 
@@ -123,8 +166,16 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
 def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
     for step in blocked:
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
-        move(step, StepStatus.PENDING, actor=by, verb="step.unblocked", failure_class="", retry_base=last,
-             next_attempt_at=timezone.now(), data={"reason": "fresh approval"})
+        move(
+            step,
+            StepStatus.PENDING,
+            actor=by,
+            verb="step.unblocked",
+            failure_class="",
+            retry_base=last,
+            next_attempt_at=timezone.now(),
+            data={"reason": "fresh approval"},
+        )
     move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.reapproved", data=data)
 
 
@@ -138,8 +189,21 @@ def reject(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> W
         if locked.status != WorkflowStatus.PLANNED:
             raise WrongState(f"The workflow is {locked.status}, not awaiting review.")
         deciding.current_plan(locked, seen)
-        binding.seal(Approval(workflow=locked, reviewer=by, decision=Approval.Decision.REJECT, comment=comment,
-                              plan_hash=locked.plan_hash, revision=locked.revision)).save()
-        move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected",
-             data={"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash})
+        binding.seal(
+            Approval(
+                workflow=locked,
+                reviewer=by,
+                decision=Approval.Decision.REJECT,
+                comment=comment,
+                plan_hash=locked.plan_hash,
+                revision=locked.revision,
+            )
+        ).save()
+        move(
+            locked,
+            WorkflowStatus.REJECTED,
+            actor=by,
+            verb="workflow.rejected",
+            data={"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash},
+        )
     return locked

@@ -100,11 +100,20 @@ def sort_found(action, step, found) -> Sorted:
 
 
 def _chosen(user, chosen: dict) -> list[DeadLetter]:
-    return list(deadletters.matching(user, **chosen).select_related("step", "workflow")[:MAX_ITEMS + 1])
+    return list(deadletters.matching(user, **chosen).select_related("step", "workflow")[: MAX_ITEMS + 1])
 
 
-def _make(user, kind: str, chosen: dict, *, shown_filter: dict, dry_run: bool, only: str = Job.Only.SAFE,
-          reason: str = "", presort: bool = False) -> tuple[Job, int]:
+def _make(
+    user,
+    kind: str,
+    chosen: dict,
+    *,
+    shown_filter: dict,
+    dry_run: bool,
+    only: str = Job.Only.SAFE,
+    reason: str = "",
+    presort: bool = False,
+) -> tuple[Job, int]:
     """A job over the open dead letters `chosen` picks (at most MAX_ITEMS);
     returns it and how many matched beyond the cap (0 or 1: "more")."""
     entries = _chosen(user, chosen)
@@ -113,19 +122,43 @@ def _make(user, kind: str, chosen: dict, *, shown_filter: dict, dry_run: bool, o
     now = timezone.now()
     team_ids = {entry.workflow.team_id for entry in entries}
     with transaction.atomic():
-        job = Job.objects.create(kind=kind, dry_run=dry_run, only=only, filter=shown_filter, reason=reason,
-                                 created_by=user, team_id=team_ids.pop() if len(team_ids) == 1 else None,
-                                 created_at=now, updated_at=now)
+        job = Job.objects.create(
+            kind=kind,
+            dry_run=dry_run,
+            only=only,
+            filter=shown_filter,
+            reason=reason,
+            created_by=user,
+            team_id=team_ids.pop() if len(team_ids) == 1 else None,
+            created_at=now,
+            updated_at=now,
+        )
         items = []
         for entry in entries:
             found = sort_without_lookup(actions.find(entry.action), entry.step) if presort else None
-            items.append(JobItem(job=job, dead_letter=entry, state=found.state if found else State.PENDING,
-                                 detail=found.detail if found else "", done_at=now if found else None))
+            items.append(
+                JobItem(
+                    job=job,
+                    dead_letter=entry,
+                    state=found.state if found else State.PENDING,
+                    detail=found.detail if found else "",
+                    done_at=now if found else None,
+                )
+            )
         JobItem.objects.bulk_create(items, batch_size=1000)
         if not dry_run:
-            journal.append(actor=user, verb=f"job.{kind}", obj_type="job", obj_id=job.pk, data={
-                "filter": shown_filter, "only": only if kind == Job.Kind.REPLAY else None, "items": len(items),
-                "reason": reason})
+            journal.append(
+                actor=user,
+                verb=f"job.{kind}",
+                obj_type="job",
+                obj_id=job.pk,
+                data={
+                    "filter": shown_filter,
+                    "only": only if kind == Job.Kind.REPLAY else None,
+                    "items": len(items),
+                    "reason": reason,
+                },
+            )
         _next_or_done(job, now)
     return job, beyond
 
@@ -158,11 +191,11 @@ def _next_or_done(job: Job, now) -> None:
     if job.items.filter(state=State.PENDING).exists():
         wakeups.enqueue(TASK, str(job.pk), job.batch, name=f"job {job.pk}")
         return
-    if Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(status=Job.Status.DONE, finished_at=now,
-                                                                       updated_at=now):
+    if Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(
+        status=Job.Status.DONE, finished_at=now, updated_at=now
+    ):
         if not job.dry_run:
-            journal.append(actor=job.created_by, verb="job.finished", obj_type="job", obj_id=job.pk,
-                           data=counts(job))
+            journal.append(actor=job.created_by, verb="job.finished", obj_type="job", obj_id=job.pk, data=counts(job))
 
 
 def _needs_lookup(job: Job, entry: DeadLetter) -> bool:
@@ -184,7 +217,7 @@ def advance(job_id, batch: int) -> int:
     # process died (`engine.jobs.kick_stalled`) from a slow one.
     Job.objects.filter(pk=job.pk, batch=batch).update(owner=worker_id(), updated_at=timezone.now())
     pending = job.items.filter(state=State.PENDING).select_related("dead_letter__step").order_by("id")
-    items = list(pending[:settings.BULK_BATCH_SIZE])
+    items = list(pending[: settings.BULK_BATCH_SIZE])
     asking = [item.dead_letter for item in items if _needs_lookup(job, item.dead_letter)]
     with ThreadPoolExecutor(max_workers=LOOKUPS_AT_ONCE) as pool:
         found = pool.map(lambda entry: recovery.look_up(actions.find(entry.action), entry.step.operation_key), asking)
@@ -194,13 +227,15 @@ def advance(job_id, batch: int) -> int:
         # The job's row lock orders batches; a stale or duplicated task finds
         # the number moved (or the job paused) and changes nothing.
         if not Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, batch=batch).update(
-                batch=batch + 1, owner="", updated_at=now):
+            batch=batch + 1, owner="", updated_at=now
+        ):
             return 0
         job.batch = batch + 1
         for item in items:
             state, detail = _settle(job, item, answers.get(item.dead_letter_id))
-            JobItem.objects.filter(pk=item.pk, state=State.PENDING).update(state=state, detail=detail[:500],
-                                                                           done_at=now)
+            JobItem.objects.filter(pk=item.pk, state=State.PENDING).update(
+                state=state, detail=detail[:500], done_at=now
+            )
         failpoints.hit(failpoints.IN_BULK_BATCH)
         _next_or_done(job, now)
     return len(items)
@@ -218,8 +253,7 @@ def _settle(job: Job, item: JobItem, answer) -> tuple[str, str]:
     sorted_ = sort_without_lookup(action, entry.step) or sort_found(action, entry.step, answer)
     if sorted_.state == State.APPLIED and not job.dry_run:
         try:
-            deadletters.settle_applied(entry, sorted_.found, by=by,
-                                       reason=job.reason or APPLIED_REASON)
+            deadletters.settle_applied(entry, sorted_.found, by=by, reason=job.reason or APPLIED_REASON)
         except DomainError as exc:
             return State.FAILED, exc.message
     if job.kind == Job.Kind.REPLAY and sorted_.state == State.SAFE:
@@ -251,8 +285,9 @@ def pause(job: Job, *, by) -> Job:
     _check_operator(by)
     job = get_for_user(by, job.pk)
     with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(status=Job.Status.PAUSED,
-                                                                               updated_at=timezone.now()):
+        if not Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(
+            status=Job.Status.PAUSED, updated_at=timezone.now()
+        ):
             raise WrongState(f"The job is {job.status}, not running.")
         journal.append(actor=by, verb="job.paused", obj_type="job", obj_id=job.pk, data={})
     job.refresh_from_db()
@@ -263,8 +298,9 @@ def resume(job: Job, *, by) -> Job:
     _check_operator(by)
     job = get_for_user(by, job.pk)
     with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, status=Job.Status.PAUSED).update(status=Job.Status.RUNNING,
-                                                                              updated_at=timezone.now()):
+        if not Job.objects.filter(pk=job.pk, status=Job.Status.PAUSED).update(
+            status=Job.Status.RUNNING, updated_at=timezone.now()
+        ):
             raise WrongState(f"The job is {job.status}, not paused.")
         job.refresh_from_db()
         journal.append(actor=by, verb="job.resumed", obj_type="job", obj_id=job.pk, data={})
@@ -294,12 +330,15 @@ def samples(job: Job, limit: int = SAMPLES) -> dict[str, list[dict]]:
     shown = {}
     for state in (State.APPLIED, State.SAFE, State.IN_DOUBT, State.REPLAYED, State.FAILED):
         rows = job.items.filter(state=state).select_related("dead_letter__step").order_by("id")[:limit]
-        shown[state.lower()] = [{
-            "dead_letter_id": item.dead_letter_id,
-            "workflow_id": item.dead_letter.workflow_id,
-            "step_key": item.dead_letter.step_key,
-            "action": item.dead_letter.action,
-            "operation_key": item.dead_letter.step.operation_key,
-            "detail": item.detail,
-        } for item in rows]
+        shown[state.lower()] = [
+            {
+                "dead_letter_id": item.dead_letter_id,
+                "workflow_id": item.dead_letter.workflow_id,
+                "step_key": item.dead_letter.step_key,
+                "action": item.dead_letter.action,
+                "operation_key": item.dead_letter.step.operation_key,
+                "detail": item.detail,
+            }
+            for item in rows
+        ]
     return shown

@@ -19,8 +19,13 @@ from workflows.models import Step, Workflow
 from workflows.states import StepStatus, WorkflowStatus
 
 # Once approved, only an operator stops a plan.
-BY_OPERATOR = (WorkflowStatus.APPROVED, WorkflowStatus.RUNNING, WorkflowStatus.FAILED,
-               WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.WAITING_GATE)
+BY_OPERATOR = (
+    WorkflowStatus.APPROVED,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.FAILED,
+    WorkflowStatus.NEEDS_ATTENTION,
+    WorkflowStatus.WAITING_GATE,
+)
 CANCELLABLE = (WorkflowStatus.PLANNED, *BY_OPERATOR)
 
 
@@ -52,12 +57,19 @@ def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
             if locked.status == WorkflowStatus.PLANNED:
                 raise NotAllowed("Before approval, only the plan's submitter can cancel it; reviewers reject it.")
             raise NotAllowed("Once approved, only operators can cancel a plan.")
-        in_flight = sorted(Step.objects.filter(workflow=locked, lane=0,
-                                               status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
-                           .values_list("key", flat=True))
+        in_flight = sorted(
+            Step.objects.filter(
+                workflow=locked, lane=0, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]
+            ).values_list("key", flat=True)
+        )
         was = locked.status
-        move(locked, WorkflowStatus.CANCELLED, actor=by, verb="workflow.cancelled",
-             data={"reason": reason, "in_flight": in_flight})
+        move(
+            locked,
+            WorkflowStatus.CANCELLED,
+            actor=by,
+            verb="workflow.cancelled",
+            data={"reason": reason, "in_flight": in_flight},
+        )
         if was == WorkflowStatus.WAITING_GATE:
             gatekeeper.leave(locked, by, "gate.closed", {"reason": "the workflow was cancelled"})
     return locked

@@ -38,8 +38,8 @@ def cutoff(now: datetime | None = None) -> datetime:
 
 def awaiting_decision(workflow: Workflow) -> bool:
     return workflow.status == WorkflowStatus.PLANNED or (
-        workflow.status == WorkflowStatus.FAILED
-        and workflow.steps.filter(lane=0, status=StepStatus.BLOCKED).exists())
+        workflow.status == WorkflowStatus.FAILED and workflow.steps.filter(lane=0, status=StepStatus.BLOCKED).exists()
+    )
 
 
 def holder(workflow: Workflow, now: datetime | None = None):
@@ -74,9 +74,11 @@ def _locked(workflow: Workflow) -> Workflow:
 
 
 def _held_elsewhere(locked: Workflow, by) -> str:
-    return (f"{locked.claimed_by.get_username()} is handling this plan; they can release it or assign it to you, "
-            f"or their claim lapses after {settings.REVIEW_CLAIM_MINUTES} minutes without activity. "
-            "You can still decide it.")
+    return (
+        f"{locked.claimed_by.get_username()} is handling this plan; they can release it or assign it to you, "
+        f"or their claim lapses after {settings.REVIEW_CLAIM_MINUTES} minutes without activity. "
+        "You can still decide it."
+    )
 
 
 def claim(workflow: Workflow, *, by) -> Workflow:
@@ -90,8 +92,14 @@ def claim(workflow: Workflow, *, by) -> Workflow:
             raise WrongState(_held_elsewhere(locked, by))
         locked.claimed_by, locked.claimed_at = by, timezone.now()
         locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(actor=by, verb="workflow.claimed", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk, data={"renewed": current is not None})
+        journal.append(
+            actor=by,
+            verb="workflow.claimed",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data={"renewed": current is not None},
+        )
     return locked
 
 
@@ -105,12 +113,20 @@ def release(workflow: Workflow, *, by) -> Workflow:
         if current is None:
             raise WrongState("Nobody holds this plan: there is no claim to release.")
         if current.pk != by.pk:
-            raise NotAllowed(f"Only {current.get_username()}, who holds this plan, can release it; "
-                             f"their claim lapses after {settings.REVIEW_CLAIM_MINUTES} minutes without activity.")
+            raise NotAllowed(
+                f"Only {current.get_username()}, who holds this plan, can release it; "
+                f"their claim lapses after {settings.REVIEW_CLAIM_MINUTES} minutes without activity."
+            )
         locked.claimed_by, locked.claimed_at = None, None
         locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(actor=by, verb="workflow.claim_released", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk, data={})
+        journal.append(
+            actor=by,
+            verb="workflow.claim_released",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data={},
+        )
     return locked
 
 
@@ -123,11 +139,13 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
     if target is None or not target.is_active or not roles.is_reviewer(target):
         raise DomainError("Assign the plan to an active reviewer.", fields={"to": "Not an active reviewer."})
     if not teams.in_team(target, workflow.team_id):
-        raise DomainError("Assign the plan to a reviewer of its team.",
-                          fields={"to": "Not a reviewer of the plan's team."})
+        raise DomainError(
+            "Assign the plan to a reviewer of its team.", fields={"to": "Not a reviewer of the plan's team."}
+        )
     if target.pk == workflow.submitted_by_id:
-        raise DomainError("The plan's submitter cannot review it.",
-                          fields={"to": "The plan's submitter cannot review it."})
+        raise DomainError(
+            "The plan's submitter cannot review it.", fields={"to": "The plan's submitter cannot review it."}
+        )
     with transaction.atomic():
         locked = _locked(workflow)
         current = holder(locked)
@@ -135,17 +153,26 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
             raise WrongState(_held_elsewhere(locked, by))
         locked.claimed_by, locked.claimed_at = target, timezone.now()
         locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(actor=by, verb="workflow.assigned", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk,
-                       data={"to": target.get_username(), "from": current.get_username() if current else None})
+        journal.append(
+            actor=by,
+            verb="workflow.assigned",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data={"to": target.get_username(), "from": current.get_username() if current else None},
+        )
     return locked
 
 
 def assignees(workflow: Workflow) -> QuerySet:
     """The reviewers a plan can be handed to: active, of its team, not its submitter."""
-    return (get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True,
-                                            groups__name=roles.REVIEWERS)
-            .exclude(pk=workflow.submitted_by_id).order_by(get_user_model().USERNAME_FIELD).distinct())
+    return (
+        get_user_model()
+        .objects.filter(teams.members_q(workflow.team_id), is_active=True, groups__name=roles.REVIEWERS)
+        .exclude(pk=workflow.submitted_by_id)
+        .order_by(get_user_model().USERNAME_FIELD)
+        .distinct()
+    )
 
 
 def touch(workflow: Workflow, user) -> None:

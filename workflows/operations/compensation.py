@@ -28,8 +28,13 @@ from workflows.operations.deciding import Seen
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 
 COMPENSABLE_WORKFLOW = (
-    WorkflowStatus.COMPLETE, WorkflowStatus.FAILED, WorkflowStatus.NEEDS_ATTENTION, WorkflowStatus.COMPENSATION_FAILED,
-    WorkflowStatus.CANCELLED, WorkflowStatus.REJECTED, WorkflowStatus.EXPIRED,
+    WorkflowStatus.COMPLETE,
+    WorkflowStatus.FAILED,
+    WorkflowStatus.NEEDS_ATTENTION,
+    WorkflowStatus.COMPENSATION_FAILED,
+    WorkflowStatus.CANCELLED,
+    WorkflowStatus.REJECTED,
+    WorkflowStatus.EXPIRED,
 )
 OPEN = (CompensationStatus.REQUESTED, CompensationStatus.AUTHORIZED, CompensationStatus.RUNNING)
 IRREVERSIBLE_WHY = "{action} cannot be undone: its effect stays in place and must be handled outside the system."
@@ -77,11 +82,14 @@ def _resolve(args, step: Step):
             for part in path.split(".") if path else []:
                 found = found.get(part) if isinstance(found, dict) else None
             if found is None:
-                raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
-                                          f"which has no value")
+                raise CompensationInvalid(
+                    f"compensation of {step.key} refers to {value[actions.FROM]}, which has no value"
+                )
             if was_redacted(found):
-                raise CompensationInvalid(f"compensation of {step.key} refers to {value[actions.FROM]}, "
-                                          f"which was redacted when it was recorded")
+                raise CompensationInvalid(
+                    f"compensation of {step.key} refers to {value[actions.FROM]}, "
+                    f"which was redacted when it was recorded"
+                )
             return found
         if isinstance(value, dict):
             return {k: walk(v) for k, v in value.items()}
@@ -120,32 +128,46 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
         for step in completed:  # reverse order of completion
             undo = undo_of(step)
             if undo is None:
-                irreversible.append({"key": step.key, "action": step.action,
-                                     "why": IRREVERSIBLE_WHY.format(action=step.action)})
+                irreversible.append(
+                    {"key": step.key, "action": step.action, "why": IRREVERSIBLE_WHY.format(action=step.action)}
+                )
                 continue
             action, args = undo
             plan.append({"compensates": step.key, "key": f"{step.key}~undo{lane}", "action": action, "args": args})
         try:
             with transaction.atomic():
-                comp = Compensation.objects.create(workflow=locked, lane=lane, reason=reason, plan=plan,
-                                                   irreversible=irreversible, requested_by=by)
+                comp = Compensation.objects.create(
+                    workflow=locked, lane=lane, reason=reason, plan=plan, irreversible=irreversible, requested_by=by
+                )
         except IntegrityError:
             raise WrongState("This workflow already has a compensation awaiting a decision or running.") from None
-        journal.append(actor=by, verb="compensation.requested", obj_type="compensation", obj_id=comp.pk,
-                     workflow_id=locked.pk,
-                     data={"reason": reason, "steps": [p["compensates"] for p in plan],
-                           "irreversible": [i["key"] for i in irreversible]})
+        journal.append(
+            actor=by,
+            verb="compensation.requested",
+            obj_type="compensation",
+            obj_id=comp.pk,
+            workflow_id=locked.pk,
+            data={
+                "reason": reason,
+                "steps": [p["compensates"] for p in plan],
+                "irreversible": [i["key"] for i in irreversible],
+            },
+        )
     return comp
 
 
 def _refuse_in_flight(workflow: Workflow) -> None:
     """A cancelled run may still have an effect in flight: its outcome is
     recorded first, so that the undo covers it too."""
-    running = list(workflow.steps.filter(lane=0, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
-                   .values_list("key", flat=True))
+    running = list(
+        workflow.steps.filter(lane=0, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING]).values_list(
+            "key", flat=True
+        )
+    )
     if running:
-        raise WrongState(f"Step {', '.join(running)} still has an effect in flight: compensate once its outcome "
-                         "is recorded.")
+        raise WrongState(
+            f"Step {', '.join(running)} still has an effect in flight: compensate once its outcome is recorded."
+        )
 
 
 def _decider(comp_id, user, what: str) -> Compensation:
@@ -157,8 +179,10 @@ def _decider(comp_id, user, what: str) -> Compensation:
     if not roles.is_reviewer(user):
         raise NotAllowed(f"Only reviewers can {what} a compensation.")
     if persons.same(user, comp.requested_by_id):
-        raise NotAllowed("A compensation cannot be decided by the user who requested it, nor by another account "
-                         "of the same person: another person decides (four eyes).")
+        raise NotAllowed(
+            "A compensation cannot be decided by the user who requested it, nor by another account "
+            "of the same person: another person decides (four eyes)."
+        )
     if comp.status != CompensationStatus.REQUESTED:
         raise WrongState(f"The compensation is {comp.status}, not awaiting a decision.")
     return comp
@@ -174,8 +198,10 @@ def _as_seen(comp: Compensation, seen: Seen) -> None:
     deciding.require(seen, "plan_hash")
     now = current_hash(comp)
     if seen.plan_hash != now:
-        raise StaleRevision("This compensation is not the one you looked at: review it again, then decide; "
-                            "nothing was recorded.", details={"current": {"plan_hash": now}})
+        raise StaleRevision(
+            "This compensation is not the one you looked at: review it again, then decide; nothing was recorded.",
+            details={"current": {"plan_hash": now}},
+        )
 
 
 def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") -> Compensation:
@@ -190,27 +216,59 @@ def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") ->
             raise WrongState(f"A {workflow.status} workflow cannot be compensated now.")
         _refuse_in_flight(workflow)
         now = timezone.now()
-        context = {"compensation": str(comp.pk), "requested_by": comp.requested_by.get_username(),
-                   "authorized_by": by.get_username(), "reason": comp.reason, "decision_reason": reason}
+        context = {
+            "compensation": str(comp.pk),
+            "requested_by": comp.requested_by.get_username(),
+            "authorized_by": by.get_username(),
+            "reason": comp.reason,
+            "decision_reason": reason,
+        }
         comp.authorized_by, comp.decided_at, comp.plan_hash = by, now, current_hash(comp)
         binding.seal(comp)
-        move(comp, CompensationStatus.AUTHORIZED, actor=by, verb="compensation.authorized", authorized_by=by,
-             decision_reason=reason, decided_at=now, plan_hash=comp.plan_hash, mac=comp.mac, key_id=comp.key_id,
-             deadline=now + timedelta(seconds=settings.DEFAULT_DEADLINE_SECONDS), data=context)
+        move(
+            comp,
+            CompensationStatus.AUTHORIZED,
+            actor=by,
+            verb="compensation.authorized",
+            authorized_by=by,
+            decision_reason=reason,
+            decided_at=now,
+            plan_hash=comp.plan_hash,
+            mac=comp.mac,
+            key_id=comp.key_id,
+            deadline=now + timedelta(seconds=settings.DEFAULT_DEADLINE_SECONDS),
+            data=context,
+        )
         move(workflow, WorkflowStatus.COMPENSATING, actor=by, data=context)
         originals = {s.key: s for s in workflow.steps.filter(lane=0)}
         for index, item in enumerate(comp.plan):
             original = originals[item["compensates"]]
             undo = Step.objects.create(
-                workflow=workflow, lane=comp.lane, compensation_run=comp, compensates=original,
-                position=comp.lane * LANE_GAP + index, key=item["key"], action=item["action"], args=item["args"],
+                workflow=workflow,
+                lane=comp.lane,
+                compensation_run=comp,
+                compensates=original,
+                position=comp.lane * LANE_GAP + index,
+                key=item["key"],
+                action=item["action"],
+                args=item["args"],
                 operation_key=operation_key_for(workflow.pk, item["key"]),
                 next_attempt_at=now if index == 0 else None,  # the next is ready when this one completes
             )
             # The link between the undo and the effect it addresses, in the trail.
-            move(original, StepStatus.COMPENSATING, actor=by, verb="step.compensating",
-                 data={**context, "operation_key": original.operation_key, "undo_step": undo.key,
-                       "undo_operation_key": undo.operation_key, "undo_action": undo.action})
+            move(
+                original,
+                StepStatus.COMPENSATING,
+                actor=by,
+                verb="step.compensating",
+                data={
+                    **context,
+                    "operation_key": original.operation_key,
+                    "undo_step": undo.key,
+                    "undo_operation_key": undo.operation_key,
+                    "undo_action": undo.action,
+                },
+            )
         move(comp, CompensationStatus.RUNNING, actor=by, verb="compensation.started")
         if not comp.plan:  # only irreversible steps were chosen: nothing to run
             compensating.finish(workflow, comp)
@@ -224,9 +282,16 @@ def decline(comp: Compensation | UUID, *, by, seen: Seen, reason: str) -> Compen
     with transaction.atomic():
         comp = _decider(getattr(comp, "pk", comp), by, "decline")
         _as_seen(comp, seen)
-        move(comp, CompensationStatus.DECLINED, actor=by, verb="compensation.declined", authorized_by=None,
-             decision_reason=reason, decided_at=timezone.now(),
-             data={"reason": reason, "requested_by": comp.requested_by.get_username()})
+        move(
+            comp,
+            CompensationStatus.DECLINED,
+            actor=by,
+            verb="compensation.declined",
+            authorized_by=None,
+            decision_reason=reason,
+            decided_at=timezone.now(),
+            data={"reason": reason, "requested_by": comp.requested_by.get_username()},
+        )
     return comp
 
 

@@ -13,8 +13,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from workflows import roles
-from workflows.audit import journal, secrets
 from workflows.actions import Outcome
+from workflows.audit import journal, secrets
 from workflows.audit.redaction import redact, redact_text, refuse_credentials
 from workflows.engine import compensating, policy, wakeups
 from workflows.engine.transitions import move
@@ -93,9 +93,16 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
         if failed:
             raise WrongState("Current policy does not allow this replay: " + "; ".join(failed))
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
-        move(step, StepStatus.PENDING, actor=by, verb="step.replayed", failure_class="", retry_base=last,
-             next_attempt_at=timezone.now(),
-             data={"dead_letter": str(dead_letter.pk), "reason": reason, "operation_key": step.operation_key})
+        move(
+            step,
+            StepStatus.PENDING,
+            actor=by,
+            verb="step.replayed",
+            failure_class="",
+            retry_base=last,
+            next_attempt_at=timezone.now(),
+            data={"dead_letter": str(dead_letter.pk), "reason": reason, "operation_key": step.operation_key},
+        )
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         context = {"dead_letter": str(dead_letter.pk), "reason": reason}
         if step.lane:
@@ -113,19 +120,28 @@ def discard(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
     reason = clean_reason(reason)
     with transaction.atomic():
         closed = DeadLetter.objects.filter(pk=dead_letter.pk, status=DeadLetter.Status.OPEN).update(
-            status=DeadLetter.Status.DISCARDED, resolved_at=timezone.now(), resolved_by=by,
+            status=DeadLetter.Status.DISCARDED,
+            resolved_at=timezone.now(),
+            resolved_by=by,
             resolution_reason=reason,
         )
         if not closed:
             raise WrongState("This dead letter was already resolved.")
-        journal.append(actor=by, verb="dead_letter.discarded", obj_type="dead_letter", obj_id=dead_letter.pk,
-                     workflow_id=dead_letter.workflow_id, data={"reason": reason})
+        journal.append(
+            actor=by,
+            verb="dead_letter.discarded",
+            obj_type="dead_letter",
+            obj_id=dead_letter.pk,
+            workflow_id=dead_letter.workflow_id,
+            data={"reason": reason},
+        )
     dead_letter.refresh_from_db()
     return dead_letter
 
 
-def matching(user=None, *, ids=None, action=None, failure_class=None, workflow=None, older_than=None, team=None,
-             job=None) -> QuerySet:
+def matching(
+    user=None, *, ids=None, action=None, failure_class=None, workflow=None, older_than=None, team=None, job=None
+) -> QuerySet:
     """The open dead letters an explicit selection or filter chooses, never
     "everything": only those of `user`'s teams (None: the command line,
     every team). `job`: those a bulk job of the user's chose."""
@@ -176,14 +192,34 @@ def settle_applied(dead_letter: DeadLetter, found: Outcome, *, by, reason: str) 
         context = {"dead_letter": str(dead_letter.pk), "reason": reason}
         evidence = {**context, "operation_key": step.operation_key, "external_ref": external_ref}
         for attempt in step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]):
-            move(attempt, AttemptStatus.RECONCILED, actor=by, verb="attempt.reconciled",
-                 finished_at=attempt.finished_at or now, data={"found": True, "external_ref": external_ref})
-        move(step, StepStatus.VERIFYING, actor=by, verb="step.reconciled", result=redact(found.result),
-             external_ref=external_ref, failure_class="", data=evidence)
+            move(
+                attempt,
+                AttemptStatus.RECONCILED,
+                actor=by,
+                verb="attempt.reconciled",
+                finished_at=attempt.finished_at or now,
+                data={"found": True, "external_ref": external_ref},
+            )
+        move(
+            step,
+            StepStatus.VERIFYING,
+            actor=by,
+            verb="step.reconciled",
+            result=redact(found.result),
+            external_ref=external_ref,
+            failure_class="",
+            data=evidence,
+        )
         move(step, StepStatus.COMPLETE, actor=by, lease_expires_at=None, data={"verified_by": "reconciliation lookup"})
         Step.objects.ready_after([step])
-        journal.append(actor=by, verb="dead_letter.applied", obj_type="dead_letter", obj_id=dead_letter.pk,
-                       workflow_id=dead_letter.workflow_id, data=evidence)
+        journal.append(
+            actor=by,
+            verb="dead_letter.applied",
+            obj_type="dead_letter",
+            obj_id=dead_letter.pk,
+            workflow_id=dead_letter.workflow_id,
+            data=evidence,
+        )
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if step.lane:
             compensation.resume(workflow, step, by=by, **context)

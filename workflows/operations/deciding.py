@@ -41,11 +41,16 @@ class Seen:
         from workflows.states import PreviewState
 
         fresh = Workflow.objects.get(pk=getattr(workflow, "pk", workflow))
-        digests = dict(fresh.steps.filter(lane=0, preview_state=PreviewState.READY)
-                       .values_list("key", "preview_digest"))
+        digests = dict(
+            fresh.steps.filter(lane=0, preview_state=PreviewState.READY).values_list("key", "preview_digest")
+        )
         step = fresh.steps.get(lane=0, key=gate_step) if gate_step else None
-        return cls(revision=fresh.revision, plan_hash=fresh.plan_hash, preview_digests=digests,
-                   results_digest=gates.results_digest(step) if step is not None else None)
+        return cls(
+            revision=fresh.revision,
+            plan_hash=fresh.plan_hash,
+            preview_digests=digests,
+            results_digest=gates.results_digest(step) if step is not None else None,
+        )
 
 
 class SeenMissing(DomainError):
@@ -56,8 +61,11 @@ class SeenMissing(DomainError):
 
 def require(seen: Seen, *names: str) -> None:
     """400 naming each of `names` the decision left out."""
-    missing = {name: "Required: name what you decided on (read it from the object first)."
-               for name in names if getattr(seen, name) is None}
+    missing = {
+        name: "Required: name what you decided on (read it from the object first)."
+        for name in names
+        if getattr(seen, name) is None
+    }
     if missing:
         raise SeenMissing(f"A decision names what it decides on: {', '.join(missing)} missing.", fields=missing)
 
@@ -70,11 +78,13 @@ def current_plan(locked: Workflow, seen: Seen) -> None:
         raise StaleRevision(
             f"The plan changed since you looked: you saw revision {seen.revision}, it is now revision "
             f"{locked.revision}. Review the current revision, then decide again; nothing was recorded.",
-            details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}})
+            details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}},
+        )
 
 
-def eligible_reviewer(workflow: Workflow, user, what: str, *, approving: bool, editors_too: bool,
-                      plan_policies=None) -> str:
+def eligible_reviewer(
+    workflow: Workflow, user, what: str, *, approving: bool, editors_too: bool, plan_policies=None
+) -> str:
     """403 unless `user` is a reviewer, in every reviewer group the plan's
     action policies name (`approving`: to approve or to edit), and not its
     submitter, nor (`editors_too`) an editor of any revision: four eyes, by
@@ -86,15 +96,21 @@ def eligible_reviewer(workflow: Workflow, user, what: str, *, approving: bool, e
         outside = policy.outside_reviewer_groups(workflow, user, plan_policies)
         if outside:
             rules = "; ".join(f"{action} needs a member of {group}" for action, group in outside)
-            raise NotAllowed(f"You cannot {what}: its action policies name the reviewers who may ({rules}), "
-                             "and you are not in that group.")
+            raise NotAllowed(
+                f"You cannot {what}: its action policies name the reviewers who may ({rules}), "
+                "and you are not in that group."
+            )
     authors = persons.plan_authors([workflow])[workflow.pk]
     people = persons.keys_of(authors | {user.pk})
     me = people[user.pk]
     if me == people[workflow.submitted_by_id]:
-        raise NotAllowed("A plan cannot be reviewed by the user who submitted it. Nor by the person who owns the "
-                         "agent that did: another person decides (four eyes).")
+        raise NotAllowed(
+            "A plan cannot be reviewed by the user who submitted it. Nor by the person who owns the "
+            "agent that did: another person decides (four eyes)."
+        )
     if editors_too and me in {people[pk] for pk in authors}:
-        raise NotAllowed(f"You cannot {what}: you edited a revision of this plan, and as its co-author you are "
-                         "one of its authors (four eyes: another person decides).")
+        raise NotAllowed(
+            f"You cannot {what}: you edited a revision of this plan, and as its co-author you are "
+            "one of its authors (four eyes: another person decides)."
+        )
     return me

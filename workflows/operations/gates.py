@@ -40,8 +40,9 @@ def _waiting(workflow_id, step_key: str, by, what: str, *, approving: bool) -> t
     if step is None or not step.gate:
         raise WrongState(f"This plan has no gate at step {step_key!r}.")
     if locked.status != WorkflowStatus.WAITING_GATE or step.status != StepStatus.WAITING_GATE:
-        raise WrongState(f"The workflow is {locked.status} and step {step_key} is {step.status}: "
-                         "it is not waiting at this gate.")
+        raise WrongState(
+            f"The workflow is {locked.status} and step {step_key} is {step.status}: it is not waiting at this gate."
+        )
     return locked, step, me
 
 
@@ -53,9 +54,18 @@ def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, sho
         deciding.require(Seen(), "results_digest")
     if shown is not None and shown != digest:
         raise ResultsChanged("The results before this gate changed since you looked: look again, then decide.")
-    approval = binding.seal(GateApproval(workflow=workflow, step=step, reviewer=by, decision=decision,
-                                         comment=comment, plan_hash=workflow.plan_hash, results_digest=digest,
-                                         created_at=timezone.now()))
+    approval = binding.seal(
+        GateApproval(
+            workflow=workflow,
+            step=step,
+            reviewer=by,
+            decision=decision,
+            comment=comment,
+            plan_hash=workflow.plan_hash,
+            results_digest=digest,
+            created_at=timezone.now(),
+        )
+    )
     try:
         with transaction.atomic():
             approval.save()
@@ -70,8 +80,9 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
     reviewer was shown; refused (409) when any changed since."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step, me = _waiting(getattr(workflow, "pk", workflow), step_key, by, "approve a gate of this plan",
-                                    approving=True)
+        locked, step, me = _waiting(
+            getattr(workflow, "pk", workflow), step_key, by, "approve a gate of this plan", approving=True
+        )
         deciding.current_plan(locked, seen)
         counted = {approval.person for approval in gates.valid_approvals(step, locked)}
         if me in counted:
@@ -79,15 +90,25 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
         _record(locked, step, by, GateApproval.Decision.APPROVE, comment, seen.results_digest)
         have = len(counted | {me})
         need = gates.required(step)
-        data = {"step": step.key, "comment": comment, "approvals": have, "required": need,
-                "results_digest": gates.results_digest(step)}
+        data = {
+            "step": step.key,
+            "comment": comment,
+            "approvals": have,
+            "required": need,
+            "results_digest": gates.results_digest(step),
+        }
         if have < need:
-            journal.append(actor=by, verb="gate.approval_recorded", obj_type="step", obj_id=step.pk,
-                           workflow_id=locked.pk, data=data)
+            journal.append(
+                actor=by,
+                verb="gate.approval_recorded",
+                obj_type="step",
+                obj_id=step.pk,
+                workflow_id=locked.pk,
+                data=data,
+            )
             return locked
         now = timezone.now()
-        move(step, StepStatus.PENDING, actor=by, verb="gate.opened", data=data, gate_opened_at=now,
-             next_attempt_at=now)
+        move(step, StepStatus.PENDING, actor=by, verb="gate.opened", data=data, gate_opened_at=now, next_attempt_at=now)
         move(locked, WorkflowStatus.RUNNING, actor=by, verb="workflow.gate_approved", data=data)
         wakeups.wake(locked)
     return locked
@@ -97,8 +118,9 @@ def reject(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment:
     """The workflow ends REJECTED at the gate; the gated step never runs."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked, step, _ = _waiting(getattr(workflow, "pk", workflow), step_key, by, "reject a gate of this plan",
-                                   approving=False)
+        locked, step, _ = _waiting(
+            getattr(workflow, "pk", workflow), step_key, by, "reject a gate of this plan", approving=False
+        )
         deciding.current_plan(locked, seen)
         _record(locked, step, by, GateApproval.Decision.REJECT, comment, seen.results_digest)
         data = {"step": step.key, "comment": comment}

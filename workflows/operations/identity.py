@@ -27,8 +27,9 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows.audit import identity as requester, journal
 from workflows import persons
+from workflows.audit import identity as requester
+from workflows.audit import journal
 from workflows.models import ProviderIdentity, Team
 from workflows.operations import persons as person_links
 
@@ -67,8 +68,12 @@ def sign_in(*, issuer: str, subject: str, claims: dict):
 
 def _sign_in(issuer: str, subject: str, claims: dict):
     groups = provider_groups(claims)
-    link = (ProviderIdentity.objects.select_for_update().select_related("user")
-            .filter(issuer=issuer, subject=subject).first())
+    link = (
+        ProviderIdentity.objects.select_for_update()
+        .select_related("user")
+        .filter(issuer=issuer, subject=subject)
+        .first()
+    )
     first = link is None
     if first:
         user = _new_account(claims, subject)
@@ -88,11 +93,23 @@ def _sign_in(issuer: str, subject: str, claims: dict):
     user.groups.set([Group.objects.get_or_create(name=name)[0] for name in roles])
     user.teams.set([Team.objects.get_or_create(name=name)[0] for name in teams])
     user._role_cache = None
-    journal.append(actor=user, verb="user.signed_in", obj_type="user", obj_id=user.pk, data={
-        "via": "oidc", "first": first, "provider_groups": groups, "roles": roles, "teams": teams,
-        "roles_added": sorted(set(roles) - had_roles), "roles_removed": sorted(had_roles - set(roles)),
-        "teams_added": sorted(set(teams) - had_teams), "teams_removed": sorted(had_teams - set(teams)),
-    })
+    journal.append(
+        actor=user,
+        verb="user.signed_in",
+        obj_type="user",
+        obj_id=user.pk,
+        data={
+            "via": "oidc",
+            "first": first,
+            "provider_groups": groups,
+            "roles": roles,
+            "teams": teams,
+            "roles_added": sorted(set(roles) - had_roles),
+            "roles_removed": sorted(had_roles - set(roles)),
+            "teams_added": sorted(set(teams) - had_teams),
+            "teams_removed": sorted(had_teams - set(teams)),
+        },
+    )
     _link_by_email(user, claims)
     return user
 
@@ -106,9 +123,16 @@ def _link_by_email(user, claims: dict) -> None:
         return
     if email.rsplit("@", 1)[1].lower() not in settings.OIDC_LINK_EMAIL_DOMAINS:
         return
-    local = list(get_user_model().objects.filter(
-        email__iexact=email, is_active=True, provider_identity__isnull=True, agent_owner__isnull=True,
-    ).exclude(pk=user.pk)[:2])
+    local = list(
+        get_user_model()
+        .objects.filter(
+            email__iexact=email,
+            is_active=True,
+            provider_identity__isnull=True,
+            agent_owner__isnull=True,
+        )
+        .exclude(pk=user.pk)[:2]
+    )
     if len(local) == 1 and not persons.same(user, local[0]):
         person_links.link(user, local[0], by=user, via="sso-email")
 
@@ -117,8 +141,14 @@ def _new_account(claims: dict, subject: str):
     """A new account with a free username from the provider's name for the person."""
     User = get_user_model()
     email = claims.get("email") if isinstance(claims.get("email"), str) else ""
-    wanted = next((value for value in (claims.get("preferred_username"), email, subject)
-                   if isinstance(value, str) and value.strip()), subject)
+    wanted = next(
+        (
+            value
+            for value in (claims.get("preferred_username"), email, subject)
+            if isinstance(value, str) and value.strip()
+        ),
+        subject,
+    )
     base = re.sub(r"[^\w.@+-]", "-", wanted.strip())[:140] or "sso-user"
     name, n = base, 1
     while User.objects.filter(username__iexact=name).exists():

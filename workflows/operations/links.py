@@ -55,8 +55,18 @@ def make(workflow: Workflow, reviewer, decision: str, now: datetime | None = Non
         raise ValueError(decision)
     now = now or timezone.now()
     expires = min(workflow.deadline, now + LONGEST)
-    return signing.dumps({"w": str(workflow.pk), "r": reviewer.pk, "v": workflow.revision, "h": workflow.plan_hash,
-                          "d": decision, "n": uuid.uuid4().hex, "e": int(expires.timestamp())}, salt=SALT)
+    return signing.dumps(
+        {
+            "w": str(workflow.pk),
+            "r": reviewer.pk,
+            "v": workflow.revision,
+            "h": workflow.plan_hash,
+            "d": decision,
+            "n": uuid.uuid4().hex,
+            "e": int(expires.timestamp()),
+        },
+        salt=SALT,
+    )
 
 
 def url(token: str) -> str:
@@ -73,16 +83,19 @@ def check(token: str, user, *, deciding_now: bool = False) -> Link:
     try:
         claims = signing.loads(token, salt=SALT)
     except signing.BadSignature:
-        raise LinkRefused("This link is not valid: it was changed, or it is not one of ours. Open the plan from "
-                          "the console instead.") from None
+        raise LinkRefused(
+            "This link is not valid: it was changed, or it is not one of ours. Open the plan from the console instead."
+        ) from None
     if not isinstance(claims, dict) or claims.get("d") not in DECISIONS:
         raise LinkRefused("This link is not valid. Open the plan from the console instead.")
     expires = datetime.fromtimestamp(int(claims.get("e", 0)), tz=timezone.get_current_timezone())
     if expires <= timezone.now():
         raise LinkRefused("This link has expired. Open the plan from the console to decide it.")
     if claims.get("r") != user.pk:
-        raise LinkRefused("This link was sent to another reviewer: it cannot decide for you. Open the plan from "
-                          "the console to decide it yourself.")
+        raise LinkRefused(
+            "This link was sent to another reviewer: it cannot decide for you. Open the plan from "
+            "the console to decide it yourself."
+        )
     workflow = Workflow.objects.visible_to(user).select_related("submitted_by").filter(pk=claims.get("w")).first()
     if workflow is None:
         # Gone, or of a team that is not the reviewer's (any more): both are "no such plan".
@@ -92,15 +105,27 @@ def check(token: str, user, *, deciding_now: bool = False) -> Link:
     if UsedReviewLink.objects.filter(nonce=claims.get("n")).exists():
         raise LinkRefused("This link was used already: each link decides once.")
     if deciding_now:
-        return Link(workflow=workflow, decision=claims["d"], nonce=claims["n"], expires=expires,
-                    seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")))
+        return Link(
+            workflow=workflow,
+            decision=claims["d"],
+            nonce=claims["n"],
+            expires=expires,
+            seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")),
+        )
     if claims.get("v") != workflow.revision or claims.get("h") != workflow.plan_hash:
-        raise LinkRefused(f"The plan changed since this link was sent (it is now revision {workflow.revision}): "
-                          "review the current revision in the console.")
+        raise LinkRefused(
+            f"The plan changed since this link was sent (it is now revision {workflow.revision}): "
+            "review the current revision in the console."
+        )
     if workflow.status != WorkflowStatus.PLANNED:
         raise LinkRefused(f"This plan is {workflow.status}: it no longer awaits a decision.")
-    return Link(workflow=workflow, decision=claims["d"], nonce=claims["n"], expires=expires,
-                seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")))
+    return Link(
+        workflow=workflow,
+        decision=claims["d"],
+        nonce=claims["n"],
+        expires=expires,
+        seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")),
+    )
 
 
 def decide(token: str, user, *, comment: str = "", preview_digests: dict[str, str] | None = None) -> Link:
@@ -112,8 +137,9 @@ def decide(token: str, user, *, comment: str = "", preview_digests: dict[str, st
     with transaction.atomic():
         try:
             with transaction.atomic():
-                UsedReviewLink.objects.create(nonce=link.nonce, workflow=link.workflow, reviewer=user,
-                                              decision=link.decision)
+                UsedReviewLink.objects.create(
+                    nonce=link.nonce, workflow=link.workflow, reviewer=user, decision=link.decision
+                )
         except IntegrityError:
             raise LinkRefused("This link was used already: each link decides once.") from None
         if link.decision == "approve":

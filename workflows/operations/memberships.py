@@ -2,8 +2,8 @@
 command line (`manage.py team`), each change audited on the system stream."""
 
 from django.contrib.auth import get_user_model
-from django.core.validators import validate_slug
 from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
 from workflows.audit import journal
@@ -58,8 +58,13 @@ def add_member(team_name: str, username: str, *, by) -> bool:
         if team.members.filter(pk=user.pk).exists():
             return False
         team.members.add(user)
-        journal.append(actor=by, verb="team.member_added", obj_type="team", obj_id=team.pk,
-                       data={"team": team.name, "user": user.get_username()})
+        journal.append(
+            actor=by,
+            verb="team.member_added",
+            obj_type="team",
+            obj_id=team.pk,
+            data={"team": team.name, "user": user.get_username()},
+        )
     return True
 
 
@@ -71,8 +76,13 @@ def remove_member(team_name: str, username: str, *, by) -> bool:
         if not team.members.filter(pk=user.pk).exists():
             return False
         team.members.remove(user)
-        journal.append(actor=by, verb="team.member_removed", obj_type="team", obj_id=team.pk,
-                       data={"team": team.name, "user": user.get_username()})
+        journal.append(
+            actor=by,
+            verb="team.member_removed",
+            obj_type="team",
+            obj_id=team.pk,
+            data={"team": team.name, "user": user.get_username()},
+        )
     return True
 
 
@@ -95,7 +105,12 @@ def set_retention(team_name: str, days: str, *, by) -> Team:
             raise TeamInvalid(f"Retention is a number of days from 1 to {MAX_RETENTION_DAYS}, or 'none'.")
     with transaction.atomic():
         Team.objects.filter(pk=team.pk).update(retention_days=value)
-        journal.append(actor=by, verb="team.retention", obj_type="team", obj_id=team.pk,
-                       data={"team": team.name, "from": team.retention_days, "to": value})
+        journal.append(
+            actor=by,
+            verb="team.retention",
+            obj_type="team",
+            obj_id=team.pk,
+            data={"team": team.name, "from": team.retention_days, "to": value},
+        )
     team.retention_days = value
     return team

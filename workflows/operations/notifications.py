@@ -32,8 +32,9 @@ def workflow_url(workflow: Workflow) -> str:
 def reviewers_for(workflow: Workflow):
     """The reviewers who may approve the plan: of its team, and in every
     reviewer group its actions' policies name."""
-    people = get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True,
-                                             groups__name=roles.REVIEWERS)
+    people = get_user_model().objects.filter(
+        teams.members_q(workflow.team_id), is_active=True, groups__name=roles.REVIEWERS
+    )
     for group in sorted(policy.reviewer_groups(policy.policies_for(s["action"] for s in workflow.plan).values())):
         people = people.filter(pk__in=get_user_model().objects.filter(groups__name=group).values("pk"))
     return people.exclude(pk=workflow.submitted_by_id).distinct().order_by("pk")
@@ -54,20 +55,39 @@ def notify_reviewers(workflow_id) -> int:
         # Shaped for a chat message with two buttons per reviewer; only ever
         # to the reviewers' own channel, never to the agent (its callback
         # carries the workflow alone).
-        payload = {"event": "plan.awaiting_review", "workflow_id": str(workflow.pk), "name": workflow.name,
-                   "url": link, "risk": risk, "revision": workflow.revision,
-                   "deadline": workflow.deadline.isoformat(), "text": about,
-                   "reviewers": [{"username": user.get_username(),
-                                  "actions": [{"label": "Approve", "url": own[user.pk]["approve"]},
-                                              {"label": "Reject", "url": own[user.pk]["reject"]}]}
-                                 for user in reviewers]}
+        payload = {
+            "event": "plan.awaiting_review",
+            "workflow_id": str(workflow.pk),
+            "name": workflow.name,
+            "url": link,
+            "risk": risk,
+            "revision": workflow.revision,
+            "deadline": workflow.deadline.isoformat(),
+            "text": about,
+            "reviewers": [
+                {
+                    "username": user.get_username(),
+                    "actions": [
+                        {"label": "Approve", "url": own[user.pk]["approve"]},
+                        {"label": "Reject", "url": own[user.pk]["reject"]},
+                    ],
+                }
+                for user in reviewers
+            ],
+        }
         try:
             requests.post(hook, json=payload, timeout=5)
         except requests.RequestException as exc:
             log.warning("review webhook failed: %s", type(exc).__name__)
     with transaction.atomic():
-        journal.append(actor="system", verb="reviewers.notified", obj_type="workflow", obj_id=workflow.pk,
-                     workflow_id=workflow.pk, data={"emails": sent, "webhook": bool(hook)})
+        journal.append(
+            actor="system",
+            verb="reviewers.notified",
+            obj_type="workflow",
+            obj_id=workflow.pk,
+            workflow_id=workflow.pk,
+            data={"emails": sent, "webhook": bool(hook)},
+        )
     return sent
 
 
@@ -76,15 +96,19 @@ def _about(workflow: Workflow, until) -> tuple[str, str]:
     (its preview where a worker took one) and the time left until `until`."""
     risks = policy.policies_for({step["action"] for step in workflow.plan})
     risk = max((risks[step["action"]].risk for step in workflow.plan), key=RISK_ORDER.index)
-    previews = dict(workflow.steps.filter(lane=0, preview_state=PreviewState.READY)
-                    .values_list("key", "preview__summary"))
+    previews = dict(
+        workflow.steps.filter(lane=0, preview_state=PreviewState.READY).values_list("key", "preview__summary")
+    )
     left = max(until - timezone.now(), timedelta(0))
     text = (
         f"“{workflow.name}”: {workflow.submitted_by.get_username()} submitted a plan with {len(workflow.plan)} step(s), "
         f"{risk} risk:\n"
-        + "".join(f"  {n}. {step['action']} ({step['key']})"
-                  + (f": {previews[step['key']]}" if previews.get(step["key"]) else "") + "\n"
-                  for n, step in enumerate(workflow.plan, 1))
+        + "".join(
+            f"  {n}. {step['action']} ({step['key']})"
+            + (f": {previews[step['key']]}" if previews.get(step["key"]) else "")
+            + "\n"
+            for n, step in enumerate(workflow.plan, 1)
+        )
         + f"Plan hash: {workflow.plan_hash} (revision {workflow.revision})\n"
         f"Time left to decide: {_duration(left)}\n\nReview it: {workflow_url(workflow)}\n"
     )
@@ -93,14 +117,24 @@ def _about(workflow: Workflow, until) -> tuple[str, str]:
 
 def _links(workflow: Workflow, reviewers) -> dict:
     """Each reviewer's own one-click links: bound to them, this revision, and used once."""
-    return {user.pk: {decision: links.url(links.make(workflow, user, decision)) for decision in links.DECISIONS}
-            for user in reviewers}
+    return {
+        user.pk: {decision: links.url(links.make(workflow, user, decision)) for decision in links.DECISIONS}
+        for user in reviewers
+    }
 
 
 def _mails(subject: str, about: str, reviewers, own: dict) -> list[tuple]:
-    return [(subject, about + "\nOr decide from here (you confirm on the page that opens):\n"
-                              f"  Approve: {own[user.pk]['approve']}\n  Reject:  {own[user.pk]['reject']}\n",
-             None, [user.email]) for user in reviewers if user.email]
+    return [
+        (
+            subject,
+            about + "\nOr decide from here (you confirm on the page that opens):\n"
+            f"  Approve: {own[user.pk]['approve']}\n  Reject:  {own[user.pk]['reject']}\n",
+            None,
+            [user.email],
+        )
+        for user in reviewers
+        if user.email
+    ]
 
 
 def any_due() -> bool:
@@ -125,9 +159,14 @@ def send_due(limit: int = 100) -> int:
             notice.outcome = _send(notice)
             notice.sent_at = timezone.now()
             notice.save(update_fields=["sent_at", "outcome"])
-            journal.append(actor="system", verb=f"reviewers.{notice.kind.lower()}", obj_type="workflow",
-                           obj_id=notice.workflow_id, workflow_id=notice.workflow_id,
-                           data={"due_at": notice.due_at.isoformat(), "outcome": notice.outcome})
+            journal.append(
+                actor="system",
+                verb=f"reviewers.{notice.kind.lower()}",
+                obj_type="workflow",
+                obj_id=notice.workflow_id,
+                workflow_id=notice.workflow_id,
+                data={"due_at": notice.due_at.isoformat(), "outcome": notice.outcome},
+            )
         settled += 1
     return settled
 
@@ -148,12 +187,19 @@ def _send(notice: ReviewNotice) -> str:
         return "not sent: the plan names no escalation group"
     _, about = _about(workflow, workflow.deadline)
     # Only the group's people of the plan's team: the plan is no one else's to see.
-    told = (get_user_model().objects.filter(teams.members_q(workflow.team_id), is_active=True, groups__name=group)
-            .exclude(pk=workflow.submitted_by_id)
-            .exclude(email="").distinct().order_by("pk"))
+    told = (
+        get_user_model()
+        .objects.filter(teams.members_q(workflow.team_id), is_active=True, groups__name=group)
+        .exclude(pk=workflow.submitted_by_id)
+        .exclude(email="")
+        .distinct()
+        .order_by("pk")
+    )
     subject = f"Escalation: plan not reviewed in time: {workflow.name}"[:200].replace("\n", " ")
-    body = (f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "
-            f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}")
+    body = (
+        f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "
+        f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}"
+    )
     sent = send_mass_mail([(subject, body, None, [user.email]) for user in told], fail_silently=False)
     return f"{sent} member(s) of {group} told"
 

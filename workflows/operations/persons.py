@@ -27,8 +27,10 @@ def link(a, b, *, by, via: str = "manual") -> str:
     if a.pk == b.pk:
         raise PersonInvalid("An account is one person with itself already: name two accounts.")
     if AgentOwner.objects.filter(agent_id__in=[a.pk, b.pk]).exists():
-        raise PersonInvalid("An agent's account is not linked as a person: it counts as its owner's already "
-                            "(`issue_token NAME --owner USER`).")
+        raise PersonInvalid(
+            "An agent's account is not linked as a person: it counts as its owner's already "
+            "(`issue_token NAME --owner USER`)."
+        )
     with transaction.atomic():
         rows = {row.user_id: row for row in AccountLink.objects.select_for_update().filter(user_id__in=[a.pk, b.pk])}
         people = {row.person for row in rows.values()}
@@ -38,8 +40,13 @@ def link(a, b, *, by, via: str = "manual") -> str:
         for user in (a, b):
             if user.pk not in rows:
                 AccountLink.objects.create(user=user, person=person, via=via)
-        journal.append(actor=by, verb="person.linked", obj_type="person", obj_id=person,
-                       data={"accounts": sorted([a.get_username(), b.get_username()]), "via": via})
+        journal.append(
+            actor=by,
+            verb="person.linked",
+            obj_type="person",
+            obj_id=person,
+            data={"accounts": sorted([a.get_username(), b.get_username()]), "via": via},
+        )
     return str(person)
 
 
@@ -58,6 +65,11 @@ def set_owner(agent, owner, *, by) -> bool:
             return False
         before = row.owner.get_username() if row is not None else None
         AgentOwner.objects.update_or_create(agent=agent, defaults={"owner": owner})
-        journal.append(actor=by, verb="agent.owner_set", obj_type="user", obj_id=agent.pk,
-                       data={"agent": agent.get_username(), "owner": owner.get_username(), "before": before})
+        journal.append(
+            actor=by,
+            verb="agent.owner_set",
+            obj_type="user",
+            obj_id=agent.pk,
+            data={"agent": agent.get_username(), "owner": owner.get_username(), "before": before},
+        )
     return True

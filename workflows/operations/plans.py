@@ -113,18 +113,27 @@ def _review_errors(review, plan_deadline: int) -> dict[str, str]:
     reminders before the review deadline, and the group told once it passed."""
     if not isinstance(review, dict):
         return {"review": 'An object: {"deadline_seconds", "remind_before_seconds", "escalate_to"}.'}
-    errors = {f"review.{name}": "Unknown field: review has deadline_seconds, remind_before_seconds and escalate_to."
-              for name in sorted(set(review) - {"deadline_seconds", "remind_before_seconds", "escalate_to"})}
+    errors = {
+        f"review.{name}": "Unknown field: review has deadline_seconds, remind_before_seconds and escalate_to."
+        for name in sorted(set(review) - {"deadline_seconds", "remind_before_seconds", "escalate_to"})
+    }
     deadline = review.get("deadline_seconds")
     if type(deadline) is not int or not 1 <= deadline < plan_deadline:
-        errors["review.deadline_seconds"] = (f"Whole seconds from submission, at least 1 and before the plan's own "
-                                             f"deadline ({plan_deadline} s), when it expires.")
+        errors["review.deadline_seconds"] = (
+            f"Whole seconds from submission, at least 1 and before the plan's own "
+            f"deadline ({plan_deadline} s), when it expires."
+        )
         deadline = None
     before = review.get("remind_before_seconds", [])
-    if not isinstance(before, list) or len(before) > MAX_REMINDERS or any(
-            type(item) is not int or item < 1 or (deadline is not None and item >= deadline) for item in before):
-        errors["review.remind_before_seconds"] = (f"Up to {MAX_REMINDERS} whole numbers of seconds before the review "
-                                                  "deadline, each at least 1 and less than it.")
+    if (
+        not isinstance(before, list)
+        or len(before) > MAX_REMINDERS
+        or any(type(item) is not int or item < 1 or (deadline is not None and item >= deadline) for item in before)
+    ):
+        errors["review.remind_before_seconds"] = (
+            f"Up to {MAX_REMINDERS} whole numbers of seconds before the review "
+            "deadline, each at least 1 and less than it."
+        )
     elif len(set(before)) != len(before):
         errors["review.remind_before_seconds"] = "Each reminder time once."
     group = review.get("escalate_to")
@@ -193,8 +202,12 @@ def submitting_team(user):
     user's newest active token, else `default`."""
     token = getattr(user, "api_token", None)
     if token is None:
-        token = (ApiToken.objects.filter(user=user, revoked_at__isnull=True).select_related("team")
-                 .order_by("-created_at", "-pk").first())
+        token = (
+            ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+            .select_related("team")
+            .order_by("-created_at", "-pk")
+            .first()
+        )
     return token.team if token is not None else teams.default_team()
 
 
@@ -204,13 +217,16 @@ def submit(user, body: dict) -> Submission:
     belongs to the submitting token's team (`submitting_team`)."""
     errors = validate(body)
     if body.get("callback_url") and "callback_url" not in errors and not keys.has_secret(user):
-        errors["callback_url"] = ("Your account has no webhook signing secret: an operator runs "
-                                  "`manage.py webhook_secret <your username>` and gives it to you.")
+        errors["callback_url"] = (
+            "Your account has no webhook signing secret: an operator runs "
+            "`manage.py webhook_secret <your username>` and gives it to you."
+        )
     team = submitting_team(user)
     escalate_to = body["review"].get("escalate_to") if isinstance(body.get("review"), dict) else None
     if escalate_to and "review.escalate_to" not in errors and not teams.eligible_group(escalate_to, team.pk):
-        errors["review.escalate_to"] = (f"{escalate_to} has no member of this plan's team ({team.name}): "
-                                        "escalate to a group of your team.")
+        errors["review.escalate_to"] = (
+            f"{escalate_to} has no member of this plan's team ({team.name}): escalate to a group of your team."
+        )
     if errors:
         raise PlanInvalid(errors)
     plan = canonical_plan(body["steps"])
@@ -314,10 +330,24 @@ def _policy_review(plan: list[dict], deadline_seconds: int) -> dict | None:
 def _schedule_notices(workflow: Workflow, review: dict) -> None:
     """The plan's reminders and its escalation, as rows to send when due."""
     deadline = workflow.created_at + timedelta(seconds=review["deadline_seconds"])
-    notices = [ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.REMINDER, deadline=deadline,
-                            due_at=deadline - timedelta(seconds=s)) for s in review.get("remind_before_seconds", [])]
-    notices.append(ReviewNotice(workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=deadline,
-                                deadline=deadline, group=review.get("escalate_to") or ""))
+    notices = [
+        ReviewNotice(
+            workflow=workflow,
+            kind=ReviewNotice.Kind.REMINDER,
+            deadline=deadline,
+            due_at=deadline - timedelta(seconds=s),
+        )
+        for s in review.get("remind_before_seconds", [])
+    ]
+    notices.append(
+        ReviewNotice(
+            workflow=workflow,
+            kind=ReviewNotice.Kind.ESCALATION,
+            due_at=deadline,
+            deadline=deadline,
+            group=review.get("escalate_to") or "",
+        )
+    )
     ReviewNotice.objects.bulk_create(notices)
 
 

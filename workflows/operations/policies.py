@@ -84,8 +84,11 @@ def get(action: str) -> ActionPolicy:
 
 
 def pending(action: str):
-    return (PolicyChange.objects.filter(action=action, status=PolicyChangeStatus.PENDING)
-            .select_related("requested_by").order_by("created_at"))
+    return (
+        PolicyChange.objects.filter(action=action, status=PolicyChangeStatus.PENDING)
+        .select_related("requested_by")
+        .order_by("created_at")
+    )
 
 
 def clean(changes: dict) -> dict:
@@ -105,12 +108,17 @@ def clean(changes: dict) -> dict:
             if value is not None and (not isinstance(value, str) or not Group.objects.filter(name=value).exists()):
                 errors[name] = "The name of an existing group, or null for none."
         elif name == "reviewer_group":
-            if value is not None and (not isinstance(value, str)
-                                      or (value and not Group.objects.filter(name=value).exists())):
-                errors[name] = "The name of an existing group, or \"\" (or null) for any reviewer."
+            if value is not None and (
+                not isinstance(value, str) or (value and not Group.objects.filter(name=value).exists())
+            ):
+                errors[name] = 'The name of an existing group, or "" (or null) for any reviewer.'
         elif name == "rate_per_second":
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or not 0 < value <= MAX_RATE):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not 0 < value <= MAX_RATE
+            ):
                 errors[name] = f"Must be a number above 0 and at most {MAX_RATE:g}, or null for unlimited."
         else:
             low, high, nullable = INTEGERS[name]
@@ -118,7 +126,8 @@ def clean(changes: dict) -> dict:
                 pass
             elif isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 errors[name] = f"Must be a whole number from {low} to {high}" + (
-                    ", or null for none." if nullable else ".")
+                    ", or null for none." if nullable else "."
+                )
         if name not in errors:
             cleaned[name] = float(value) if name == "rate_per_second" and value is not None else value
             if name == "reviewer_group":
@@ -145,13 +154,16 @@ def _rank(name: str, value):
 
 def loosens(current: ActionPolicy, changes: dict) -> list[str]:
     """The fields among `changes` whose new value is looser than the current one."""
-    return sorted(name for name, value in changes.items()
-                  if _rank(name, value) < _rank(name, getattr(current, name))
-                  # Telling another group than the one set is no tightening either.
-                  or (name == "escalation_group" and getattr(current, name) not in (None, value))
-                  # Only naming a group where any reviewer could approve tightens:
-                  # changing or clearing one lets people approve who could not.
-                  or (name == "reviewer_group" and getattr(current, name) not in ("", value)))
+    return sorted(
+        name
+        for name, value in changes.items()
+        if _rank(name, value) < _rank(name, getattr(current, name))
+        # Telling another group than the one set is no tightening either.
+        or (name == "escalation_group" and getattr(current, name) not in (None, value))
+        # Only naming a group where any reviewer could approve tightens:
+        # changing or clearing one lets people approve who could not.
+        or (name == "reviewer_group" and getattr(current, name) not in ("", value))
+    )
 
 
 def _check_operator(user) -> None:
@@ -181,19 +193,32 @@ def change(action: str, *, by, reason: str, changes: dict, version: int | None =
     with transaction.atomic():
         current = ActionPolicy.objects.select_for_update().get(action=action)
         if version is not None and version != current.version:
-            raise WrongState(f"The policy of {action} is at version {current.version} now, not {version}: "
-                             f"look at it again before changing it.")
+            raise WrongState(
+                f"The policy of {action} is at version {current.version} now, not {version}: "
+                f"look at it again before changing it."
+            )
         changes = {name: value for name, value in changes.items() if getattr(current, name) != value}
         if not changes:
             return Result(current)
         looser = loosens(current, changes)
         if not looser:
             return Result(engine_policy.update(action, by=by, reason=reason, **changes), applied=True)
-        request = PolicyChange.objects.create(action=action, changes=changes, reason=reason,
-                                              base_version=current.version, requested_by=by)
-        journal.append(actor=by, verb="policy_change.requested", obj_type="policy_change", obj_id=request.pk,
-                       data={"action": action, "changes": changes, "loosens": looser, "reason": reason,
-                             "base_version": current.version})
+        request = PolicyChange.objects.create(
+            action=action, changes=changes, reason=reason, base_version=current.version, requested_by=by
+        )
+        journal.append(
+            actor=by,
+            verb="policy_change.requested",
+            obj_type="policy_change",
+            obj_id=request.pk,
+            data={
+                "action": action,
+                "changes": changes,
+                "loosens": looser,
+                "reason": reason,
+                "base_version": current.version,
+            },
+        )
     return Result(current, request)
 
 
@@ -215,15 +240,29 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
             raise WrongState(f"The policy change is {request.status}, not awaiting a decision.")
         current = ActionPolicy.objects.select_for_update().get(action=request.action)
         if current.version != request.base_version:
-            raise WrongState(f"The policy of {request.action} changed since this request (version "
-                             f"{request.base_version}, now {current.version}): decline it and ask again.")
-        context = {"request": str(request.pk), "requested_by": request.requested_by.get_username(),
-                   "authorized_by": journal.actor_name(by)}
-        updated = engine_policy.update(request.action, by=by, reason=request.reason, context=context,
-                                       **clean(request.changes))
-        move(request, PolicyChangeStatus.APPLIED, actor=by, verb="policy_change.authorized", decided_by=by,
-             decided_at=timezone.now(), decision_reason=reason, applied_version=updated.version,
-             data={**context, "action": request.action, "version": updated.version, "decision_reason": reason})
+            raise WrongState(
+                f"The policy of {request.action} changed since this request (version "
+                f"{request.base_version}, now {current.version}): decline it and ask again."
+            )
+        context = {
+            "request": str(request.pk),
+            "requested_by": request.requested_by.get_username(),
+            "authorized_by": journal.actor_name(by),
+        }
+        updated = engine_policy.update(
+            request.action, by=by, reason=request.reason, context=context, **clean(request.changes)
+        )
+        move(
+            request,
+            PolicyChangeStatus.APPLIED,
+            actor=by,
+            verb="policy_change.authorized",
+            decided_by=by,
+            decided_at=timezone.now(),
+            decision_reason=reason,
+            applied_version=updated.version,
+            data={**context, "action": request.action, "version": updated.version, "decision_reason": reason},
+        )
     return request
 
 
@@ -234,8 +273,14 @@ def decline(request: PolicyChange, *, by, reason: str) -> PolicyChange:
         request = PolicyChange.objects.select_for_update(of=("self",)).select_related("requested_by").get(pk=request.pk)
         if request.status != PolicyChangeStatus.PENDING:
             raise WrongState(f"The policy change is {request.status}, not awaiting a decision.")
-        move(request, PolicyChangeStatus.DECLINED, actor=by, verb="policy_change.declined", decided_by=by,
-             decided_at=timezone.now(), decision_reason=reason,
-             data={"action": request.action, "requested_by": request.requested_by.get_username(),
-                   "reason": reason})
+        move(
+            request,
+            PolicyChangeStatus.DECLINED,
+            actor=by,
+            verb="policy_change.declined",
+            decided_by=by,
+            decided_at=timezone.now(),
+            decision_reason=reason,
+            data={"action": request.action, "requested_by": request.requested_by.get_username(), "reason": reason},
+        )
     return request

@@ -104,12 +104,15 @@ def confirm(step: Step, *, by, reason: str, digest: str) -> Step:
         if digest != locked.proposal_digest():
             raise ResolutionChanged("The answer awaiting confirmation changed since you saw it: look at it again.")
         proposal = locked.proposed_resolution
-        evidence = {"decision": proposal["decision"], "reason": proposal["reason"],
-                    "external_ref": proposal["external_ref"], "resolved_by": locked.proposed_by.get_username(),
-                    "confirmation_reason": reason}
+        evidence = {
+            "decision": proposal["decision"],
+            "reason": proposal["reason"],
+            "external_ref": proposal["external_ref"],
+            "resolved_by": locked.proposed_by.get_username(),
+            "confirmation_reason": reason,
+        }
         workflow = Workflow.objects.select_for_update().get(pk=locked.workflow_id)
-        _settle(locked, workflow, by=by, evidence=evidence, result=proposal["result"],
-                verb="step.resolution_confirmed")
+        _settle(locked, workflow, by=by, evidence=evidence, result=proposal["result"], verb="step.resolution_confirmed")
     locked.refresh_from_db()
     return locked
 
@@ -127,12 +130,16 @@ def _propose(step: Step, workflow: Workflow, *, by, evidence: dict, result, read
         raise WrongState("This workflow is archived: it was restored read-only and cannot change.")
     replaced = step.proposed_by.get_username() if step.proposed_by_id else None
     # The result exactly as the later steps will read it: what the confirmer sees and binds.
-    proposal = {**evidence, "result": _result(step, result, evidence["external_ref"]),
-                "at": timezone.now().isoformat()}
+    proposal = {**evidence, "result": _result(step, result, evidence["external_ref"]), "at": timezone.now().isoformat()}
     Step.objects.filter(pk=step.pk).update(proposed_resolution=proposal, proposed_by=by, updated_at=timezone.now())
-    journal.append(actor=by, verb="step.resolution_proposed", obj_type="step", obj_id=step.pk,
-                   workflow_id=workflow.pk,
-                   data={**evidence, "awaiting_confirmation": True, "read_by": readers, "replaces": replaced})
+    journal.append(
+        actor=by,
+        verb="step.resolution_proposed",
+        obj_type="step",
+        obj_id=step.pk,
+        workflow_id=workflow.pk,
+        data={**evidence, "awaiting_confirmation": True, "read_by": readers, "replaces": replaced},
+    )
 
 
 def _settle(step: Step, workflow: Workflow, *, by, evidence: dict, result, verb: str) -> None:
@@ -140,19 +147,47 @@ def _settle(step: Step, workflow: Workflow, *, by, evidence: dict, result, verb:
     completes or goes back in line, and the workflow goes on."""
     decision, external_ref = evidence["decision"], evidence["external_ref"]
     for attempt in step.attempts.filter(status__in=[AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN]):
-        move(attempt, AttemptStatus.RECONCILED, actor=by, verb="attempt.resolved",
-             finished_at=attempt.finished_at or timezone.now(), data=evidence)
+        move(
+            attempt,
+            AttemptStatus.RECONCILED,
+            actor=by,
+            verb="attempt.resolved",
+            finished_at=attempt.finished_at or timezone.now(),
+            data=evidence,
+        )
     settled = {"proposed_resolution": None, "proposed_by": None, "failure_class": ""}
     if decision in (HAPPENED, COMPENSATE):
-        move(step, StepStatus.VERIFYING, actor=by, verb=verb, external_ref=external_ref,
-             result=_result(step, result, external_ref), data=evidence, **settled)
-        move(step, StepStatus.COMPLETE, actor=by, verb="step.complete", lease_expires_at=None,
-             data={"verified_by": "operator evidence"})
+        move(
+            step,
+            StepStatus.VERIFYING,
+            actor=by,
+            verb=verb,
+            external_ref=external_ref,
+            result=_result(step, result, external_ref),
+            data=evidence,
+            **settled,
+        )
+        move(
+            step,
+            StepStatus.COMPLETE,
+            actor=by,
+            verb="step.complete",
+            lease_expires_at=None,
+            data={"verified_by": "operator evidence"},
+        )
         Step.objects.ready_after([step])
     else:
         last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
-        move(step, StepStatus.PENDING, actor=by, verb=verb, retry_base=last, next_attempt_at=timezone.now(),
-             data=evidence, **settled)
+        move(
+            step,
+            StepStatus.PENDING,
+            actor=by,
+            verb=verb,
+            retry_base=last,
+            next_attempt_at=timezone.now(),
+            data=evidence,
+            **settled,
+        )
     if step.lane:
         _resume_compensation(workflow, step, by, decision, evidence)
     elif decision == COMPENSATE:

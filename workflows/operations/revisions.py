@@ -53,7 +53,8 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
             raise StaleRevision(
                 f"The plan changed since you looked: you edited revision {revision}, it is now revision "
                 f"{locked.revision}. Edit the current revision; nothing was recorded.",
-                details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}})
+                details={"current": {"revision": locked.revision, "plan_hash": locked.plan_hash}},
+            )
         rows = {step.key: step for step in locked.steps.filter(lane=0)}
         for index, key in enumerate(edits):
             if key not in rows:
@@ -64,20 +65,37 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
             raise RevisionInvalid("The edited plan is not valid.", fields=_request_paths(errors, new_plan, edits))
         changes = diff(locked.plan, new_plan)
         if not changes:
-            raise RevisionInvalid("The edit changes nothing.", fields={"steps": "No argument differs from the "
-                                                                                 "current revision."})
+            raise RevisionInvalid(
+                "The edit changes nothing.", fields={"steps": "No argument differs from the current revision."}
+            )
         now = timezone.now()
         if locked.revision == 1 and not locked.revisions.exists():
-            PlanRevision.objects.create(workflow=locked, number=1, plan=locked.plan, plan_hash=locked.plan_hash,
-                                        by_id=locked.submitted_by_id, created_at=locked.created_at)
+            PlanRevision.objects.create(
+                workflow=locked,
+                number=1,
+                plan=locked.plan,
+                plan_hash=locked.plan_hash,
+                by_id=locked.submitted_by_id,
+                created_at=locked.created_at,
+            )
         changed = [rows[key] for key in edits if rows[key].args != edits[key]]
         for step in changed:
             step.args = edits[step.key]
             step.preview_state = previews.initial_state(actions.find(step.action), step.args)
             step.preview, step.preview_digest, step.preview_error, step.preview_failure_class = None, "", "", ""
             step.preview_at = None
-        Step.objects.bulk_update(changed, ["args", "preview_state", "preview", "preview_digest", "preview_error",
-                                           "preview_failure_class", "preview_at"])
+        Step.objects.bulk_update(
+            changed,
+            [
+                "args",
+                "preview_state",
+                "preview",
+                "preview_digest",
+                "preview_error",
+                "preview_failure_class",
+                "preview_at",
+            ],
+        )
         locked.plan = plans.canonical_plan(new_plan)
         locked.revision += 1
         locked.updated_at = now
@@ -85,12 +103,23 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
         # As claims recompute it: the hash of the steps as the database gives them back.
         locked.plan_hash = binding.stored_hashes([(locked.pk, 0)])[locked.pk, 0]
         Workflow.objects.filter(pk=locked.pk).update(plan_hash=locked.plan_hash)
-        PlanRevision.objects.create(workflow=locked, number=locked.revision, plan=locked.plan,
-                                    plan_hash=locked.plan_hash, by=by, comment=comment, created_at=now)
-        journal.append(actor=by, verb="workflow.revised", obj_type="workflow", obj_id=locked.pk,
-                       workflow_id=locked.pk,
-                       data={"revision": locked.revision, "plan_hash": locked.plan_hash, "comment": comment,
-                             "changes": changes})
+        PlanRevision.objects.create(
+            workflow=locked,
+            number=locked.revision,
+            plan=locked.plan,
+            plan_hash=locked.plan_hash,
+            by=by,
+            comment=comment,
+            created_at=now,
+        )
+        journal.append(
+            actor=by,
+            verb="workflow.revised",
+            obj_type="workflow",
+            obj_id=locked.pk,
+            workflow_id=locked.pk,
+            data={"revision": locked.revision, "plan_hash": locked.plan_hash, "comment": comment, "changes": changes},
+        )
         events.emit("workflow.revised", locked.pk, {"revision": locked.revision, "changes": changes})
         if any(step.preview_state == PreviewState.PENDING for step in changed):
             wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
@@ -104,16 +133,18 @@ def _edits(steps) -> dict[str, dict]:
     edits: dict[str, dict] = {}
     for index, item in enumerate(steps):
         if not isinstance(item, dict) or set(item) != {"key", "args"}:
-            raise RevisionInvalid("Each edit is {key, args}.",
-                                  fields={f"steps.{index}": "Give exactly the step's key and its new args."})
+            raise RevisionInvalid(
+                "Each edit is {key, args}.", fields={f"steps.{index}": "Give exactly the step's key and its new args."}
+            )
         key, args = item["key"], item["args"]
         if not isinstance(key, str):
             raise RevisionInvalid("A step key is a string.", fields={f"steps.{index}.key": "Must be a string."})
         if not isinstance(args, dict):
             raise RevisionInvalid("Arguments are an object.", fields={f"steps.{index}.args": "Must be an object."})
         if key in edits:
-            raise RevisionInvalid("A step is listed twice.", fields={f"steps.{index}.key": f"Step {key!r} is "
-                                                                                          "listed twice."})
+            raise RevisionInvalid(
+                "A step is listed twice.", fields={f"steps.{index}.key": f"Step {key!r} is listed twice."}
+            )
         edits[key] = args
     return edits
 
@@ -121,8 +152,9 @@ def _edits(steps) -> dict[str, dict]:
 def _request_paths(errors: dict[str, str], plan: list[dict], edits: dict) -> dict[str, str]:
     """The plan's error paths (`steps.<position>.args…`) as paths of the
     request (`steps.<index in the edit>.args…`) for the steps it edited."""
-    position_to_request = {str(position): str(list(edits).index(step["key"]))
-                           for position, step in enumerate(plan) if step["key"] in edits}
+    position_to_request = {
+        str(position): str(list(edits).index(step["key"])) for position, step in enumerate(plan) if step["key"] in edits
+    }
     found = {}
     for path, message in errors.items():
         parts = path.split(".")
@@ -166,13 +198,28 @@ def history(workflow: Workflow) -> list[dict]:
     """Every revision, oldest first, with what each changed."""
     rows = sorted(workflow.revisions.all(), key=lambda row: row.number)  # prefetched by lists
     if not rows:
-        return [{"number": 1, "plan_hash": workflow.plan_hash, "by": workflow.submitted_by.get_username(),
-                 "at": workflow.created_at, "comment": "", "changes": []}]
+        return [
+            {
+                "number": 1,
+                "plan_hash": workflow.plan_hash,
+                "by": workflow.submitted_by.get_username(),
+                "at": workflow.created_at,
+                "comment": "",
+                "changes": [],
+            }
+        ]
     out, previous = [], None
     for row in rows:
-        out.append({"number": row.number, "plan_hash": row.plan_hash, "by": row.by.get_username(),
-                    "at": row.created_at, "comment": row.comment,
-                    "changes": diff(previous, row.plan) if previous is not None else []})
+        out.append(
+            {
+                "number": row.number,
+                "plan_hash": row.plan_hash,
+                "by": row.by.get_username(),
+                "at": row.created_at,
+                "comment": row.comment,
+                "changes": diff(previous, row.plan) if previous is not None else [],
+            }
+        )
         previous = row.plan
     return out
 

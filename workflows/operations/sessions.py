@@ -52,8 +52,11 @@ def signed_out_at_provider(*, issuer: str, subject: str = "", sid: str = "", via
     """End the sessions of the provider's subject (with `sid` only: of that
     provider session) and suspend the tokens of the agents their person
     owns. None when the provider names nobody known here."""
-    identity = (ProviderIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
-                if subject else None)
+    identity = (
+        ProviderIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
+        if subject
+        else None
+    )
     if subject and identity is None:
         return None
     ended, user_ids = [], set()
@@ -75,10 +78,15 @@ def signed_out_at_provider(*, issuer: str, subject: str = "", sid: str = "", via
 def _stop_agents(user, *, via: str, sessions: int, sid: str = "") -> dict:
     agents = AgentOwner.objects.filter(owner_id__in=persons.accounts_of(user)).values("agent_id")
     with transaction.atomic():
-        suspended = ApiToken.objects.filter(user_id__in=agents, revoked_at__isnull=True,
-                                            suspended_at__isnull=True).update(suspended_at=timezone.now())
-        outcome = {"via": via, "sessions_ended": sessions, "tokens_suspended": suspended,
-                   **({"sid": sid} if sid else {})}
+        suspended = ApiToken.objects.filter(
+            user_id__in=agents, revoked_at__isnull=True, suspended_at__isnull=True
+        ).update(suspended_at=timezone.now())
+        outcome = {
+            "via": via,
+            "sessions_ended": sessions,
+            "tokens_suspended": suspended,
+            **({"sid": sid} if sid else {}),
+        }
         journal.append(actor=user, verb="user.signed_out_at_provider", obj_type="user", obj_id=user.pk, data=outcome)
     return outcome
 
@@ -93,15 +101,22 @@ def refused_at_renewal(user, *, error: str) -> dict:
 def enable_agent(agent, *, by) -> int:
     """Re-enable an agent's suspended tokens; how many."""
     with transaction.atomic():
-        count = ApiToken.objects.filter(user=agent, revoked_at__isnull=True, suspended_at__isnull=False) \
-            .update(suspended_at=None)
+        count = ApiToken.objects.filter(user=agent, revoked_at__isnull=True, suspended_at__isnull=False).update(
+            suspended_at=None
+        )
         if count:
-            journal.append(actor=by, verb="agent.enabled", obj_type="user", obj_id=agent.pk,
-                           data={"agent": agent.get_username(), "tokens": count})
+            journal.append(
+                actor=by,
+                verb="agent.enabled",
+                obj_type="user",
+                obj_id=agent.pk,
+                data={"agent": agent.get_username(), "tokens": count},
+            )
     return count
 
 
 # --- break-glass -----------------------------------------------------------------------
+
 
 def grant_breakglass(user, *, hours: float, by) -> datetime:
     """Let this local account sign in with its password until now + hours
@@ -114,8 +129,13 @@ def grant_breakglass(user, *, hours: float, by) -> datetime:
         raise BreakglassInvalid(f"{user.get_username()} is deactivated.")
     until = timezone.now() + timedelta(hours=hours)
     with transaction.atomic():
-        journal.append(actor=by, verb=BREAKGLASS, obj_type="user", obj_id=user.pk,
-                       data={"username": user.get_username(), "until": until.isoformat(), "hours": hours})
+        journal.append(
+            actor=by,
+            verb=BREAKGLASS,
+            obj_type="user",
+            obj_id=user.pk,
+            data={"username": user.get_username(), "until": until.isoformat(), "hours": hours},
+        )
     return until
 
 
@@ -124,8 +144,9 @@ def breakglass_until(username: str) -> datetime | None:
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         return None
-    event = (AuditEvent.objects.filter(verb=BREAKGLASS, object_type="user", object_id=str(user.pk))
-             .order_by("-id").first())
+    event = (
+        AuditEvent.objects.filter(verb=BREAKGLASS, object_type="user", object_id=str(user.pk)).order_by("-id").first()
+    )
     if event is None:
         return None
     until = datetime.fromisoformat(event.data["until"])

@@ -49,9 +49,9 @@ from workflows import roles
 from workflows.audit import journal
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import approvals, plans
+from workflows.operations.deciding import Seen
 from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
-from workflows.operations.deciding import Seen
 
 KINDS = ("worker", "child", "group", "sessions")
 # Environment of the clusters under chaos. Short task timeouts bound how long
@@ -60,8 +60,12 @@ CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "ACTION_TIMEOUT_SECONDS": "3", "Q_TIME
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
 # A workflow is settled when no worker will touch it again without a person.
-SETTLED = frozenset(WorkflowStatus) - {WorkflowStatus.PLANNED, WorkflowStatus.APPROVED, WorkflowStatus.RUNNING,
-                                       WorkflowStatus.COMPENSATING}
+SETTLED = frozenset(WorkflowStatus) - {
+    WorkflowStatus.PLANNED,
+    WorkflowStatus.APPROVED,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.COMPENSATING,
+}
 
 
 def ticket_plan(key: str) -> dict:
@@ -148,8 +152,11 @@ class SoakResult:
     def recovery_summary(self, orphaning_only: bool = False) -> dict[str, float | None]:
         """min/median/p95/max seconds to recover, over every kill or only
         over those that left steps in the killed processes' hands."""
-        times = sorted(k.recovery_seconds for k in self.kills
-                       if k.recovery_seconds is not None and (k.orphans or not orphaning_only))
+        times = sorted(
+            k.recovery_seconds
+            for k in self.kills
+            if k.recovery_seconds is not None and (k.orphans or not orphaning_only)
+        )
         if not times:
             return {"min": None, "median": None, "p95": None, "max": None}
         p95 = statistics.quantiles(times, n=20, method="inclusive")[18] if len(times) > 1 else times[0]
@@ -161,37 +168,64 @@ class SoakResult:
 
     @property
     def passed(self) -> bool:
-        return not (self.unsettled or self.duplicates or self.unrequested or self.ticket_problems
-                    or self.double_successes or self.keyless_effects or not self.audit_ok)
+        return not (
+            self.unsettled
+            or self.duplicates
+            or self.unrequested
+            or self.ticket_problems
+            or self.double_successes
+            or self.keyless_effects
+            or not self.audit_ok
+        )
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "recovery": self.recovery_summary(),
-                "recovery_with_orphans": self.recovery_summary(orphaning_only=True), "unrecovered": self.unrecovered,
-                "terminated_sessions": self.terminated_sessions, "passed": self.passed}
+        return {
+            **asdict(self),
+            "recovery": self.recovery_summary(),
+            "recovery_with_orphans": self.recovery_summary(orphaning_only=True),
+            "unrecovered": self.unrecovered,
+            "terminated_sessions": self.terminated_sessions,
+            "passed": self.passed,
+        }
 
     def report(self) -> str:
         def spread(summary):
-            return "  ".join(f"{name} {'-' if summary[name] is None else f'{summary[name]:.2f}'}"
-                             for name in ("min", "median", "p95", "max"))
+            return "  ".join(
+                f"{name} {'-' if summary[name] is None else f'{summary[name]:.2f}'}"
+                for name in ("min", "median", "p95", "max")
+            )
 
         kinds = Counter(k.kind for k in self.kills)
         reasons = Counter(r.reason for r in self.restarts)
         rows = [
             ("database", self.vendor),
-            ("soak", f"{self.seconds:.0f} s, kill every {self.kill_every} s, seed {self.seed}, "
-                     f"{self.clusters} clusters, {self.elapsed:.1f} s in all"),
+            (
+                "soak",
+                f"{self.seconds:.0f} s, kill every {self.kill_every} s, seed {self.seed}, "
+                f"{self.clusters} clusters, {self.elapsed:.1f} s in all",
+            ),
             ("workflows", f"{self.workflows}: " + _counts(self.workflow_statuses)),
             ("steps", f"{self.steps}: " + _counts(self.step_statuses)),
-            ("kills", f"{len(self.kills)}: " + _counts(kinds, KINDS)
-             + f"; proven {sum(k.proven for k in self.kills)}/{len(self.kills)}"),
+            (
+                "kills",
+                f"{len(self.kills)}: "
+                + _counts(kinds, KINDS)
+                + f"; proven {sum(k.proven for k in self.kills)}/{len(self.kills)}",
+            ),
             ("sessions terminated", str(self.terminated_sessions)),
             ("restarts", f"{len(self.restarts)}: " + (_counts(reasons) or "none")),
             ("recovery (s)", f"{spread(self.recovery_summary())}  (unrecovered {self.unrecovered})"),
-            ("  orphaning kills", f"{spread(self.recovery_summary(orphaning_only=True))}  "
-                                  f"({sum(bool(k.orphans) for k in self.kills)} kills left "
-                                  f"{sum(len(k.orphans) for k in self.kills)} steps behind)"),
-            ("effects", f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; without an earlier "
-                        f"REQUESTED attempt {len(self.unrequested)}; without a key {self.keyless_effects}"),
+            (
+                "  orphaning kills",
+                f"{spread(self.recovery_summary(orphaning_only=True))}  "
+                f"({sum(bool(k.orphans) for k in self.kills)} kills left "
+                f"{sum(len(k.orphans) for k in self.kills)} steps behind)",
+            ),
+            (
+                "effects",
+                f"{self.effects} in the ledger; duplicates {len(self.duplicates)}; without an earlier "
+                f"REQUESTED attempt {len(self.unrequested)}; without a key {self.keyless_effects}",
+            ),
             ("repeated attempts", f"{self.repeated_attempts} (absorbed by idempotency keys or reconciled)"),
             ("double successes", str(len(self.double_successes))),
             ("ticket problems", str(len(self.ticket_problems))),
@@ -201,9 +235,14 @@ class SoakResult:
         ]
         width = max(len(name) for name, _ in rows)
         lines = [f"{name.ljust(width)}  {value}" for name, value in rows]
-        for title, items in (("duplicate", self.duplicates), ("unrequested", self.unrequested),
-                             ("ticket", self.ticket_problems), ("double success", self.double_successes),
-                             ("unsettled", self.unsettled), ("audit", self.audit_problems)):
+        for title, items in (
+            ("duplicate", self.duplicates),
+            ("unrequested", self.unrequested),
+            ("ticket", self.ticket_problems),
+            ("double success", self.double_successes),
+            ("unsettled", self.unsettled),
+            ("audit", self.audit_problems),
+        ):
             lines += [f"  {title}: {item}" for item in items[:20]]
         return "\n".join(lines)
 
@@ -232,8 +271,21 @@ class Soak:
     """One run: workload, faults, supervision and recovery timing in a single
     polling loop, then the verdict. Use `soak()`."""
 
-    def __init__(self, clusters, *, desk_url: str, workflows: int, seconds: float, kill_every: float, seed: int,
-                 settle_seconds: float, stale_after: float, desk_faults, kinds, log):
+    def __init__(
+        self,
+        clusters,
+        *,
+        desk_url: str,
+        workflows: int,
+        seconds: float,
+        kill_every: float,
+        seed: int,
+        settle_seconds: float,
+        stale_after: float,
+        desk_faults,
+        kinds,
+        log,
+    ):
         self.clusters = list(clusters)
         self.desk_url = desk_url.rstrip("/")
         self.seconds, self.kill_every, self.settle_seconds = seconds, kill_every, settle_seconds
@@ -250,8 +302,15 @@ class Soak:
         self.workflow_ids: list = []
         self.pending: list[Kill] = []
         self.restarting: dict[str, threading.Thread] = {}
-        self.result = SoakResult(vendor=connection.vendor, workflows=workflows, steps=0, clusters=len(self.clusters),
-                                 seconds=seconds, kill_every=kill_every, seed=seed)
+        self.result = SoakResult(
+            vendor=connection.vendor,
+            workflows=workflows,
+            steps=0,
+            clusters=len(self.clusters),
+            seconds=seconds,
+            kill_every=kill_every,
+            seed=seed,
+        )
 
     def now(self) -> float:
         return time.monotonic() - self.began
@@ -260,8 +319,9 @@ class Soak:
 
     def run(self) -> SoakResult:
         self.agent, self.reviewers = personas()
-        injected = [requests.post(f"{self.desk_url}/_faults", json=spec, timeout=10).json()
-                    for spec in self.desk_faults]
+        injected = [
+            requests.post(f"{self.desk_url}/_faults", json=spec, timeout=10).json() for spec in self.desk_faults
+        ]
         try:
             return self._run()
         finally:
@@ -321,8 +381,10 @@ class Soak:
         return Step.objects.filter(workflow_id__in=self.workflow_ids)
 
     def _settled(self) -> bool:
-        return len(self.workflow_ids) == self.planned and not Workflow.objects.filter(
-            pk__in=self.workflow_ids).exclude(status__in=SETTLED).exists()
+        return (
+            len(self.workflow_ids) == self.planned
+            and not Workflow.objects.filter(pk__in=self.workflow_ids).exclude(status__in=SETTLED).exists()
+        )
 
     # -- faults -------------------------------------------------------------
 
@@ -345,8 +407,15 @@ class Soak:
             victim = self.rng.choice(children)
         in_flight = list(self._steps().filter(status__in=IN_FLIGHT).values_list("pk", "lease_owner", "fence"))
         completed = self._steps().filter(status=StepStatus.COMPLETE).count()
-        kill = Kill(number=len(self.result.kills) + 1, kind=kind, cluster=cluster.name, at=round(self.now(), 3),
-                    targets=[], proven=False, completed_before=completed)
+        kill = Kill(
+            number=len(self.result.kills) + 1,
+            kind=kind,
+            cluster=cluster.name,
+            at=round(self.now(), 3),
+            targets=[],
+            proven=False,
+            completed_before=completed,
+        )
         if kind in ("worker", "child"):
             os.kill(victim, signal.SIGKILL)
             kill.targets, kill.proven = [victim], gone([victim])
@@ -363,17 +432,25 @@ class Soak:
         kill.orphans = {pk: fence for pk, owner, fence in in_flight if owner_pid(owner) in held}
         self.result.kills.append(kill)
         self.pending.append(kill)
-        self.log(f"{kill.at:7.2f}s kill #{kill.number} {kind} on {cluster.name}: {kill.targets}"
-                 f" (orphaned steps {len(kill.orphans)}, proven {kill.proven})")
+        self.log(
+            f"{kill.at:7.2f}s kill #{kill.number} {kind} on {cluster.name}: {kill.targets}"
+            f" (orphaned steps {len(kill.orphans)}, proven {kill.proven})"
+        )
 
     def _busy_worker(self, clusters, wait: float = 1.5):
         """(cluster, pid) of a worker that holds a step's lease right now."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            owners = {owner_pid(owner) for owner in
-                      self._steps().filter(status=StepStatus.RUNNING).values_list("lease_owner", flat=True)}
-            busy = [(cluster, pid) for cluster in clusters for pid in sentinel_children(cluster.process.pid)
-                    if pid in owners]
+            owners = {
+                owner_pid(owner)
+                for owner in self._steps().filter(status=StepStatus.RUNNING).values_list("lease_owner", flat=True)
+            }
+            busy = [
+                (cluster, pid)
+                for cluster in clusters
+                for pid in sentinel_children(cluster.process.pid)
+                if pid in owners
+            ]
             if busy:
                 return self.rng.choice(busy)
             self._observe()  # keep timing the recoveries under way
@@ -423,14 +500,20 @@ class Soak:
         if not self.pending:
             return
         completed = self._steps().filter(status=StepStatus.COMPLETE).count()
-        idle = not self._steps().filter(
-            status__in=UNFINISHED, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING]).exists()
+        idle = (
+            not self._steps()
+            .filter(status__in=UNFINISHED, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
+            .exists()
+        )
         orphans = set().union(*(kill.orphans for kill in self.pending))
-        now_held = {pk: (status, fence) for pk, status, fence in
-                    Step.objects.filter(pk__in=orphans).values_list("pk", "status", "fence")}
+        now_held = {
+            pk: (status, fence)
+            for pk, status, fence in Step.objects.filter(pk__in=orphans).values_list("pk", "status", "fence")
+        }
         for kill in list(self.pending):
-            released = all(now_held[pk][0] not in IN_FLIGHT or now_held[pk][1] != fence
-                           for pk, fence in kill.orphans.items())
+            released = all(
+                now_held[pk][0] not in IN_FLIGHT or now_held[pk][1] != fence for pk, fence in kill.orphans.items()
+            )
             if released and (idle or completed > kill.completed_before):
                 kill.recovery_seconds = round(self.now() - kill.at, 3)
                 self.pending.remove(kill)
@@ -443,15 +526,18 @@ class Soak:
         result.workflow_statuses = dict(workflows.values_list("status").annotate(n=Count("id")))
         result.step_statuses = dict(self._steps().values_list("status").annotate(n=Count("id")))
         result.steps = sum(result.step_statuses.values())
-        result.unsettled = [f"{pk} {status}" for pk, status in workflows.exclude(status__in=SETTLED)
-                            .values_list("pk", "status")]
+        result.unsettled = [
+            f"{pk} {status}" for pk, status in workflows.exclude(status__in=SETTLED).values_list("pk", "status")
+        ]
         self._check_effects()
         attempts = Attempt.objects.filter(step__workflow_id__in=self.workflow_ids)
         result.repeated_attempts = attempts.filter(number__gt=1).count()
         result.double_successes = [
             f"{row['step__operation_key']}: {row['n']} SUCCEEDED attempts"
-            for row in attempts.filter(status=AttemptStatus.SUCCEEDED).values("step__operation_key")
-            .annotate(n=Count("id")).filter(n__gt=1)
+            for row in attempts.filter(status=AttemptStatus.SUCCEEDED)
+            .values("step__operation_key")
+            .annotate(n=Count("id"))
+            .filter(n__gt=1)
         ]
         verdict = journal.verify(streams=[str(pk) for pk in self.workflow_ids])
         result.audit_ok = verdict.ok and verdict.streams == len(self.workflow_ids)
@@ -461,23 +547,32 @@ class Soak:
 
     def _check_effects(self) -> None:
         result = self.result
-        steps = {key: (action, status, ref) for key, action, status, ref in
-                 self._steps().values_list("operation_key", "action", "status", "external_ref")}
+        steps = {
+            key: (action, status, ref)
+            for key, action, status, ref in self._steps().values_list(
+                "operation_key", "action", "status", "external_ref"
+            )
+        }
         ledger = requests.get(f"{self.desk_url}/_ledger", timeout=30).json()
         ours = [entry for entry in ledger if entry["idempotency_key"] in steps]
         result.effects = len(ours)
         result.keyless_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
         per_key = Counter(entry["idempotency_key"] for entry in ours)
         result.duplicates = [f"{key}: {n} effects in the ledger" for key, n in per_key.items() if n > 1]
-        first_request = dict(Attempt.objects.filter(operation_key__in=list(per_key))
-                             .values("operation_key").annotate(first=Min("started_at"))
-                             .values_list("operation_key", "first"))
+        first_request = dict(
+            Attempt.objects.filter(operation_key__in=list(per_key))
+            .values("operation_key")
+            .annotate(first=Min("started_at"))
+            .values_list("operation_key", "first")
+        )
         for entry in ours:
             at = datetime.fromisoformat(entry["at"])
             first = first_request.get(entry["idempotency_key"])
             if first is None or first >= at:
-                result.unrequested.append(f"{entry['method']} {entry['path']} {entry['idempotency_key']} at {at}"
-                                          f" (first REQUESTED attempt: {first})")
+                result.unrequested.append(
+                    f"{entry['method']} {entry['path']} {entry['idempotency_key']} at {at}"
+                    f" (first REQUESTED attempt: {first})"
+                )
         tickets = requests.get(f"{self.desk_url}/tickets", timeout=30).json()
         by_key: dict[str, list[dict]] = {}
         for ticket in tickets:
@@ -492,12 +587,33 @@ class Soak:
                 result.ticket_problems.append(f"{key}: step says {ref!r}, desk holds ticket {held[0]['id']}")
 
 
-def soak(clusters, *, desk_url: str, workflows: int = 12, seconds: float = 20.0, kill_every: float = 1.5,
-         seed: int = 1, settle_seconds: float = 60.0, stale_after: float = 6.0, desk_faults=(), kinds=KINDS,
-         log=None) -> SoakResult:
+def soak(
+    clusters,
+    *,
+    desk_url: str,
+    workflows: int = 12,
+    seconds: float = 20.0,
+    kill_every: float = 1.5,
+    seed: int = 1,
+    settle_seconds: float = 60.0,
+    stale_after: float = 6.0,
+    desk_faults=(),
+    kinds=KINDS,
+    log=None,
+) -> SoakResult:
     """Run the soak against started clusters (`processes.Cluster`); the
     caller stops them. `desk_faults` are injected into the desk for the soak (POST /_faults
     specs), e.g. latency, so that more kills land while an effect is in flight."""
-    return Soak(clusters, desk_url=desk_url, workflows=workflows, seconds=seconds, kill_every=kill_every, seed=seed,
-                settle_seconds=settle_seconds, stale_after=stale_after, desk_faults=desk_faults,
-                kinds=kinds, log=log or (lambda line: None)).run()
+    return Soak(
+        clusters,
+        desk_url=desk_url,
+        workflows=workflows,
+        seconds=seconds,
+        kill_every=kill_every,
+        seed=seed,
+        settle_seconds=settle_seconds,
+        stale_after=stale_after,
+        desk_faults=desk_faults,
+        kinds=kinds,
+        log=log or (lambda line: None),
+    ).run()

@@ -24,10 +24,16 @@ SAMPLES = [
         "submission_key": "demo-incident-1",
         "context": {"reason": "Disk usage above 90% on db-2"},
         "steps": [
-            {"key": "open", "action": "ticket.create",
-             "args": {"title": "Disk usage above 90% on db-2", "body": "Opened by the capacity agent."}},
-            {"key": "note", "action": "ticket.comment",
-             "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Cleanup job scheduled for tonight."}},
+            {
+                "key": "open",
+                "action": "ticket.create",
+                "args": {"title": "Disk usage above 90% on db-2", "body": "Opened by the capacity agent."},
+            },
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Cleanup job scheduled for tonight."},
+            },
             {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
         ],
     },
@@ -40,8 +46,11 @@ SAMPLES = [
         "name": "Customer follow-up ticket <b>with markup in its name</b>",
         "submission_key": "demo-followup-1",
         "steps": [
-            {"key": "ticket", "action": "ticket.create",
-             "args": {"title": "<script>alert('agent text is data')</script>", "body": "Escaped, never run."}},
+            {
+                "key": "ticket",
+                "action": "ticket.create",
+                "args": {"title": "<script>alert('agent text is data')</script>", "body": "Escaped, never run."},
+            },
         ],
     },
 ]

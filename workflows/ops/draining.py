@@ -65,8 +65,10 @@ def drain(pid: int, timeout: float, report: Callable[[str], None]) -> float:
     while processes.alive(pid):
         now = time.monotonic()
         if now - began > timeout:
-            raise DrainError(f"cluster {pid} still running after {timeout:.0f} s with {in_flight(workers)} effect(s) "
-                             "in flight; if it is killed, their leases expire and recovery reconciles them")
+            raise DrainError(
+                f"cluster {pid} still running after {timeout:.0f} s with {in_flight(workers)} effect(s) "
+                "in flight; if it is killed, their leases expire and recovery reconciles them"
+            )
         if now - last_said >= 5:
             report(f"cluster {pid}: {in_flight(workers)} effect(s) in flight")
             last_said = now

@@ -63,7 +63,9 @@ class DeskProcess:
         with open(self.data_path.with_suffix(".log"), "ab") as out:
             self.process = subprocess.Popen(
                 _manage("ticketdesk", "--port", str(self.port), "--data", str(self.data_path)),
-                cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT,
+                cwd=settings.BASE_DIR,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -105,20 +107,42 @@ class WebServer:
 
     def start(self, timeout: float = 30.0) -> WebServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "gunicorn", "durableconsole.asgi", "-k", "asgi",
-                   "--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--graceful-timeout", "5"]
+        command = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "durableconsole.asgi",
+            "-k",
+            "asgi",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+            "--graceful-timeout",
+            "5",
+        ]
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, cwd=settings.BASE_DIR, env={**os.environ, **self.env},
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                command,
+                cwd=settings.BASE_DIR,
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"web server {self.name} did not start; {self.log_path}:\n"
-                                   f"{self.log_path.read_text(errors='replace')[-4000:]}")
+                raise RuntimeError(
+                    f"web server {self.name} did not start; {self.log_path}:\n"
+                    f"{self.log_path.read_text(errors='replace')[-4000:]}"
+                )
             try:
-                if len(self.worker_pids()) == self.workers and requests.get(f"{self.url}/healthz",
-                                                                             timeout=1).status_code == 200:
+                if (
+                    len(self.worker_pids()) == self.workers
+                    and requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
+                ):
                     return self
             except requests.RequestException:
                 pass
@@ -175,8 +199,14 @@ class Cluster:
         self.log_path = self.workdir / f"{self.name}-{self.starts}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORKER_HEARTBEAT_FILE": str(self.heartbeat_file), **self.env}
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(_manage("qcluster"), cwd=settings.BASE_DIR, env=env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                _manage("qcluster"),
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while not self.heartbeat_file.exists():
             exited = self.process.poll() is not None
@@ -277,4 +307,3 @@ def gone(pids, timeout: float = 2.0) -> bool:
 def owner_pid(lease_owner: str) -> int | None:
     host, _, pid = lease_owner.rpartition(":")
     return int(pid) if host == leases.LOCAL_PREFIX and pid.isdigit() else None
-

@@ -57,9 +57,14 @@ class ProofGate:
         """The ledger's record of a valid proof for this request (`target`:
         the path and query as received), or a 403 DeskError."""
         token = headers.get(proof.HEADER)
-        request = {"method": method, "url": f"{self.audience}{target}", "body": body,
-                   "idempotency_key": headers.get("Idempotency-Key"), "audience": self.audience,
-                   "leeway": self.leeway}
+        request = {
+            "method": method,
+            "url": f"{self.audience}{target}",
+            "body": body,
+            "idempotency_key": headers.get("Idempotency-Key"),
+            "audience": self.audience,
+            "leeway": self.leeway,
+        }
         try:
             try:
                 claims = proof.verify(token, jwks=self.jwks, **request)
@@ -69,5 +74,9 @@ class ProofGate:
                 claims = proof.verify(token, jwks=self.jwks, **request)
         except proof.InvalidProof as exc:
             raise DeskError(403, REFUSED, f"approval proof refused: {exc}") from None
-        return {"wf": claims["wf"], "approvers": claims["approvers"], "kid": proof.header_of(token)["kid"],
-                "jti": claims["jti"]}
+        return {
+            "wf": claims["wf"],
+            "approvers": claims["approvers"],
+            "kid": proof.header_of(token)["kid"],
+            "jti": claims["jti"],
+        }

@@ -273,21 +273,26 @@ class DeskHandler(BaseHTTPRequestHandler):
         if fault is None:
             return False
         if fault["mode"] == "error":
-            raise DeskError(fault["status"], "injected_fault", f"injected fault #{fault['id']}: status {fault['status']}")
+            raise DeskError(
+                fault["status"], "injected_fault", f"injected fault #{fault['id']}: status {fault['status']}"
+            )
         if fault["mode"] == "rate_limit":
             retry_after = fault["retry_after"]
             header = str(int(retry_after)) if float(retry_after).is_integer() else str(retry_after)
             raise DeskError(429, "rate_limited", f"rate limited; retry after {header} s", {"Retry-After": header})
         return True  # commit_then_drop
 
-    def route(self, desk: Desk, path: str, query: dict, body: bytes, approval: dict | None = None
-              ) -> tuple[int, object, dict]:
+    def route(
+        self, desk: Desk, path: str, query: dict, body: bytes, approval: dict | None = None
+    ) -> tuple[int, object, dict]:
         method = self.command
         parts = path.strip("/").split("/") if path != "/" else []
 
         def allow(*methods: str) -> None:
             if method not in methods:
-                raise DeskError(405, "method_not_allowed", f"{method} not allowed on {path}", {"Allow": ", ".join(methods)})
+                raise DeskError(
+                    405, "method_not_allowed", f"{method} not allowed on {path}", {"Allow": ", ".join(methods)}
+                )
 
         if parts == ["tickets"]:
             allow("GET", "POST")
@@ -303,8 +308,9 @@ class DeskHandler(BaseHTTPRequestHandler):
             if not isinstance(text, str):
                 raise DeskError(400, "invalid_request", "body must be a string")
             ignore = desk.faults.take_ignore_idempotency()
-            status, ticket = desk.create_ticket(title, text, self.idempotency_key(), ignore_idempotency=ignore,
-                                                approval=approval)
+            status, ticket = desk.create_ticket(
+                title, text, self.idempotency_key(), ignore_idempotency=ignore, approval=approval
+            )
             return status, ticket, {}
 
         if len(parts) == 2 and parts[0] == "tickets":
@@ -387,8 +393,9 @@ class DeskServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(host: str, port: int, data_path: str | os.PathLike, threads: int = DEFAULT_THREADS,
-                proofs: ProofGate | None = None) -> DeskServer:
+def make_server(
+    host: str, port: int, data_path: str | os.PathLike, threads: int = DEFAULT_THREADS, proofs: ProofGate | None = None
+) -> DeskServer:
     """Open (or create) the desk's storage and bind its HTTP server.
 
     ``port`` 0 picks a free port; read it back from ``server.server_address``.

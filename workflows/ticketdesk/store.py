@@ -168,25 +168,39 @@ class Desk:
 
     def ledger(self) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute("SELECT method, path, idempotency_key, status, at, traceparent, proof_wf, proof_kid,"
-                                " proof_jti, proof_approvers FROM ledger ORDER BY seq")
+            rows = conn.execute(
+                "SELECT method, path, idempotency_key, status, at, traceparent, proof_wf, proof_kid,"
+                " proof_jti, proof_approvers FROM ledger ORDER BY seq"
+            )
             return [ledger_json(row) for row in rows]
 
     # -- writing ----------------------------------------------------------
 
-    def _record(self, conn, method: str, path: str, key: str | None, status: int, at: str,
-                approval: dict | None = None) -> None:
+    def _record(
+        self, conn, method: str, path: str, key: str | None, status: int, at: str, approval: dict | None = None
+    ) -> None:
         approval = approval or {}
         approvers = json.dumps(approval["approvers"]) if "approvers" in approval else None
         conn.execute(
             "INSERT INTO ledger (method, path, idempotency_key, status, at, traceparent, proof_wf, proof_kid,"
             " proof_jti, proof_approvers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (method, path, key, status, at, getattr(self._caller, "traceparent", None), approval.get("wf"),
-             approval.get("kid"), approval.get("jti"), approvers),
+            (
+                method,
+                path,
+                key,
+                status,
+                at,
+                getattr(self._caller, "traceparent", None),
+                approval.get("wf"),
+                approval.get("kid"),
+                approval.get("jti"),
+                approvers,
+            ),
         )
 
-    def create_ticket(self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False,
-                      approval: dict | None = None) -> tuple[int, dict]:
+    def create_ticket(
+        self, title: str, body: str, key: str | None, *, ignore_idempotency: bool = False, approval: dict | None = None
+    ) -> tuple[int, dict]:
         with self.writing() as conn:
             holder = None
             if key is not None:
@@ -205,8 +219,9 @@ class Desk:
             self._record(conn, "POST", "/tickets", key, 201, at, approval)
             return 201, self._ticket(conn, cur.lastrowid)
 
-    def add_comment(self, ticket_id: int, body: str, key: str | None, *, approval: dict | None = None
-                    ) -> tuple[int, dict]:
+    def add_comment(
+        self, ticket_id: int, body: str, key: str | None, *, approval: dict | None = None
+    ) -> tuple[int, dict]:
         with self.writing() as conn:
             self._ticket(conn, ticket_id)  # 404 if unknown
             if key is not None:
@@ -260,9 +275,16 @@ def ticket_json(row, comments: list[dict]) -> dict:
 def ledger_json(row) -> dict:
     """A ledger entry; `proof` is what a required approval proof named (else null)."""
     entry = {name: row[name] for name in ("method", "path", "idempotency_key", "status", "at", "traceparent")}
-    entry["proof"] = None if row["proof_jti"] is None else {
-        "wf": row["proof_wf"], "approvers": json.loads(row["proof_approvers"] or "[]"), "kid": row["proof_kid"],
-        "jti": row["proof_jti"]}
+    entry["proof"] = (
+        None
+        if row["proof_jti"] is None
+        else {
+            "wf": row["proof_wf"],
+            "approvers": json.loads(row["proof_approvers"] or "[]"),
+            "kid": row["proof_kid"],
+            "jti": row["proof_jti"],
+        }
+    )
     return entry
 
 

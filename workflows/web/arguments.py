@@ -39,7 +39,8 @@ def _schema_fields(args_model: type) -> tuple[tuple[str, str, str], ...]:
         return ()
     return tuple(
         (name, _label(name, spec.get("title")), str(spec.get("description") or ""))
-        for name, spec in properties.items() if isinstance(spec, dict)
+        for name, spec in properties.items()
+        if isinstance(spec, dict)
     )
 
 
@@ -67,8 +68,7 @@ def fields(action_name: str, args: Any, results: dict[str, Any] | None = None) -
     shown = []
     for name, label, description in described:
         if name in args:
-            shown.append({"name": name, "label": label, "description": description,
-                          "value": node(args[name], results)})
+            shown.append({"name": name, "label": label, "description": description, "value": node(args[name], results)})
     known = {name for name, _, _ in described}
     # By name: PostgreSQL's jsonb does not keep the order keys were submitted in.
     for name, value in sorted(args.items()):
@@ -117,8 +117,15 @@ def preview_of(step) -> dict:
     """What the templates show of a step's preview (a Step row, or a dict
     of its preview fields)."""
     get = step.get if isinstance(step, dict) else lambda name: getattr(step, name)
-    shown = {"state": get("preview_state"), "digest": get("preview_digest"), "error": get("preview_error"),
-             "failure_class": get("preview_failure_class"), "summary": "", "details": None, "request": None}
+    shown = {
+        "state": get("preview_state"),
+        "digest": get("preview_digest"),
+        "error": get("preview_error"),
+        "failure_class": get("preview_failure_class"),
+        "summary": "",
+        "details": None,
+        "request": None,
+    }
     preview = get("preview")
     if shown["state"] == PreviewState.READY and isinstance(preview, dict):
         shown["summary"] = preview.get("summary", "")

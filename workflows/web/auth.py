@@ -64,8 +64,13 @@ def remember_sign_in(sender, request, user, **kwargs):
     if not settings.LOCAL_LOGIN and getattr(user, "backend", "") == PASSWORDS:
         until = sessions.breakglass_until(user.get_username())
         with transaction.atomic():
-            journal.append(actor=user, verb="user.signed_in", obj_type="user", obj_id=user.pk,
-                           data={"via": "breakglass", "until": until.isoformat() if until else None})
+            journal.append(
+                actor=user,
+                verb="user.signed_in",
+                obj_type="user",
+                obj_id=user.pk,
+                data={"via": "breakglass", "until": until.isoformat() if until else None},
+            )
 
 
 def _passwords_allowed(username) -> bool:
@@ -114,18 +119,29 @@ class SignIn(auth_views.LoginView):
 
     def post(self, request, *args, **kwargs):
         if not _passwords_allowed(request.POST.get("username")):
-            return render(request, "workflows/sign_in_problem.html", {
-                "title": "Password sign-in is off",
-                "message": "This console signs people in only through the identity provider (LOCAL_LOGIN=0).",
-                "sign_in_again": True}, status=403)
+            return render(
+                request,
+                "workflows/sign_in_problem.html",
+                {
+                    "title": "Password sign-in is off",
+                    "message": "This console signs people in only through the identity provider (LOCAL_LOGIN=0).",
+                    "sign_in_again": True,
+                },
+                status=403,
+            )
         return super().post(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         if settings.OIDC_ISSUER:
-            query = {key: value for key, value in (
-                ("next", context.get("next", "")), ("reauth", "1" if self.request.GET.get("reauth") else ""))
-                if value}
+            query = {
+                key: value
+                for key, value in (
+                    ("next", context.get("next", "")),
+                    ("reauth", "1" if self.request.GET.get("reauth") else ""),
+                )
+                if value
+            }
             context["sso_url"] = reverse("oidc_authentication_init") + (f"?{urlencode(query)}" if query else "")
         context["breakglass"] = not settings.LOCAL_LOGIN and bool(self.request.GET.get("breakglass"))
         context["local_login"] = settings.LOCAL_LOGIN or context["breakglass"]

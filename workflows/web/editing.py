@@ -22,11 +22,11 @@ MISSING = object()
 
 @dataclass
 class Input:
-    name: str          # the form field: "<step key>:<argument>"
+    name: str  # the form field: "<step key>:<argument>"
     argument: str
     label: str
     description: str
-    kind: str          # text, textarea, integer, number, boolean, choice, json
+    kind: str  # text, textarea, integer, number, boolean, choice, json
     value: str
     required: bool
     choices: list[str] = field(default_factory=list)
@@ -44,8 +44,11 @@ def _alternatives(spec: dict) -> list[dict]:
         if not isinstance(option, dict) or option.get("type") == "null":
             continue
         properties = option.get("properties")
-        if option.get("type") == "object" and isinstance(properties, dict) and set(properties) in ({"$from"},
-                                                                                                {"$secret"}):
+        if (
+            option.get("type") == "object"
+            and isinstance(properties, dict)
+            and set(properties) in ({"$from"}, {"$secret"})
+        ):
             continue
         found.append(option)
     return found
@@ -110,15 +113,30 @@ def inputs(step_key: str, action_name: str, args: dict) -> list[Input]:
         value = args.get(name, MISSING)
         kind = _kind(spec, value)
         option = _fitting(spec, value) or {}
-        found.append(Input(
-            name=f"{step_key}:{name}", argument=name, label=arguments._label(name, spec.get("title")),
-            description=str(spec.get("description") or ""), kind=kind, value=_shown(kind, value),
-            required=name in required,
-            choices=[""] * (name not in required) + list(option.get("enum") or []) if kind == "choice" else [],
-        ))
+        found.append(
+            Input(
+                name=f"{step_key}:{name}",
+                argument=name,
+                label=arguments._label(name, spec.get("title")),
+                description=str(spec.get("description") or ""),
+                kind=kind,
+                value=_shown(kind, value),
+                required=name in required,
+                choices=[""] * (name not in required) + list(option.get("enum") or []) if kind == "choice" else [],
+            )
+        )
     for name in sorted(set(args) - set(properties)):
-        found.append(Input(name=f"{step_key}:{name}", argument=name, label=arguments.humanise(name), description="",
-                           kind="json", value=_shown("json", args[name]), required=False))
+        found.append(
+            Input(
+                name=f"{step_key}:{name}",
+                argument=name,
+                label=arguments.humanise(name),
+                description="",
+                kind="json",
+                value=_shown("json", args[name]),
+                required=False,
+            )
+        )
     return found
 
 

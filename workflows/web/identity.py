@@ -68,9 +68,14 @@ class RequestIdentity:
         requester = identity.Requester(client_address=client_address(request))
         if user is not None and user.is_authenticated:
             requester = identity.Requester(
-                username=user.get_username(), client_address=requester.client_address,
-                **({"subject": str(sso.get("sub", "")), "issuer": str(sso.get("iss", ""))}
-                   if isinstance(sso, dict) else {}))
+                username=user.get_username(),
+                client_address=requester.client_address,
+                **(
+                    {"subject": str(sso.get("sub", "")), "issuer": str(sso.get("iss", ""))}
+                    if isinstance(sso, dict)
+                    else {}
+                ),
+            )
         token = identity.begin(requester)
         try:
             return self.get_response(request)

@@ -99,8 +99,9 @@ def loads(body: bytes | str):
     if depth(text) > MAX_DEPTH:
         raise BadJSON(f"JSON nested deeper than {MAX_DEPTH} levels.")
     try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int,
-                           object_pairs_hook=_object)
+        value = json.loads(
+            text, parse_constant=_constant, parse_float=_float, parse_int=_int, object_pairs_hook=_object
+        )
     except json.JSONDecodeError as exc:
         raise BadJSON(f"The body is not valid JSON: {exc}") from None
     _check_text(value, "")

@@ -11,8 +11,7 @@ from workflows.errors import DomainError, StaleRevision
 from workflows.web.pagination import page_by_created
 
 
-def list_page(request: HttpRequest, items, template: str, *, rows: str, page_size: int,
-              context: dict) -> HttpResponse:
+def list_page(request: HttpRequest, items, template: str, *, rows: str, page_size: int, context: dict) -> HttpResponse:
     """One page of `items`, newest first, from the request's cursor (a forged
     one is a 400): the whole page, or only its rows to htmx. A history
     restore after hx-push-url needs the whole page, not the rows."""
@@ -21,13 +20,20 @@ def list_page(request: HttpRequest, items, template: str, *, rows: str, page_siz
     except DomainError as exc:
         return HttpResponseBadRequest(exc.message)
     partial = request.htmx and not request.htmx.history_restore_request
-    return render(request, f"{template}#rows" if partial else template,
-                  {rows: found, "next_cursor": next_cursor, **context})
+    return render(
+        request, f"{template}#rows" if partial else template, {rows: found, "next_cursor": next_cursor, **context}
+    )
 
 
-def act(request: HttpRequest, operation: Callable[[], object], *, done: str, back: str,
-        partial: Callable[[], HttpResponse],
-        stale: Callable[[StaleRevision], HttpResponse] | None = None) -> HttpResponse:
+def act(
+    request: HttpRequest,
+    operation: Callable[[], object],
+    *,
+    done: str,
+    back: str,
+    partial: Callable[[], HttpResponse],
+    stale: Callable[[StaleRevision], HttpResponse] | None = None,
+) -> HttpResponse:
     """Run one operation posted from a console form and report it as a
     message. A plain post is redirected to `back` (POST/redirect/GET); htmx
     gets `partial()`, rendered after the change. A refusal is a message,

@@ -30,9 +30,12 @@ def previews_shown(request: HttpRequest) -> dict[str, str] | None:
 def from_form(request: HttpRequest) -> Seen:
     """The plan as the page showed it; a field the form left out is None,
     which the decision refuses by name."""
-    return Seen(revision=_revision(request.POST.get("revision")), plan_hash=request.POST.get("plan_hash") or None,
-                preview_digests=previews_shown(request),
-                results_digest=request.POST.get("results_digest") or None)
+    return Seen(
+        revision=_revision(request.POST.get("revision")),
+        plan_hash=request.POST.get("plan_hash") or None,
+        preview_digests=previews_shown(request),
+        results_digest=request.POST.get("results_digest") or None,
+    )
 
 
 def changed_since(request: HttpRequest, workflow_id, seen: Seen) -> HttpResponse:

@@ -75,9 +75,15 @@ def _claims(token: str) -> dict:
         raise LogoutTokenInvalid(f"The logout token is signed with {str(alg)[:20]!r}, which is not accepted.")
     try:
         key = sso.signing_key(token, alg)
-        claims = jwt.decode(token, key, algorithms=[alg], audience=settings.OIDC_CLIENT_ID,
-                            issuer=settings.OIDC_ISSUER, leeway=sso.LEEWAY_SECONDS,
-                            options={"require": ["iss", "aud", "iat"]})
+        claims = jwt.decode(
+            token,
+            key,
+            algorithms=[alg],
+            audience=settings.OIDC_CLIENT_ID,
+            issuer=settings.OIDC_ISSUER,
+            leeway=sso.LEEWAY_SECONDS,
+            options={"require": ["iss", "aud", "iat"]},
+        )
     except sso.SignInRefused as exc:
         raise LogoutTokenInvalid(str(exc).replace("ID token", "logout token")) from None
     except jwt.InvalidSignatureError:
@@ -123,8 +129,8 @@ def backchannel_logout(request: HttpRequest) -> HttpResponse:
         return _no_store(JsonResponse({"error": "invalid_request", "error_description": str(exc)}, status=400))
     except sso.ProviderUnavailable as exc:
         log.warning("back-channel logout: identity provider unavailable: %s", exc)
-        return _no_store(JsonResponse({"error": "temporarily_unavailable", "error_description": str(exc)},
-                                      status=503))
-    outcome = sessions.signed_out_at_provider(issuer=claims["iss"], subject=claims.get("sub") or "",
-                                              sid=claims.get("sid") or "", via="backchannel-logout")
+        return _no_store(JsonResponse({"error": "temporarily_unavailable", "error_description": str(exc)}, status=503))
+    outcome = sessions.signed_out_at_provider(
+        issuer=claims["iss"], subject=claims.get("sub") or "", sid=claims.get("sid") or "", via="backchannel-logout"
+    )
     return _no_store(JsonResponse(outcome or {"sessions_ended": 0, "tokens_suspended": 0}))

@@ -85,8 +85,9 @@ def _fetch_json(url: str, what: str) -> dict:
         response.raise_for_status()
         document = response.json()
     except requests.RequestException as exc:
-        reason = f"HTTP {exc.response.status_code}" if getattr(exc, "response", None) is not None \
-            else type(exc).__name__
+        reason = (
+            f"HTTP {exc.response.status_code}" if getattr(exc, "response", None) is not None else type(exc).__name__
+        )
         raise ProviderUnavailable(f"The identity provider's {what} ({url}) could not be read: {reason}.") from None
     except ValueError:
         raise ProviderUnavailable(f"The identity provider's {what} ({url}) is not JSON.") from None
@@ -118,8 +119,9 @@ def discovery() -> dict:
     issuer = settings.OIDC_ISSUER
     document = _cached(f"{issuer}/.well-known/openid-configuration", "discovery document")
     if str(document.get("issuer", "")).rstrip("/") != issuer:
-        raise ProviderUnavailable(f"The discovery document at {issuer} names another issuer "
-                                  f"({str(document.get('issuer'))[:200]!r}).")
+        raise ProviderUnavailable(
+            f"The discovery document at {issuer} names another issuer ({str(document.get('issuer'))[:200]!r})."
+        )
     for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
         if not isinstance(document.get(name), str) or not document[name].startswith(("https://", "http://")):
             raise ProviderUnavailable(f"The discovery document at {issuer} has no valid {name}.")
@@ -141,11 +143,11 @@ def signing_key(token: str, alg: str):
                 return jwt.PyJWK(jwk, algorithm=alg).key
             except jwt.PyJWTError:
                 continue
-    raise SignInRefused("The ID token's signing key is not in the provider's key set: its signature cannot be "
-                        "checked.")
+    raise SignInRefused("The ID token's signing key is not in the provider's key set: its signature cannot be checked.")
 
 
 # --- settings as mozilla-django-oidc reads them -------------------------------------
+
 
 def _setting(name: str, *default):
     """mozilla-django-oidc's setting names, answered from ours (README: Configuration)."""
@@ -179,6 +181,7 @@ def _lazy(name: str) -> property:
 
 # --- the authentication backend ----------------------------------------------------
 
+
 class ProviderSignIn(OIDCAuthenticationBackend):
     """Answers only the provider's callback (a `code` and a `state`), and
     only when OIDC_ISSUER is set."""
@@ -205,11 +208,13 @@ class ProviderSignIn(OIDCAuthenticationBackend):
             return super().get_token(payload)
         except requests.HTTPError as exc:
             status = exc.response.status_code if exc.response is not None else "?"
-            raise SignInRefused(f"The identity provider refused to exchange the sign-in code (HTTP {status}).") \
-                from None
+            raise SignInRefused(
+                f"The identity provider refused to exchange the sign-in code (HTTP {status})."
+            ) from None
         except requests.RequestException as exc:
-            raise ProviderUnavailable(f"The identity provider's token endpoint could not be reached: "
-                                      f"{type(exc).__name__}.") from None
+            raise ProviderUnavailable(
+                f"The identity provider's token endpoint could not be reached: {type(exc).__name__}."
+            ) from None
 
     def verify_token(self, token, **kwargs):
         """The ID token's claims, once everything about it is checked."""
@@ -222,13 +227,20 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         alg = header.get("alg")
         offered = discovery().get("id_token_signing_alg_values_supported") or ["RS256"]
         if alg not in ALGORITHMS or alg not in offered:
-            raise SignInRefused(f"The ID token is signed with {str(alg)[:20]!r}, which is not accepted "
-                                f"(accepted: the provider's asymmetric algorithms).")
+            raise SignInRefused(
+                f"The ID token is signed with {str(alg)[:20]!r}, which is not accepted "
+                f"(accepted: the provider's asymmetric algorithms)."
+            )
         key = signing_key(token, alg)
         try:
             claims = jwt.decode(
-                token, key, algorithms=[alg], audience=settings.OIDC_CLIENT_ID, issuer=settings.OIDC_ISSUER,
-                leeway=LEEWAY_SECONDS, options={"require": ["iss", "sub", "aud", "exp", "iat"]},
+                token,
+                key,
+                algorithms=[alg],
+                audience=settings.OIDC_CLIENT_ID,
+                issuer=settings.OIDC_ISSUER,
+                leeway=LEEWAY_SECONDS,
+                options={"require": ["iss", "sub", "aud", "exp", "iat"]},
             )
         except jwt.InvalidSignatureError:
             raise SignInRefused("The ID token's signature does not verify with the provider's keys.") from None
@@ -248,8 +260,9 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         if len(audiences) > 1 and claims.get("azp") != settings.OIDC_CLIENT_ID:
             raise SignInRefused("The ID token names several audiences but not this client as its authorized party.")
         if "azp" in claims and claims["azp"] != settings.OIDC_CLIENT_ID:
-            raise SignInRefused("The ID token was issued to another client (its authorized party, azp, is not this "
-                                "one).")
+            raise SignInRefused(
+                "The ID token was issued to another client (its authorized party, azp, is not this one)."
+            )
         if "nonce" in kwargs and claims.get("nonce") != kwargs["nonce"]:
             raise SignInRefused("The ID token's nonce does not match this sign-in (a replayed token).")
         if not isinstance(claims.get("sub"), str) or not claims["sub"] or len(claims["sub"]) > 255:
@@ -276,7 +289,9 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         auth_time = payload.get("auth_time")
         sid = payload.get("sid")
         user.provider_sign_in = {
-            "iss": payload["iss"], "sub": payload["sub"], "sid": sid if isinstance(sid, str) else None,
+            "iss": payload["iss"],
+            "sub": payload["sub"],
+            "sid": sid if isinstance(sid, str) else None,
             "groups": provider_identity.provider_groups(claims)[:50],
             "auth_time": int(auth_time) if isinstance(auth_time, (int, float)) else None,
         }
@@ -285,14 +300,19 @@ class ProviderSignIn(OIDCAuthenticationBackend):
 
 # --- views ------------------------------------------------------------------------
 
+
 def _problem(request: HttpRequest, title: str, message: str, status: int) -> HttpResponse:
     return render(request, "workflows/sign_in_problem.html", {"title": title, "message": message}, status=status)
 
 
 def _unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     log.warning("identity provider unavailable: %s", exc)
-    return _problem(request, "The identity provider cannot be reached",
-                    f"{exc} Try again in a moment; if it persists, tell an administrator.", 503)
+    return _problem(
+        request,
+        "The identity provider cannot be reached",
+        f"{exc} Try again in a moment; if it persists, tell an administrator.",
+        503,
+    )
 
 
 class SignInStart(oidc_views.OIDCAuthenticationRequestView):
@@ -330,9 +350,13 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
         if not isinstance(states, dict) or request.GET.get("state") not in states:
             # Not the answer to a sign-in started here (a link from another
             # site, say): it changes nothing, and signs nobody out.
-            return _problem(request, "Sign-in refused",
-                            "This sign-in answer does not belong to a sign-in started here, or was already used "
-                            "(unknown state). Start again from the login page.", 400)
+            return _problem(
+                request,
+                "Sign-in refused",
+                "This sign-in answer does not belong to a sign-in started here, or was already used "
+                "(unknown state). Start again from the login page.",
+                400,
+            )
         if request.GET.get("error"):
             error = request.GET.get("error", "")[:100]
             silent = request.GET["state"] in request.session.get(SILENT_STATES, [])
@@ -341,12 +365,19 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
             if user is not None:
                 if silent and error not in PROVIDER_TROUBLE:
                     sessions.refused_at_renewal(user, error=error)
-                return _problem(request, "Your sign-in has ended",
-                                "The identity provider ended your session. Sign in again to go on.", 401)
+                return _problem(
+                    request,
+                    "Your sign-in has ended",
+                    "The identity provider ended your session. Sign in again to go on.",
+                    401,
+                )
             description = request.GET.get("error_description", "")[:300]
-            return _problem(request, "Sign-in refused",
-                            f"The identity provider refused the sign-in: {error}"
-                            f"{': ' + description if description else ''}.", 403)
+            return _problem(
+                request,
+                "Sign-in refused",
+                f"The identity provider refused the sign-in: {error}{': ' + description if description else ''}.",
+                403,
+            )
         if "code" not in request.GET:
             return _problem(request, "Sign-in refused", "The identity provider's answer has no code.", 400)
         # A silent renewal proves nothing about when the person last signed in.
@@ -361,8 +392,12 @@ class SignInCallback(oidc_views.OIDCAuthenticationCallbackView):
             auth.logout(request)
             return _unavailable(request, exc)
         if not request.user.is_authenticated:
-            return _problem(request, "Sign-in refused", "The identity provider's answer did not sign you in "
-                            "(the account may be deactivated).", 403)
+            return _problem(
+                request,
+                "Sign-in refused",
+                "The identity provider's answer did not sign you in (the account may be deactivated).",
+                403,
+            )
         return response
 
     @property
@@ -406,8 +441,12 @@ class SessionRefresh(oidc_middleware.SessionRefresh):
         super(oidc_middleware.SessionRefresh, self).__init__(get_response)
 
     def is_refreshable_url(self, request):
-        return (bool(settings.OIDC_ISSUER) and SSO_SESSION_KEY in request.session
-                and request.user.is_authenticated and not request.path.startswith(self.EXEMPT_PREFIXES))
+        return (
+            bool(settings.OIDC_ISSUER)
+            and SSO_SESSION_KEY in request.session
+            and request.user.is_authenticated
+            and not request.path.startswith(self.EXEMPT_PREFIXES)
+        )
 
     def process_request(self, request):
         try:
@@ -433,14 +472,16 @@ def _page_of(request: HttpRequest) -> str:
     """The same-site page a form or partial request came from, else the inbox."""
     for header in ("HX-Current-URL", "Referer"):
         url = request.headers.get(header, "")
-        if url and url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()},
-                                                   require_https=request.is_secure()):
+        if url and url_has_allowed_host_and_scheme(
+            url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
             parts = urlsplit(url)
             return parts.path + (f"?{parts.query}" if parts.query else "")
     return reverse(settings.LOGIN_REDIRECT_URL)
 
 
 # --- pages ------------------------------------------------------------------------
+
 
 def sign_in_url(next_url: str = "", reauth: bool = False) -> str:
     query = {key: value for key, value in (("next", next_url), ("reauth", "1" if reauth else "")) if value}

@@ -1,8 +1,17 @@
 from django.urls import path
 
 from workflows.web import (
-    auth, signout, sso, views, views_audit, views_changed, views_compensation, views_deadletters, views_jobs,
-    views_links, views_ops,
+    auth,
+    signout,
+    sso,
+    views,
+    views_audit,
+    views_changed,
+    views_compensation,
+    views_deadletters,
+    views_jobs,
+    views_links,
+    views_ops,
     views_policies,
 )
 
@@ -28,18 +37,28 @@ urlpatterns = [
     path("workflows/<uuid:workflow_id>/steps/", views.workflow_steps, name="workflow_steps"),
     path("workflows/<uuid:workflow_id>/previews/retake", views.retake_previews, name="workflow_retake_previews"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve", views.resolve_step, name="step_resolve"),
-    path("workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve/confirm", views.confirm_resolution,
-         name="step_resolve_confirm"),
+    path(
+        "workflows/<uuid:workflow_id>/steps/<str:step_key>/resolve/confirm",
+        views.confirm_resolution,
+        name="step_resolve_confirm",
+    ),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/approve", views.gate_approve, name="gate_approve"),
     path("workflows/<uuid:workflow_id>/steps/<str:step_key>/reject", views.gate_reject, name="gate_reject"),
-    path("workflows/<uuid:workflow_id>/compensate", views_compensation.compensation_request,
-         name="compensation_request"),
+    path(
+        "workflows/<uuid:workflow_id>/compensate", views_compensation.compensation_request, name="compensation_request"
+    ),
     path("compensations/", views_compensation.compensation_list, name="compensation_list"),
     path("compensations/<uuid:compensation_id>/", views_compensation.compensation_detail, name="compensation_detail"),
-    path("compensations/<uuid:compensation_id>/authorize", views_compensation.compensation_authorize,
-         name="compensation_authorize"),
-    path("compensations/<uuid:compensation_id>/decline", views_compensation.compensation_decline,
-         name="compensation_decline"),
+    path(
+        "compensations/<uuid:compensation_id>/authorize",
+        views_compensation.compensation_authorize,
+        name="compensation_authorize",
+    ),
+    path(
+        "compensations/<uuid:compensation_id>/decline",
+        views_compensation.compensation_decline,
+        name="compensation_decline",
+    ),
     path("dead-letters/", views_deadletters.dead_letter_list, name="dead_letter_list"),
     path("dead-letters/bulk/preview", views_deadletters.dead_letter_bulk_preview, name="dead_letter_bulk_preview"),
     path("dead-letters/bulk/replay", views_deadletters.dead_letter_bulk_replay, name="dead_letter_bulk_replay"),
@@ -50,14 +69,17 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/replay", views_jobs.job_replay, name="job_replay"),
     path("dead-letters/<uuid:dead_letter_id>/", views_deadletters.dead_letter_detail, name="dead_letter_detail"),
     path("dead-letters/<uuid:dead_letter_id>/replay", views_deadletters.dead_letter_replay, name="dead_letter_replay"),
-    path("dead-letters/<uuid:dead_letter_id>/discard", views_deadletters.dead_letter_discard,
-         name="dead_letter_discard"),
+    path(
+        "dead-letters/<uuid:dead_letter_id>/discard", views_deadletters.dead_letter_discard, name="dead_letter_discard"
+    ),
     path("actions/", views_policies.policy_list, name="policy_list"),
     path("actions/<str:name>/policy", views_policies.policy_detail, name="policy_detail"),
-    path("policy-changes/<uuid:change_id>/authorize", views_policies.policy_change_authorize,
-         name="policy_change_authorize"),
-    path("policy-changes/<uuid:change_id>/decline", views_policies.policy_change_decline,
-         name="policy_change_decline"),
+    path(
+        "policy-changes/<uuid:change_id>/authorize",
+        views_policies.policy_change_authorize,
+        name="policy_change_authorize",
+    ),
+    path("policy-changes/<uuid:change_id>/decline", views_policies.policy_change_decline, name="policy_change_decline"),
     path("attention/", views_ops.attention, name="attention"),
     path("dashboard/", views_ops.dashboard, name="dashboard"),
     path("audit/", views_audit.audit_list, name="audit_list"),

@@ -6,13 +6,13 @@ redirect, so every action also works without JavaScript.
 
 from uuid import UUID
 
+from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
-from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -46,8 +46,9 @@ def roles_context(request: HttpRequest) -> dict:
 
 
 def _get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
-    return get_object_or_404(Workflow.objects.visible_to(request.user).select_related("submitted_by", "team"),
-                             pk=workflow_id)
+    return get_object_or_404(
+        Workflow.objects.visible_to(request.user).select_related("submitted_by", "team"), pk=workflow_id
+    )
 
 
 @login_required
@@ -71,20 +72,39 @@ def inbox(request: HttpRequest) -> HttpResponse:
         workflow.holder = claims.holder(workflow)
     at_gates = []
     if roles.is_reviewer(request.user) and not request.GET.get("cursor"):
-        at_gates = list(Workflow.objects.visible_to(request.user).filter(status=WorkflowStatus.WAITING_GATE)
-                        .exclude(submitted_by=request.user).select_related("submitted_by")
-                        .order_by("updated_at")[:PAGE_SIZE])
+        at_gates = list(
+            Workflow.objects.visible_to(request.user)
+            .filter(status=WorkflowStatus.WAITING_GATE)
+            .exclude(submitted_by=request.user)
+            .select_related("submitted_by")
+            .order_by("updated_at")[:PAGE_SIZE]
+        )
     template = "workflows/inbox.html#rows" if request.htmx else "workflows/inbox.html"
-    return render(request, template, {"awaiting": _with_review_facts(awaiting), "next_cursor": next_cursor,
-                                      "claim": claim, "filters": INBOX_FILTERS, "at_gates": at_gates})
+    return render(
+        request,
+        template,
+        {
+            "awaiting": _with_review_facts(awaiting),
+            "next_cursor": next_cursor,
+            "claim": claim,
+            "filters": INBOX_FILTERS,
+            "at_gates": at_gates,
+        },
+    )
 
 
 # The inbox's claim filters: value -> label.
 INBOX_FILTERS = {"": "All", "mine": "Mine", "unclaimed": "Unclaimed"}
 
 
-PREVIEW_FIELDS = ("preview_state", "preview", "preview_digest", "preview_error", "preview_failure_class",
-                  "approved_preview")
+PREVIEW_FIELDS = (
+    "preview_state",
+    "preview",
+    "preview_digest",
+    "preview_error",
+    "preview_failure_class",
+    "approved_preview",
+)
 
 
 def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
@@ -95,10 +115,14 @@ def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
     current = policy.policies_for({step["action"] for w in workflows for step in w.plan})
     counts = dict(
         Approval.objects.filter(workflow__in=workflows, decision=Approval.Decision.APPROVE)
-        .values("workflow").annotate(n=Count("id")).values_list("workflow", "n")
+        .values("workflow")
+        .annotate(n=Count("id"))
+        .values_list("workflow", "n")
     )
-    previews = {(row["workflow_id"], row["key"]): row for row in Step.objects.filter(
-        workflow__in=workflows, lane=0).values("workflow_id", "key", *PREVIEW_FIELDS)}
+    previews = {
+        (row["workflow_id"], row["key"]): row
+        for row in Step.objects.filter(workflow__in=workflows, lane=0).values("workflow_id", "key", *PREVIEW_FIELDS)
+    }
     for workflow in workflows:
         workflow.review_steps = []
         for step in workflow.plan:
@@ -111,11 +135,16 @@ def _with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
                 except KeyError:
                     undo = None
             stored = previews.get((workflow.pk, step["key"]))
-            workflow.review_steps.append({
-                **step, "risk": rules.risk, "undo": undo, "enabled": rules.enabled,
-                "fields": arguments.fields(step["action"], step["args"]),
-                "shown_preview": arguments.preview_of(stored) if stored else None,
-            })
+            workflow.review_steps.append(
+                {
+                    **step,
+                    "risk": rules.risk,
+                    "undo": undo,
+                    "enabled": rules.enabled,
+                    "fields": arguments.fields(step["action"], step["args"]),
+                    "shown_preview": arguments.preview_of(stored) if stored else None,
+                }
+            )
         workflow.required = policy.approvals_required(current[s["action"]] for s in workflow.plan)
         workflow.approvals_so_far = counts.get(workflow.pk, 0)
         workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
@@ -142,8 +171,10 @@ def _approval_progress(workflow: Workflow) -> dict:
     """Distinct approvals that still count, of those the plan needs: a
     2-of-2 plan stays PLANNED after the first one."""
     plan_policies = list(policy.policies_for(step["action"] for step in workflow.plan).values())
-    return {"counted": len(policy.valid_approvals(workflow, plan_policies)),
-            "required": policy.approvals_required(plan_policies)}
+    return {
+        "counted": len(policy.valid_approvals(workflow, plan_policies)),
+        "required": policy.approvals_required(plan_policies),
+    }
 
 
 TIMELINE_WIDTH = 800
@@ -168,15 +199,26 @@ def timeline(steps) -> dict | None:
         for attempt in step.attempts.all():
             begin = (attempt.started_at - start).total_seconds()
             length = ((attempt.finished_at or now) - attempt.started_at).total_seconds()
-            bars.append({
-                "x": round(label_width + begin * scale, 1), "w": max(round(length * scale, 1), 2),
-                "status": attempt.status.lower(), "number": attempt.number,
-                "ms": int(length * 1000), "failure_class": attempt.failure_class,
-                "offset_ms": int(begin * 1000),
-            })
+            bars.append(
+                {
+                    "x": round(label_width + begin * scale, 1),
+                    "w": max(round(length * scale, 1), 2),
+                    "status": attempt.status.lower(),
+                    "number": attempt.number,
+                    "ms": int(length * 1000),
+                    "failure_class": attempt.failure_class,
+                    "offset_ms": int(begin * 1000),
+                }
+            )
         rows.append({"y": index * ROW_HEIGHT, "label": step.key, "bars": bars, "retries": max(len(bars) - 1, 0)})
-    return {"rows": rows, "width": TIMELINE_WIDTH, "height": len(rows) * ROW_HEIGHT + 20,
-            "span_ms": int(span * 1000), "label_width": label_width, "axis_y": len(rows) * ROW_HEIGHT + 14}
+    return {
+        "rows": rows,
+        "width": TIMELINE_WIDTH,
+        "height": len(rows) * ROW_HEIGHT + 20,
+        "span_ms": int(span * 1000),
+        "label_width": label_width,
+        "axis_y": len(rows) * ROW_HEIGHT + 14,
+    }
 
 
 def _with_arguments_and_previews(steps: list[Step]) -> None:
@@ -195,14 +237,24 @@ def _with_proofs(steps: list[Step]) -> None:
     their user names."""
     for step in steps:
         step.attempt_rows = list(step.attempts.all())
-    subs = {approver["sub"] for step in steps for attempt in step.attempt_rows
-            for approver in attempt.proof_approvers or []}
-    names = {str(pk): name for pk, name in get_user_model().objects.filter(
-        pk__in=[sub for sub in subs if sub.isdigit()]).values_list("pk", "username")} if subs else {}
+    subs = {
+        approver["sub"] for step in steps for attempt in step.attempt_rows for approver in attempt.proof_approvers or []
+    }
+    names = (
+        {
+            str(pk): name
+            for pk, name in get_user_model()
+            .objects.filter(pk__in=[sub for sub in subs if sub.isdigit()])
+            .values_list("pk", "username")
+        }
+        if subs
+        else {}
+    )
     for step in steps:
         for attempt in step.attempt_rows:
-            attempt.proof_names = [{"name": names.get(a["sub"], f"#{a['sub']}"), "at": a["at"]}
-                                   for a in attempt.proof_approvers or []]
+            attempt.proof_names = [
+                {"name": names.get(a["sub"], f"#{a['sub']}"), "at": a["at"]} for a in attempt.proof_approvers or []
+            ]
 
 
 def _with_pending_resolutions(steps: list[Step], user) -> None:
@@ -213,8 +265,13 @@ def _with_pending_resolutions(steps: list[Step], user) -> None:
         step.pending = None
         if step.proposed_resolution is not None:
             mine = persons.same(step.proposed_by, user)
-            step.pending = {**step.proposed_resolution, "by": step.proposed_by.get_username(), "mine": mine,
-                            "digest": step.proposal_digest(), "can_confirm": may_confirm and not mine}
+            step.pending = {
+                **step.proposed_resolution,
+                "by": step.proposed_by.get_username(),
+                "mine": mine,
+                "digest": step.proposal_digest(),
+                "can_confirm": may_confirm and not mine,
+            }
 
 
 def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
@@ -244,8 +301,9 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         **_gate_context(workflow, steps, reviewer),
         "revisions": revisions.history(workflow) if workflow.revision > 1 else [],
         "can_revise": reviewer and workflow.status == WorkflowStatus.PLANNED,
-        "co_author": workflow.status == WorkflowStatus.PLANNED and workflow.revision > 1 and persons.among(
-            request.user, persons.plan_authors([workflow])[workflow.pk] - {workflow.submitted_by_id}),
+        "co_author": workflow.status == WorkflowStatus.PLANNED
+        and workflow.revision > 1
+        and persons.among(request.user, persons.plan_authors([workflow])[workflow.pk] - {workflow.submitted_by_id}),
         "events": events,
         "approvals": workflow.approvals.select_related("reviewer"),
         "approval_progress": _approval_progress(workflow) if workflow.status == WorkflowStatus.PLANNED else None,
@@ -258,12 +316,17 @@ def _detail_context(request: HttpRequest, workflow: Workflow) -> dict:
         # The form whose approval binds the previews shown (each READY one
         # carries its digest into it).
         "decision_form": "decision-form" if awaiting and reviewer else None,
-        "can_retake_previews": awaiting and reviewer and any(
-            step.lane == 0 and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
-            and step.preview_state in (PreviewState.READY, PreviewState.FAILED) for step in steps),
+        "can_retake_previews": awaiting
+        and reviewer
+        and any(
+            step.lane == 0
+            and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
+            and step.preview_state in (PreviewState.READY, PreviewState.FAILED)
+            for step in steps
+        ),
         # While a worker takes them, the steps are looked at again until every preview is in.
-        "previews_pending": workflow.status == WorkflowStatus.PLANNED and any(
-            step.preview_state == PreviewState.PENDING for step in steps),
+        "previews_pending": workflow.status == WorkflowStatus.PLANNED
+        and any(step.preview_state == PreviewState.PENDING for step in steps),
     }
 
 
@@ -273,9 +336,16 @@ def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict
     step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
     if workflow.status != WorkflowStatus.WAITING_GATE or step is None:
         return {"gate": None}
-    return {"gate": {"step": step, "note": (step.gate or {}).get("note", ""),
-                     "approvals": len(gates.valid_approvals(step, workflow)), "required": gates.required(step),
-                     "results_digest": gates.results_digest(step), "can_decide": reviewer}}
+    return {
+        "gate": {
+            "step": step,
+            "note": (step.gate or {}).get("note", ""),
+            "approvals": len(gates.valid_approvals(step, workflow)),
+            "required": gates.required(step),
+            "results_digest": gates.results_digest(step),
+            "can_decide": reviewer,
+        }
+    }
 
 
 @login_required
@@ -299,9 +369,14 @@ def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decis
     get_object_or_404(workflow.steps, key=step_key, lane=0)
     comment = request.POST.get("comment", "")[:4000]
     shown = seen.from_form(request)
-    return act(request, lambda: decision(workflow, step_key, by=request.user, seen=shown, comment=comment),
-               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow),
-               stale=lambda _: seen.changed_since(request, workflow.pk, shown))
+    return act(
+        request,
+        lambda: decision(workflow, step_key, by=request.user, seen=shown, comment=comment),
+        done=f"{done}: {workflow.name}",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+        stale=lambda _: seen.changed_since(request, workflow.pk, shown),
+    )
 
 
 def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -> dict:
@@ -310,9 +385,11 @@ def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -
     mine = holder is not None and holder.pk == request.user.pk
     free = holder is None or mine
     return {
-        "holder": holder, "claim_expires_at": claims.expires_at(workflow) if holder else None,
+        "holder": holder,
+        "claim_expires_at": claims.expires_at(workflow) if holder else None,
         "held_by_another": may_review and holder is not None and not mine,
-        "can_claim": may_review and holder is None, "can_release": mine,
+        "can_claim": may_review and holder is None,
+        "can_release": mine,
         "can_assign": may_review and free,
         "assignees": list(claims.assignees(workflow).exclude(pk=request.user.pk)) if may_review and free else [],
     }
@@ -321,8 +398,9 @@ def _claim_context(request: HttpRequest, workflow: Workflow, may_review: bool) -
 @login_required
 @require_GET
 def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    workflow = Workflow.objects.visible_to(request.user).select_related("submitted_by", "team").filter(
-        pk=workflow_id).first()
+    workflow = (
+        Workflow.objects.visible_to(request.user).select_related("submitted_by", "team").filter(pk=workflow_id).first()
+    )
     if workflow is None:
         # Moved out by `manage.py archive`: say so (410), to those who saw it.
         record = get_object_or_404(ArchivedWorkflow.objects.visible_to(request.user), workflow_id=workflow_id)
@@ -349,8 +427,13 @@ def _changed_since_last_seen(request: HttpRequest, workflow: Workflow) -> dict |
     rows = {row.number: row for row in workflow.revisions.filter(number__in=[since, workflow.revision])}
     if since not in rows or workflow.revision not in rows:
         return None
-    return {"number": workflow.revision, "since": since, "by": rows[workflow.revision].by.get_username(),
-            "last_seen": since == last, "changes": revisions.diff(rows[since].plan, rows[workflow.revision].plan)}
+    return {
+        "number": workflow.revision,
+        "since": since,
+        "by": rows[workflow.revision].by.get_username(),
+        "last_seen": since == last,
+        "changes": revisions.diff(rows[since].plan, rows[workflow.revision].plan),
+    }
 
 
 @login_required
@@ -371,9 +454,14 @@ def _decide(request: HttpRequest, workflow_id: UUID, decision, done: str) -> Htt
     workflow = _get_workflow_for_user(request, workflow_id)
     comment = request.POST.get("comment", "")[:4000]
     shown = seen.from_form(request)
-    return act(request, lambda: decision(workflow, by=request.user, seen=shown, comment=comment),
-               done=f"{done}: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow),
-               stale=lambda _: seen.changed_since(request, workflow.pk, shown))
+    return act(
+        request,
+        lambda: decision(workflow, by=request.user, seen=shown, comment=comment),
+        done=f"{done}: {workflow.name}",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+        stale=lambda _: seen.changed_since(request, workflow.pk, shown),
+    )
 
 
 def _detail_url(workflow: Workflow) -> str:
@@ -399,15 +487,26 @@ def resolve_step(request: HttpRequest, workflow_id: UUID, step_key: str) -> Http
     step = get_object_or_404(workflow.steps, key=step_key)
 
     def resolve() -> None:
-        resolved = resolution.resolve(step, by=request.user, decision=request.POST.get("decision", ""),
-                                      reason=request.POST.get("reason", ""),
-                                      external_ref=request.POST.get("external_ref", ""))
+        resolved = resolution.resolve(
+            step,
+            by=request.user,
+            decision=request.POST.get("decision", ""),
+            reason=request.POST.get("reason", ""),
+            external_ref=request.POST.get("external_ref", ""),
+        )
         if resolved.proposed_resolution is not None:
-            messages.info(request, "Later steps read this step's result: your answer takes effect once a second "
-                                   "person confirms it.")
+            messages.info(
+                request,
+                "Later steps read this step's result: your answer takes effect once a second person confirms it.",
+            )
 
-    return act(request, resolve, done=f"Resolved step {step.key}.", back=_detail_url(workflow),
-               partial=lambda: _live(request, workflow))
+    return act(
+        request,
+        resolve,
+        done=f"Resolved step {step.key}.",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+    )
 
 
 @login_required
@@ -422,11 +521,20 @@ def confirm_resolution(request: HttpRequest, workflow_id: UUID, step_key: str) -
         raise PermissionDenied("You gave this answer: a second person confirms it.")
 
     def confirm() -> None:
-        resolution.confirm(step, by=request.user, reason=request.POST.get("reason", ""),
-                           digest=request.POST.get("resolution_digest", ""))
+        resolution.confirm(
+            step,
+            by=request.user,
+            reason=request.POST.get("reason", ""),
+            digest=request.POST.get("resolution_digest", ""),
+        )
 
-    return act(request, confirm, done=f"Confirmed the resolution of step {step.key}: it takes effect.",
-               back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+    return act(
+        request,
+        confirm,
+        done=f"Confirmed the resolution of step {step.key}: it takes effect.",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+    )
 
 
 @login_required
@@ -437,8 +545,13 @@ def cancel(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     # Who may cancel depends on the status; the operation checks again under its lock.
     if workflow.status in cancellation.CANCELLABLE and not cancellation.may_cancel(workflow, request.user):
         raise PermissionDenied
-    return act(request, lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
-               done=f"Cancelled: {workflow.name}", back=_detail_url(workflow), partial=lambda: _live(request, workflow))
+    return act(
+        request,
+        lambda: cancellation.cancel(workflow, by=request.user, reason=request.POST.get("reason", "")),
+        done=f"Cancelled: {workflow.name}",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+    )
 
 
 @login_required
@@ -467,22 +580,38 @@ def revise(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
             problem, status = "Nothing changed: edit an argument first.", 400
         else:
             try:
-                revised = revisions.revise(workflow, by=request.user, comment=comment,
-                                           revision=seen.from_form(request).revision,
-                                           steps=[{"key": form["step"].key, "args": args} for form, args in edits])
+                revised = revisions.revise(
+                    workflow,
+                    by=request.user,
+                    comment=comment,
+                    revision=seen.from_form(request).revision,
+                    steps=[{"key": form["step"].key, "args": args} for form, args in edits],
+                )
             except DomainError as exc:
                 problem, status = exc.message, 400 if exc.status == 400 else exc.status
                 _place_errors(exc.fields or {}, [form for form, _ in edits])
             else:
-                messages.success(request, f"Saved revision {revised.revision}. As its co-author you cannot "
-                                          "approve it: another reviewer does.")
+                messages.success(
+                    request,
+                    f"Saved revision {revised.revision}. As its co-author you cannot "
+                    "approve it: another reviewer does.",
+                )
                 return redirect(_detail_url(workflow))
     # A form sent back with an error keeps the revision it was made from:
     # resending it must not edit a revision its editor never saw.
     edited = seen.from_form(request).revision if request.method == "POST" else workflow.revision
-    return render(request, "workflows/revise.html",
-                  {"workflow": workflow, "forms": forms, "problem": problem, "edited_revision": edited,
-                   "comment": request.POST.get("comment", "") if request.method == "POST" else ""}, status=status)
+    return render(
+        request,
+        "workflows/revise.html",
+        {
+            "workflow": workflow,
+            "forms": forms,
+            "problem": problem,
+            "edited_revision": edited,
+            "comment": request.POST.get("comment", "") if request.method == "POST" else "",
+        },
+        status=status,
+    )
 
 
 def _place_errors(fields: dict[str, str], edited: list[dict]) -> None:
@@ -501,30 +630,41 @@ def _claiming(request: HttpRequest, workflow_id: UUID, operation, done: str) -> 
     if not roles.is_reviewer(request.user):
         raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
-    return act(request, lambda: operation(workflow), done=done, back=_detail_url(workflow),
-               partial=lambda: _live(request, workflow))
+    return act(
+        request,
+        lambda: operation(workflow),
+        done=done,
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+    )
 
 
 @login_required
 @require_POST
 def claim(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _claiming(request, workflow_id, lambda workflow: claims.claim(workflow, by=request.user),
-                     "You are handling this plan.")
+    return _claiming(
+        request, workflow_id, lambda workflow: claims.claim(workflow, by=request.user), "You are handling this plan."
+    )
 
 
 @login_required
 @require_POST
 def release(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    return _claiming(request, workflow_id, lambda workflow: claims.release(workflow, by=request.user),
-                     "Released: the plan is back with every reviewer.")
+    return _claiming(
+        request,
+        workflow_id,
+        lambda workflow: claims.release(workflow, by=request.user),
+        "Released: the plan is back with every reviewer.",
+    )
 
 
 @login_required
 @require_POST
 def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     to = request.POST.get("to", "")
-    return _claiming(request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to),
-                     f"Assigned to {to}.")
+    return _claiming(
+        request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to), f"Assigned to {to}."
+    )
 
 
 @login_required
@@ -540,9 +680,13 @@ def retake_previews(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied
     workflow = _get_workflow_for_user(request, workflow_id)
-    return act(request, lambda: approvals.retake_previews(workflow, by=request.user),
-               done="A worker is taking the previews again.", back=_detail_url(workflow),
-               partial=lambda: _live(request, workflow))
+    return act(
+        request,
+        lambda: approvals.retake_previews(workflow, by=request.user),
+        done="A worker is taking the previews again.",
+        back=_detail_url(workflow),
+        partial=lambda: _live(request, workflow),
+    )
 
 
 @login_required

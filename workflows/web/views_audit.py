@@ -33,14 +33,36 @@ from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100
 EXPORT_CHUNK = 2000
-FIELDS = ("id", "stream", "seq", "at", "actor", "verb", "object_type", "object_id", "workflow_id", "data",
-          "prev_hash", "hash", "hash_alg", "key_id", *journal.IDENTITY_FIELDS)
+FIELDS = (
+    "id",
+    "stream",
+    "seq",
+    "at",
+    "actor",
+    "verb",
+    "object_type",
+    "object_id",
+    "workflow_id",
+    "data",
+    "prev_hash",
+    "hash",
+    "hash_alg",
+    "key_id",
+    *journal.IDENTITY_FIELDS,
+)
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def select_events(user, *, actor: str = "", verb: str = "", workflow: UUID | None = None,
-                  since: datetime | None = None, until: datetime | None = None):
+def select_events(
+    user,
+    *,
+    actor: str = "",
+    verb: str = "",
+    workflow: UUID | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+):
     """The audit events `user` may see that match the filter: `since`
     inclusive, `until` exclusive, naive times read as UTC."""
     events = AuditEvent.objects.visible_to(user)
@@ -74,14 +96,18 @@ def _utc(moment: datetime) -> datetime:
 class AuditFilter(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     verb = forms.CharField(required=False, max_length=64, help_text="Exact, e.g. workflow.approved")
-    workflow = forms.UUIDField(required=False, label="Workflow id",
-                               error_messages={"invalid": "Enter a workflow id (a UUID)."})
+    workflow = forms.UUIDField(
+        required=False, label="Workflow id", error_messages={"invalid": "Enter a workflow id (a UUID)."}
+    )
     since = forms.DateTimeField(
-        required=False, label="From (UTC)",
+        required=False,
+        label="From (UTC)",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
     )
     until = forms.DateTimeField(
-        required=False, label="To (UTC)", help_text="Events before this time",
+        required=False,
+        label="To (UTC)",
+        help_text="Events before this time",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
     )
 
@@ -170,7 +196,9 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Not verified: no such workflow.")
         workflow = None
     else:
-        check = journal.record_verification(by=request.user.get_username(), streams=[str(workflow)] if workflow else None)
+        check = journal.record_verification(
+            by=request.user.get_username(), streams=[str(workflow)] if workflow else None
+        )
         scope = f"workflow {workflow}" if workflow else "whole chain"
         summary = f"{check.events} events in {check.streams} chains"
         if check.ok:
@@ -239,8 +267,9 @@ def _export(request: HttpRequest, lines, content_type: str, extension: str) -> H
     _check_auditor(request.user)
     filters = AuditFilter(request.GET, request.user)
     if filters.errors:
-        return HttpResponseBadRequest("The filter is not valid: " + "; ".join(filters.problems()),
-                                      content_type="text/plain; charset=utf-8")
+        return HttpResponseBadRequest(
+            "The filter is not valid: " + "; ".join(filters.problems()), content_type="text/plain; charset=utf-8"
+        )
     events = filters.events().order_by("id").iterator(chunk_size=EXPORT_CHUNK)
     response = StreamingHttpResponse(lines(event_row(event) for event in events), content_type=content_type)
     stamp = timezone.now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -30,6 +30,8 @@ def workflow_changed(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     seen = int(raw) if raw.isdigit() and len(raw) < 10 else None
     before = _plan_of(workflow, seen) if seen is not None else None
     changes = revisions.diff(before, workflow.plan) if before is not None and seen != workflow.revision else []
-    return render(request, "workflows/workflow_changed.html", {
-        **_detail_context(request, workflow), "seen_revision": seen, "changes": changes,
-        "known": before is not None})
+    return render(
+        request,
+        "workflows/workflow_changed.html",
+        {**_detail_context(request, workflow), "seen_revision": seen, "changes": changes, "known": before is not None},
+    )

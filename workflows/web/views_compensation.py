@@ -119,8 +119,9 @@ def _detail_context(request: HttpRequest, comp: Compensation) -> dict:
         entry.step_id: entry
         for entry in DeadLetter.objects.filter(step__in=undo_steps.values(), status=DeadLetter.Status.OPEN)
     }
-    events = list(AuditEvent.objects.filter(workflow_id=comp.workflow_id, object_type="compensation",
-                                            object_id=str(comp.pk)))
+    events = list(
+        AuditEvent.objects.filter(workflow_id=comp.workflow_id, object_type="compensation", object_id=str(comp.pk))
+    )
     plan = []
     for item in comp.plan:
         step = undo_steps.get(item["key"])
@@ -160,10 +161,13 @@ def _decide(request: HttpRequest, compensation_id: UUID, decision, done: str) ->
         return render(request, "workflows/compensation_detail.html#live", _detail_context(request, fresh))
 
     shown = seen.from_form(request)
-    return act(request, lambda: decision(comp, by=request.user, seen=shown,
-                                         reason=request.POST.get("reason", "")[:2000]),
-               done=f"{done}: compensation of {comp.workflow.name}",
-               back=reverse("compensation_detail", kwargs={"compensation_id": comp.pk}), partial=live)
+    return act(
+        request,
+        lambda: decision(comp, by=request.user, seen=shown, reason=request.POST.get("reason", "")[:2000]),
+        done=f"{done}: compensation of {comp.workflow.name}",
+        back=reverse("compensation_detail", kwargs={"compensation_id": comp.pk}),
+        partial=live,
+    )
 
 
 @login_required
@@ -193,5 +197,11 @@ def compensation_list(request: HttpRequest) -> HttpResponse:
         comps = comps.filter(status=status)
     elif status != ALL_STATUSES:
         return HttpResponseBadRequest("Unknown status.")
-    return list_page(request, comps, "workflows/compensation_list.html", rows="compensations", page_size=PAGE_SIZE,
-                     context={"status": status, "statuses": [*CompensationStatus.values, ALL_STATUSES]})
+    return list_page(
+        request,
+        comps,
+        "workflows/compensation_list.html",
+        rows="compensations",
+        page_size=PAGE_SIZE,
+        context={"status": status, "statuses": [*CompensationStatus.values, ALL_STATUSES]},
+    )

@@ -50,8 +50,12 @@ class DeadLetterFilter(forms.Form):
     )
     age = forms.ChoiceField(
         required=False,
-        choices=[("", "Any age"), ("5m", "Older than 5 minutes"), ("1h", "Older than 1 hour"),
-                 ("1d", "Older than 1 day")],
+        choices=[
+            ("", "Any age"),
+            ("5m", "Older than 5 minutes"),
+            ("1h", "Older than 1 hour"),
+            ("1d", "Older than 1 day"),
+        ],
     )
 
     def __init__(self, data, user):
@@ -73,8 +77,11 @@ class DeadLetterFilter(forms.Form):
         return self.value("status") or DeadLetter.Status.OPEN
 
     def selection(self) -> dict:
-        return {"action": self.value("action"), "failure_class": self.value("failure_class"),
-                "older_than": AGES.get(self.value("age"))}
+        return {
+            "action": self.value("action"),
+            "failure_class": self.value("failure_class"),
+            "older_than": AGES.get(self.value("age")),
+        }
 
     def apply(self, entries):
         if self.status_value != ALL_STATUSES:
@@ -119,11 +126,18 @@ def dead_letter_list(request: HttpRequest) -> HttpResponse:
     _check_role(request.user)
     filters = DeadLetterFilter(request.GET, request.user)
     entries = filters.apply(DeadLetter.objects.visible_to(request.user).select_related("workflow"))
-    return list_page(request, entries, "workflows/dead_letter_list.html", rows="entries", page_size=PAGE_SIZE, context={
-        "filters": filters,
-        "query": filters.querystring(),
-        "can_select": roles.is_operator(request.user) and filters.status_value == DeadLetter.Status.OPEN,
-    })
+    return list_page(
+        request,
+        entries,
+        "workflows/dead_letter_list.html",
+        rows="entries",
+        page_size=PAGE_SIZE,
+        context={
+            "filters": filters,
+            "query": filters.querystring(),
+            "can_select": roles.is_operator(request.user) and filters.status_value == DeadLetter.Status.OPEN,
+        },
+    )
 
 
 def _detail_context(request: HttpRequest, dead_letter: DeadLetter) -> dict:
@@ -150,9 +164,13 @@ def _resolve(request: HttpRequest, dead_letter_id: UUID, operation, done: str) -
         fresh = _get_dead_letter_for_user(request, dead_letter_id, resolve=True)
         return render(request, "workflows/dead_letter_detail.html#detail", _detail_context(request, fresh))
 
-    return act(request, lambda: operation(dead_letter, by=request.user, reason=request.POST.get("reason", "")),
-               done=f"{done}: {dead_letter.step_key} ({str(dead_letter.pk)[:8]})",
-               back=reverse("dead_letter_detail", kwargs={"dead_letter_id": dead_letter.pk}), partial=detail)
+    return act(
+        request,
+        lambda: operation(dead_letter, by=request.user, reason=request.POST.get("reason", "")),
+        done=f"{done}: {dead_letter.step_key} ({str(dead_letter.pk)[:8]})",
+        back=reverse("dead_letter_detail", kwargs={"dead_letter_id": dead_letter.pk}),
+        partial=detail,
+    )
 
 
 @login_required
@@ -181,13 +199,18 @@ def _posted_ids(request: HttpRequest) -> list[UUID]:
 
 def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: str, status: int = 200) -> HttpResponse:
     previews = deadletters.preview(entries)
-    return render(request, "workflows/dead_letter_bulk_preview.html", {
-        "previews": previews,
-        "blocked": sum(1 for preview in previews if not preview.will_run),
-        "capped": len(entries) >= deadletters.MAX_BULK,
-        "max_bulk": deadletters.MAX_BULK,
-        "back": back,
-    }, status=status)
+    return render(
+        request,
+        "workflows/dead_letter_bulk_preview.html",
+        {
+            "previews": previews,
+            "blocked": sum(1 for preview in previews if not preview.will_run),
+            "capped": len(entries) >= deadletters.MAX_BULK,
+            "max_bulk": deadletters.MAX_BULK,
+            "back": back,
+        },
+        status=status,
+    )
 
 
 @login_required

@@ -67,8 +67,9 @@ def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
         if not deadletters.matching(request.user, **chosen).exists():
             messages.error(request, "No open dead letters match this selection.")
             return redirect(back)
-        job, beyond = bulk.reconcile(request.user, chosen, shown_filter=shown,
-                                     dry_run=request.POST.get("dry_run") == "1")
+        job, beyond = bulk.reconcile(
+            request.user, chosen, shown_filter=shown, dry_run=request.POST.get("dry_run") == "1"
+        )
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
@@ -85,8 +86,12 @@ def _context(request: HttpRequest, job: Job) -> dict:
         "samples": bulk.samples(job),
         "live": job.status == Job.Status.RUNNING,
         "can_act": roles.is_operator(request.user),
-        "can_replay": (roles.is_operator(request.user) and job.kind == Job.Kind.RECONCILE
-                       and job.status == Job.Status.DONE and (counts["safe"] or counts["in_doubt"])),
+        "can_replay": (
+            roles.is_operator(request.user)
+            and job.kind == Job.Kind.RECONCILE
+            and job.status == Job.Status.DONE
+            and (counts["safe"] or counts["in_doubt"])
+        ),
     }
 
 
@@ -130,8 +135,13 @@ def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
     job = _get_job_for_user(request, job_id, act_on=True)
     only = request.POST.get("only", Job.Only.SAFE)
     try:
-        replay, _ = bulk.replay(request.user, {"job": job.pk}, shown_filter={"job": str(job.pk)}, only=only,
-                                reason=request.POST.get("reason", "")[:2000])
+        replay, _ = bulk.replay(
+            request.user,
+            {"job": job.pk},
+            shown_filter={"job": str(job.pk)},
+            only=only,
+            reason=request.POST.get("reason", "")[:2000],
+        )
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(_job_url(job))

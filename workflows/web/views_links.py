@@ -13,8 +13,8 @@ from django.views.decorators.http import require_http_methods
 
 from workflows.errors import DomainError
 from workflows.operations import links
-from workflows.web.auth import ask_to_sign_in_again, signed_in_recently
 from workflows.web import seen
+from workflows.web.auth import ask_to_sign_in_again, signed_in_recently
 from workflows.web.views import _detail_url, _with_review_facts
 
 
@@ -29,8 +29,12 @@ def review_link(request: HttpRequest, token: str) -> HttpResponse:
         if not signed_in_recently(request):
             return ask_to_sign_in_again(request, request.path)
         try:
-            links.decide(token, request.user, comment=request.POST.get("comment", "")[:4000],
-                         preview_digests=seen.previews_shown(request))
+            links.decide(
+                token,
+                request.user,
+                comment=request.POST.get("comment", "")[:4000],
+                preview_digests=seen.previews_shown(request),
+            )
         except DomainError as exc:
             messages.error(request, exc.message)
             return redirect(request.path)

@@ -42,9 +42,12 @@ class PolicyForm(forms.Form):
     review_deadline_seconds = forms.IntegerField(required=False)
     review_reminder_seconds = forms.IntegerField(required=False)
     escalation_group = forms.CharField(required=False, max_length=150, empty_value=None)
-    reviewer_group = forms.CharField(required=False, max_length=150, label="Reviewer group",
-                                     help_text="Only its members may approve a plan using this action; empty: any "
-                                               "reviewer of the plan's team.")
+    reviewer_group = forms.CharField(
+        required=False,
+        max_length=150,
+        label="Reviewer group",
+        help_text="Only its members may approve a plan using this action; empty: any reviewer of the plan's team.",
+    )
     reason = forms.CharField(max_length=2000)
     version = forms.IntegerField(widget=forms.HiddenInput)
 
@@ -69,11 +72,17 @@ def _detail_context(request: HttpRequest, rules: ActionPolicy, form: PolicyForm 
         "policy": rules,
         "state": limits.state(rules.action),
         "form": form,
-        "pending": [{"change": change, "can_decide": roles.is_operator(request.user)
-                     and change.requested_by_id != request.user.pk}
-                    for change in policies.pending(rules.action)],
-        "recent": PolicyChange.objects.filter(action=rules.action).exclude(status="PENDING")
-                  .select_related("requested_by", "decided_by").order_by("-created_at")[:10],
+        "pending": [
+            {
+                "change": change,
+                "can_decide": roles.is_operator(request.user) and change.requested_by_id != request.user.pk,
+            }
+            for change in policies.pending(rules.action)
+        ],
+        "recent": PolicyChange.objects.filter(action=rules.action)
+        .exclude(status="PENDING")
+        .select_related("requested_by", "decided_by")
+        .order_by("-created_at")[:10],
         "can_change": roles.is_operator(request.user),
     }
 
@@ -110,8 +119,9 @@ def policy_detail(request: HttpRequest, name: str) -> HttpResponse:
                 form.add_error(field if field in form.fields else None, message)
             if not exc.fields:
                 form.add_error(None, exc.message)
-            return render(request, "workflows/policy_detail.html", _detail_context(request, rules, form),
-                          status=exc.status)
+            return render(
+                request, "workflows/policy_detail.html", _detail_context(request, rules, form), status=exc.status
+            )
         if result.request is not None:
             messages.success(request, "This change loosens the policy: it is waiting for a second operator.")
         elif result.applied:
@@ -134,12 +144,17 @@ def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpR
     change = get_object_or_404(PolicyChange.objects.select_related("requested_by"), pk=change_id)
 
     def pending() -> HttpResponse:
-        return render(request, "workflows/policy_detail.html#pending",
-                      _detail_context(request, _get_policy(change.action)))
+        return render(
+            request, "workflows/policy_detail.html#pending", _detail_context(request, _get_policy(change.action))
+        )
 
-    return act(request, lambda: decision(change, by=request.user, reason=request.POST.get("reason", "")[:2000]),
-               done=f"{done}: policy change of {change.action}",
-               back=reverse("policy_detail", kwargs={"name": change.action}), partial=pending)
+    return act(
+        request,
+        lambda: decision(change, by=request.user, reason=request.POST.get("reason", "")[:2000]),
+        done=f"{done}: policy change of {change.action}",
+        back=reverse("policy_detail", kwargs={"name": change.action}),
+        partial=pending,
+    )
 
 
 @login_required

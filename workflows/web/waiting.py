@@ -48,8 +48,12 @@ IDLE_SECONDS = 5.0
 # The key of the ASGI scope under which the front offers to park a request.
 PARKING = "durableconsole.parking"
 
-DECISIONS = {WorkflowStatus.APPROVED: "approved", WorkflowStatus.REJECTED: "rejected",
-             WorkflowStatus.EXPIRED: "expired", WorkflowStatus.CANCELLED: "cancelled"}
+DECISIONS = {
+    WorkflowStatus.APPROVED: "approved",
+    WorkflowStatus.REJECTED: "rejected",
+    WorkflowStatus.EXPIRED: "expired",
+    WorkflowStatus.CANCELLED: "cancelled",
+}
 
 
 def reached(status: str, until: Until) -> bool:
@@ -63,9 +67,12 @@ def decision(workflow: Workflow) -> str | None:
     moved on since (RUNNING, COMPLETE, ...)."""
     if workflow.status == WorkflowStatus.PLANNED:
         return None
-    moved_to = (AuditEvent.objects.filter(workflow_id=workflow.pk, object_type="workflow",
-                                          data__from=WorkflowStatus.PLANNED)
-                .order_by("id").values_list("data__to", flat=True).first())
+    moved_to = (
+        AuditEvent.objects.filter(workflow_id=workflow.pk, object_type="workflow", data__from=WorkflowStatus.PLANNED)
+        .order_by("id")
+        .values_list("data__to", flat=True)
+        .first()
+    )
     return DECISIONS.get(moved_to)
 
 
@@ -281,8 +288,9 @@ class Parking:
         return HttpResponse(status=204)
 
 
-def wait_for(request, workflow_id: UUID, until: Until, seconds: int,
-             read: Callable[[], Workflow]) -> Workflow | HttpResponse:
+def wait_for(
+    request, workflow_id: UUID, until: Until, seconds: int, read: Callable[[], Workflow]
+) -> Workflow | HttpResponse:
     """The workflow once it reached `until`, or as it stands after
     `seconds`; under the front, a parked placeholder instead of waiting.
     `read` checks visibility (404) and loads what the answer shows."""

@@ -58,9 +58,11 @@ def parse(url: str) -> Target:
     if len(url) > MAX_URL_LENGTH:
         raise AddressRefused(f"At most {MAX_URL_LENGTH} characters.")
     if not _URL_CHARACTERS.fullmatch(url) or _BAD_ESCAPE.search(url):
-        raise AddressRefused("Use only the characters of RFC 3986 (no spaces, backslashes or non-ASCII; "
-                             "percent-encode the rest, and write an international host name in its xn-- form), "
-                             "and no #fragment.")
+        raise AddressRefused(
+            "Use only the characters of RFC 3986 (no spaces, backslashes or non-ASCII; "
+            "percent-encode the rest, and write an international host name in its xn-- form), "
+            "and no #fragment."
+        )
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -36,8 +36,10 @@ def cipher() -> MultiFernet:
     if settings.WEBHOOK_SECRET_KEYS:
         return parse_fernet_keys(settings.WEBHOOK_SECRET_KEYS)
     if not settings.DEBUG:
-        raise ImproperlyConfigured("WEBHOOK_SECRET_KEYS must be set to make or use webhook secrets when DEBUG is "
-                                   "off (comma-separated Fernet keys, see README: Webhooks)")
+        raise ImproperlyConfigured(
+            "WEBHOOK_SECRET_KEYS must be set to make or use webhook secrets when DEBUG is "
+            "off (comma-separated Fernet keys, see README: Webhooks)"
+        )
     return parse_fernet_keys([_development_key()], name=str(settings.VAR_DIR / "webhook-key"))
 
 

@@ -75,8 +75,11 @@ def claim(limit: int = BATCH) -> list[Job]:
     lease_end = now + timedelta(seconds=lease_seconds())
     jobs = []
     for delivery in WebhookDelivery.objects.due(now).select_related("endpoint").order_by("next_attempt_at")[:limit]:
-        taken = WebhookDelivery.objects.due(now).filter(pk=delivery.pk, fence=delivery.fence).update(
-            fence=F("fence") + 1, attempts=F("attempts") + 1, next_attempt_at=lease_end)
+        taken = (
+            WebhookDelivery.objects.due(now)
+            .filter(pk=delivery.pk, fence=delivery.fence)
+            .update(fence=F("fence") + 1, attempts=F("attempts") + 1, next_attempt_at=lease_end)
+        )
         if not taken:
             continue
         delivery.fence += 1
@@ -128,18 +131,36 @@ def record(job: Job) -> None:
         return
     failures = delivery.attempts - delivery.retry_base
     if not job.permanent and failures < settings.WEBHOOK_MAX_ATTEMPTS:
-        mine.update(next_attempt_at=now + timedelta(seconds=backoff(failures)), last_status_code=job.status_code,
-                    last_error=job.error)
+        mine.update(
+            next_attempt_at=now + timedelta(seconds=backoff(failures)),
+            last_status_code=job.status_code,
+            last_error=job.error,
+        )
         return
     with transaction.atomic():
-        if mine.update(status=Status.DEAD, next_attempt_at=None, last_status_code=job.status_code,
-                       last_error=job.error):
-            journal.append(actor="worker", verb="webhook.dead_lettered", obj_type="webhook_delivery",
-                           obj_id=delivery.pk, workflow_id=delivery.workflow_id,
-                           data={"event": delivery.event, "webhook_id": delivery.webhook_id,
-                                 "attempts": failures, "error": job.error})
-    log.warning("webhook %s (%s) dead-lettered after %d attempt(s): %s", delivery.webhook_id, delivery.event,
-                failures, job.error)
+        if mine.update(
+            status=Status.DEAD, next_attempt_at=None, last_status_code=job.status_code, last_error=job.error
+        ):
+            journal.append(
+                actor="worker",
+                verb="webhook.dead_lettered",
+                obj_type="webhook_delivery",
+                obj_id=delivery.pk,
+                workflow_id=delivery.workflow_id,
+                data={
+                    "event": delivery.event,
+                    "webhook_id": delivery.webhook_id,
+                    "attempts": failures,
+                    "error": job.error,
+                },
+            )
+    log.warning(
+        "webhook %s (%s) dead-lettered after %d attempt(s): %s",
+        delivery.webhook_id,
+        delivery.event,
+        failures,
+        job.error,
+    )
 
 
 def deliver_due(budget_seconds: float = 30.0) -> int:
@@ -171,11 +192,17 @@ def replay(delivery: WebhookDelivery, *, by, reason: str) -> WebhookDelivery:
     now = timezone.now()
     with transaction.atomic():
         if not WebhookDelivery.objects.filter(pk=delivery.pk, status=Status.DEAD).update(
-                status=Status.PENDING, retry_base=F("attempts"), next_attempt_at=now):
+            status=Status.PENDING, retry_base=F("attempts"), next_attempt_at=now
+        ):
             raise WrongState("Only a dead-lettered delivery can be replayed.")
-        journal.append(actor=by, verb="webhook.replayed", obj_type="webhook_delivery", obj_id=delivery.pk,
-                       workflow_id=delivery.workflow_id,
-                       data={"event": delivery.event, "webhook_id": delivery.webhook_id, "reason": reason})
+        journal.append(
+            actor=by,
+            verb="webhook.replayed",
+            obj_type="webhook_delivery",
+            obj_id=delivery.pk,
+            workflow_id=delivery.workflow_id,
+            data={"event": delivery.event, "webhook_id": delivery.webhook_id, "reason": reason},
+        )
         wakeups.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
     delivery.refresh_from_db()
     return delivery

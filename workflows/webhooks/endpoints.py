@@ -9,8 +9,8 @@ from django.db import transaction
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.errors import DomainError
-from workflows.webhooks import keys, outbound
 from workflows.models import Team
+from workflows.webhooks import keys, outbound
 from workflows.webhooks.models import WebhookEndpoint
 
 EDITABLE = ("url", "description", "enabled")
@@ -45,17 +45,24 @@ def team_for(user, name: str | None) -> Team:
     return team
 
 
-def create(*, by, url: str, description: str = "", enabled: bool = True,
-           team: str | None = None) -> tuple[WebhookEndpoint, str]:
+def create(
+    *, by, url: str, description: str = "", enabled: bool = True, team: str | None = None
+) -> tuple[WebhookEndpoint, str]:
     """The new endpoint and its secret (returned this once)."""
     _check({"url": url, "description": description})
     chosen = team_for(by, team)
     with transaction.atomic():
-        endpoint = WebhookEndpoint.objects.create(url=url, description=description, enabled=enabled, created_by=by,
-                                                  team=chosen)
+        endpoint = WebhookEndpoint.objects.create(
+            url=url, description=description, enabled=enabled, created_by=by, team=chosen
+        )
         secret = keys.issue(endpoint=endpoint)
-        journal.append(actor=by, verb="webhook_endpoint.created", obj_type="webhook_endpoint", obj_id=endpoint.pk,
-                       data={"url": url, "enabled": enabled, "team": chosen.name})
+        journal.append(
+            actor=by,
+            verb="webhook_endpoint.created",
+            obj_type="webhook_endpoint",
+            obj_id=endpoint.pk,
+            data={"url": url, "enabled": enabled, "team": chosen.name},
+        )
     return endpoint, secret
 
 
@@ -65,8 +72,13 @@ def update(endpoint: WebhookEndpoint, *, by, changes: dict) -> WebhookEndpoint:
         for name, value in changes.items():
             setattr(endpoint, name, value)
         endpoint.save(update_fields=list(changes))
-        journal.append(actor=by, verb="webhook_endpoint.changed", obj_type="webhook_endpoint", obj_id=endpoint.pk,
-                       data={name: changes[name] for name in changes})
+        journal.append(
+            actor=by,
+            verb="webhook_endpoint.changed",
+            obj_type="webhook_endpoint",
+            obj_id=endpoint.pk,
+            data={name: changes[name] for name in changes},
+        )
     return endpoint
 
 
@@ -74,14 +86,20 @@ def rotate_secret(endpoint: WebhookEndpoint, *, by) -> str:
     """A new secret; the old one keeps signing for WEBHOOK_ROTATION_HOURS."""
     with transaction.atomic():
         secret = keys.issue(endpoint=endpoint, rotate=True)
-        journal.append(actor=by, verb="webhook_endpoint.secret_rotated", obj_type="webhook_endpoint",
-                       obj_id=endpoint.pk, data={})
+        journal.append(
+            actor=by, verb="webhook_endpoint.secret_rotated", obj_type="webhook_endpoint", obj_id=endpoint.pk, data={}
+        )
     return secret
 
 
 def delete(endpoint: WebhookEndpoint, *, by) -> None:
     """Removes the endpoint with its secrets and its deliveries, sent or not."""
     with transaction.atomic():
-        journal.append(actor=by, verb="webhook_endpoint.deleted", obj_type="webhook_endpoint", obj_id=endpoint.pk,
-                       data={"url": endpoint.url})
+        journal.append(
+            actor=by,
+            verb="webhook_endpoint.deleted",
+            obj_type="webhook_endpoint",
+            obj_id=endpoint.pk,
+            data={"url": endpoint.url},
+        )
         endpoint.delete()

@@ -70,17 +70,39 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
         return 0
     now = timezone.now()
     rows = []
-    for workflow in (Workflow.objects.filter(pk__in=listened).select_related("submitted_by")
-                     .prefetch_related("steps__attempts", "steps__compensates")):
-        body = json.dumps({"type": event, "timestamp": now.isoformat().replace("+00:00", "Z"),
-                           "data": {"workflow": workflow_out(workflow), **(extra or {})}},
-                          cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False)
-        rows += [WebhookDelivery(event=event, workflow=workflow, endpoint_id=pk, body=body, next_attempt_at=now,
-                                 created_at=now) for pk in endpoints.get(workflow.team_id, ())]
+    for workflow in (
+        Workflow.objects.filter(pk__in=listened)
+        .select_related("submitted_by")
+        .prefetch_related("steps__attempts", "steps__compensates")
+    ):
+        body = json.dumps(
+            {
+                "type": event,
+                "timestamp": now.isoformat().replace("+00:00", "Z"),
+                "data": {"workflow": workflow_out(workflow), **(extra or {})},
+            },
+            cls=DjangoJSONEncoder,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        rows += [
+            WebhookDelivery(
+                event=event, workflow=workflow, endpoint_id=pk, body=body, next_attempt_at=now, created_at=now
+            )
+            for pk in endpoints.get(workflow.team_id, ())
+        ]
         if workflow.pk in callbacks:
-            rows.append(WebhookDelivery(event=event, workflow=workflow, url=callbacks[workflow.pk],
-                                        signer_id=workflow.submitted_by_id, body=body, next_attempt_at=now,
-                                        created_at=now))
+            rows.append(
+                WebhookDelivery(
+                    event=event,
+                    workflow=workflow,
+                    url=callbacks[workflow.pk],
+                    signer_id=workflow.submitted_by_id,
+                    body=body,
+                    next_attempt_at=now,
+                    created_at=now,
+                )
+            )
     WebhookDelivery.objects.bulk_create(rows)
     wakeups.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
     return len(rows)

@@ -32,8 +32,9 @@ def new_secret() -> str:
 
 
 def store(secret: str, *, user=None, endpoint=None) -> WebhookSecret:
-    return WebhookSecret.objects.create(user=user, endpoint=endpoint,
-                                        encrypted=cipher().encrypt(secret.encode()).decode())
+    return WebhookSecret.objects.create(
+        user=user, endpoint=endpoint, encrypted=cipher().encrypt(secret.encode()).decode()
+    )
 
 
 def issue(*, user=None, endpoint=None, rotate: bool = False) -> str:
@@ -47,7 +48,8 @@ def issue(*, user=None, endpoint=None, rotate: bool = False) -> str:
             # No secret signs past the overlap, however long an earlier rotation gave it.
             cutoff = timezone.now() + timedelta(hours=settings.WEBHOOK_ROTATION_HOURS)
             WebhookSecret.objects.filter(owner).filter(Q(retires_at__isnull=True) | Q(retires_at__gt=cutoff)).update(
-                retires_at=cutoff)
+                retires_at=cutoff
+            )
         else:
             WebhookSecret.objects.filter(owner).delete()
         store(secret, user=user, endpoint=endpoint)
@@ -57,25 +59,31 @@ def issue(*, user=None, endpoint=None, rotate: bool = False) -> str:
 def live_secrets(*, user_id=None, endpoint_id=None) -> list[bytes]:
     """The decoded keys that sign for this owner now, newest first."""
     owner = Q(user_id=user_id) if user_id is not None else Q(endpoint_id=endpoint_id)
-    rows = (WebhookSecret.objects.filter(owner)
-            .filter(Q(retires_at__isnull=True) | Q(retires_at__gt=timezone.now())).order_by("-created_at", "-id"))
+    rows = (
+        WebhookSecret.objects.filter(owner)
+        .filter(Q(retires_at__isnull=True) | Q(retires_at__gt=timezone.now()))
+        .order_by("-created_at", "-id")
+    )
     keys = []
     for row in rows:
         try:
             secret = cipher().decrypt(row.encrypted.encode()).decode()
         except InvalidToken:
-            raise ImproperlyConfigured("a webhook secret does not decrypt under WEBHOOK_SECRET_KEYS: "
-                                       "keep the key that encrypted it listed") from None
+            raise ImproperlyConfigured(
+                "a webhook secret does not decrypt under WEBHOOK_SECRET_KEYS: keep the key that encrypted it listed"
+            ) from None
         keys.append(base64.b64decode(secret.removeprefix(PREFIX)))
     return keys
 
 
 def has_secret(user) -> bool:
-    return WebhookSecret.objects.filter(user=user).filter(
-        Q(retires_at__isnull=True) | Q(retires_at__gt=timezone.now())).exists()
+    return (
+        WebhookSecret.objects.filter(user=user)
+        .filter(Q(retires_at__isnull=True) | Q(retires_at__gt=timezone.now()))
+        .exists()
+    )
 
 
 def signature(keys: list[bytes], webhook_id: str, timestamp: int, body: bytes) -> str:
     signed = f"{webhook_id}.{timestamp}.".encode() + body
-    return " ".join("v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-                    for key in keys)
+    return " ".join("v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode() for key in keys)

@@ -24,8 +24,9 @@ class WebhookEndpoint(models.Model):
     """An operator's receiver of every event of one team's plans."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    team = models.ForeignKey("workflows.Team", on_delete=models.PROTECT, related_name="+",
-                             default=teams.default_team_id)
+    team = models.ForeignKey(
+        "workflows.Team", on_delete=models.PROTECT, related_name="+", default=teams.default_team_id
+    )
     url = models.CharField(max_length=2048)
     description = models.CharField(max_length=200, blank=True, default="")
     enabled = models.BooleanField(default=True)
@@ -43,18 +44,21 @@ class WebhookSecret(models.Model):
     (it signs the callbacks of that user's plans) or an endpoint's. A secret
     replaced by rotation keeps signing until `retires_at`."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
-                             related_name="+")
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, null=True, blank=True,
-                                 related_name="secrets")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, null=True, blank=True, related_name="secrets"
+    )
     encrypted = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
     retires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(user__isnull=True) ^ Q(endpoint__isnull=True),
-                                   name="webhook_secret_one_owner"),
+            models.CheckConstraint(
+                condition=Q(user__isnull=True) ^ Q(endpoint__isnull=True), name="webhook_secret_one_owner"
+            ),
         ]
 
 
@@ -88,11 +92,13 @@ class WebhookDelivery(models.Model):
     workflow = models.ForeignKey("workflows.Workflow", on_delete=models.CASCADE, related_name="+")
     # An operator's endpoint, or none: the plan's own callback_url, signed
     # with the secrets of `signer` (the plan's submitter).
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, null=True, blank=True,
-                                 related_name="deliveries")
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries"
+    )
     url = models.CharField(max_length=2048, blank=True, default="")
-    signer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
-                               related_name="+")
+    signer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
     body = models.TextField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)

@@ -32,13 +32,13 @@ from django.conf import settings
 from requests.adapters import HTTPAdapter
 
 from workflows.audit.redaction import find_credential
+
 # The one parse, and what it refuses with, are used through this module too.
 from workflows.webhooks.addresses import AddressRefused, Target, parse  # noqa: F401
 
 # Instance metadata of the clouds (EC2 and GCE, EC2 over IPv6, Alibaba) and
 # ECS task credentials: refused even with WEBHOOK_ALLOW_PRIVATE.
-METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200",
-                                              "169.254.170.2")}
+METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")}
 # IPv6 prefixes whose last 32 bits are an IPv4 address a gateway forwards
 # to: NAT64 (well-known and local-use) and the deprecated IPv4-compatible form.
 LAST_32_BITS_IPV4 = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
@@ -116,9 +116,11 @@ def resolve(target: Target) -> str:
     if not addresses:
         raise Unresolvable(f"{target.host} has no address")
     if any(refused(address) for address in addresses):
-        raise AddressRefused(f"{target.host} resolves to an address that is not allowed (loopback, private, "
-                             "link-local, metadata, or an IPv6 address that embeds one; WEBHOOK_ALLOW_PRIVATE=1 "
-                             "allows all but metadata)")
+        raise AddressRefused(
+            f"{target.host} resolves to an address that is not allowed (loopback, private, "
+            "link-local, metadata, or an IPv6 address that embeds one; WEBHOOK_ALLOW_PRIVATE=1 "
+            "allows all but metadata)"
+        )
     return str(addresses[0])
 
 
@@ -169,8 +171,9 @@ def send(method: str, url: str, *, headers: dict, timeout, data=None, json=None,
     target = checked(url)
     address = resolve(target)
     session = _session()
-    prepared = session.prepare_request(requests.Request(method, target.url, headers=headers, data=data, json=json,
-                                                        auth=auth))
+    prepared = session.prepare_request(
+        requests.Request(method, target.url, headers=headers, data=data, json=json, auth=auth)
+    )
     prepared.headers["Host"] = target.netloc
     prepared.pinned = (target, address)
     return session.send(prepared, allow_redirects=False, timeout=timeout, proxies={}, verify=session.verify)

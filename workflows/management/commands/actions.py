@@ -11,9 +11,14 @@ def describe(name: str) -> dict:
     action = actions.get(name)
     # getattr: a flag an older action class predates reads as off.
     flags = {flag: getattr(action, flag, False) for flag in FLAGS}
-    return {"name": name, "source": actions.source(name).as_json(), **flags,
-            "irreversible": action.irreversible, "compensation": action.compensation,
-            "args_schema": catalog.args_schema(action)}
+    return {
+        "name": name,
+        "source": actions.source(name).as_json(),
+        **flags,
+        "irreversible": action.irreversible,
+        "compensation": action.compensation,
+        "args_schema": catalog.args_schema(action),
+    }
 
 
 def _arguments(schema: dict) -> str:
@@ -21,17 +26,22 @@ def _arguments(schema: dict) -> str:
     if not properties:
         return "any JSON object" if schema.get("additionalProperties", True) is not False else "none"
     required = set(schema.get("required", []))
-    return "; ".join(f"{field} ({spec.get('type', 'see schema')}{', required' if field in required else ''})"
-                     for field, spec in properties.items())
+    return "; ".join(
+        f"{field} ({spec.get('type', 'see schema')}{', required' if field in required else ''})"
+        for field, spec in properties.items()
+    )
 
 
 class Command(BaseCommand):
-    help = ("List every installed action: where it comes from (package and version, or module), its flags, "
-            "compensation and argument schema; and the plugins left out (ACTION_PLUGINS_STRICT=0), with why.")
+    help = (
+        "List every installed action: where it comes from (package and version, or module), its flags, "
+        "compensation and argument schema; and the plugins left out (ACTION_PLUGINS_STRICT=0), with why."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", dest="as_json",
-                            help="One JSON document, with the full argument schemas.")
+        parser.add_argument(
+            "--json", action="store_true", dest="as_json", help="One JSON document, with the full argument schemas."
+        )
 
     def handle(self, *args, as_json=False, **options):
         described = [describe(name) for name in actions.names()]
@@ -52,4 +62,3 @@ class Command(BaseCommand):
             self.stdout.write(f"\nLeft out ({len(problems)}):")
             for problem in problems:
                 self.stdout.write(f"  - {problem}")
-

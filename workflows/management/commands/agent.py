@@ -5,8 +5,10 @@ from workflows.operations import sessions
 
 
 class Command(BaseCommand):
-    help = ("Agents' accounts: `enable NAME` re-enables the tokens stopped when the agent's owner was signed out "
-            "or removed at the identity provider (audited as agent.enabled).")
+    help = (
+        "Agents' accounts: `enable NAME` re-enables the tokens stopped when the agent's owner was signed out "
+        "or removed at the identity provider (audited as agent.enabled)."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="verb", required=True)

@@ -13,25 +13,41 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than", metavar="AGE",
-                            help="Archive workflows last changed longer ago than this (90d, 12h, 30m) in every "
-                                 "team. Left out: each team's retention_days (teams without one are kept).")
+        parser.add_argument(
+            "--older-than",
+            metavar="AGE",
+            help="Archive workflows last changed longer ago than this (90d, 12h, 30m) in every "
+            "team. Left out: each team's retention_days (teams without one are kept).",
+        )
         parser.add_argument("--to", required=True, metavar="DIR", help="A new (or empty) directory for the archive.")
-        parser.add_argument("--batch", type=int, default=archive.DEFAULT_BATCH,
-                            help=f"Workflows per file chunk and per delete transaction (default "
-                                 f"{archive.DEFAULT_BATCH}).")
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=archive.DEFAULT_BATCH,
+            help=f"Workflows per file chunk and per delete transaction (default {archive.DEFAULT_BATCH}).",
+        )
 
     def handle(self, *args, older_than=None, to=None, batch=None, **options):
         try:
             age = archive.parse_age(older_than) if older_than is not None else None
-            done = archive.write(Path(to), older_than=age, batch=batch, by="manage.py archive",
-                                 progress=lambda text: self.stdout.write(text))
+            done = archive.write(
+                Path(to),
+                older_than=age,
+                batch=batch,
+                by="manage.py archive",
+                progress=lambda text: self.stdout.write(text),
+            )
         except archive.ArchiveError as exc:
             raise CommandError(str(exc))
         if done.archive is None:
             return
-        self.stdout.write(f"Archived {done.workflows} workflows to {done.directory} (manifest {done.digest}); "
-                          f"deleted {done.deleted} from the database.")
+        self.stdout.write(
+            f"Archived {done.workflows} workflows to {done.directory} (manifest {done.digest}); "
+            f"deleted {done.deleted} from the database."
+        )
         if done.kept:
-            self.stdout.write(f"{len(done.kept)} changed while being archived and were kept in the database: "
-                              + ", ".join(done.kept[:20]) + (" ..." if len(done.kept) > 20 else ""))
+            self.stdout.write(
+                f"{len(done.kept)} changed while being archived and were kept in the database: "
+                + ", ".join(done.kept[:20])
+                + (" ..." if len(done.kept) > 20 else "")
+            )

@@ -39,7 +39,9 @@ def _latencies(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(item) for item in text.split(",") if item.strip())
     except ValueError:
-        raise CommandError(f"--remote-latency-ms takes comma-separated milliseconds, e.g. 0,100,300; got {text!r}") from None
+        raise CommandError(
+            f"--remote-latency-ms takes comma-separated milliseconds, e.g. 0,100,300; got {text!r}"
+        ) from None
     if not values or min(values) < 0 or max(values) > 60_000:
         raise CommandError(f"--remote-latency-ms needs at least one value, each 0 to 60000; got {text!r}")
     return values
@@ -49,8 +51,12 @@ class Command(BaseCommand):
     help = "Measure raw and durable throughput, latency, recovery, page times and worker memory."
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=common.MEMORY_STEPS,
-                            help="noop steps per cluster run (b); memory (f) is judged from 100000 up")
+        parser.add_argument(
+            "--steps",
+            type=int,
+            default=common.MEMORY_STEPS,
+            help="noop steps per cluster run (b); memory (f) is judged from 100000 up",
+        )
         parser.add_argument("--steps-per-workflow", type=int, default=5)
         parser.add_argument("--clusters", default="1,2", help="cluster counts to run (b) with")
         parser.add_argument("--workers-per-cluster", type=int, default=settings.Q_CLUSTER["workers"])
@@ -62,16 +68,30 @@ class Command(BaseCommand):
         parser.add_argument("--seed-events", type=int, default=100_000)
         parser.add_argument("--page-requests", type=int, default=30)
         parser.add_argument("--lease-seconds", type=float, default=10.0, help="STEP_LEASE_SECONDS of the clusters")
-        parser.add_argument("--remote-latency-ms", default="0,100,300",
-                            help="(g): the desk's latency fault for each remote run, in ms")
-        parser.add_argument("--remote-steps", type=int, default=common.REMOTE_STEPS,
-                            help="(g): ticket.create steps per remote run; memory is judged from 100000 up")
-        parser.add_argument("--waiters", type=int, default=common.WAITERS,
-                            help="(h): agents waiting at once on one web process")
-        parser.add_argument("--dead-letters", type=int, default=common.DEAD_LETTERS,
-                            help="(i): dead letters reconciled and replayed in bulk")
-        parser.add_argument("--archive-workflows", type=int, default=common.ARCHIVE_WORKFLOWS,
-                            help="(j): finished workflows seeded, then archived while a cluster runs")
+        parser.add_argument(
+            "--remote-latency-ms", default="0,100,300", help="(g): the desk's latency fault for each remote run, in ms"
+        )
+        parser.add_argument(
+            "--remote-steps",
+            type=int,
+            default=common.REMOTE_STEPS,
+            help="(g): ticket.create steps per remote run; memory is judged from 100000 up",
+        )
+        parser.add_argument(
+            "--waiters", type=int, default=common.WAITERS, help="(h): agents waiting at once on one web process"
+        )
+        parser.add_argument(
+            "--dead-letters",
+            type=int,
+            default=common.DEAD_LETTERS,
+            help="(i): dead letters reconciled and replayed in bulk",
+        )
+        parser.add_argument(
+            "--archive-workflows",
+            type=int,
+            default=common.ARCHIVE_WORKFLOWS,
+            help="(j): finished workflows seeded, then archived while a cluster runs",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -80,22 +100,43 @@ class Command(BaseCommand):
         skip = frozenset(part.strip() for part in opts["skip"].split(",") if part.strip())
         if skip - set(common.SECTIONS):
             raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
-        if min(opts["steps"], opts["steps_per_workflow"], opts["workers_per_cluster"], opts["latency_samples"],
-               opts["recovery_runs"], opts["page_requests"], opts["remote_steps"], opts["waiters"], opts["dead_letters"],
-               opts["archive_workflows"]) < 1 \
-                or opts["raw_seconds"] <= 0:
+        if (
+            min(
+                opts["steps"],
+                opts["steps_per_workflow"],
+                opts["workers_per_cluster"],
+                opts["latency_samples"],
+                opts["recovery_runs"],
+                opts["page_requests"],
+                opts["remote_steps"],
+                opts["waiters"],
+                opts["dead_letters"],
+                opts["archive_workflows"],
+            )
+            < 1
+            or opts["raw_seconds"] <= 0
+        ):
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         base = Path(settings.VAR_DIR) / "bench"
         options = common.Options(
-            steps=opts["steps"], steps_per_workflow=opts["steps_per_workflow"],
-            clusters=_numbers(opts["clusters"], "--clusters"), workers_per_cluster=opts["workers_per_cluster"],
-            raw_seconds=opts["raw_seconds"], raw_clients=_numbers(opts["raw_clients"], "--raw-clients"),
-            latency_samples=opts["latency_samples"], recovery_runs=opts["recovery_runs"],
-            seed_workflows=opts["seed_workflows"], seed_events=opts["seed_events"],
-            page_requests=opts["page_requests"], lease_seconds=opts["lease_seconds"], skip=skip,
-            remote_latency_ms=_latencies(opts["remote_latency_ms"]), remote_steps=opts["remote_steps"],
-            waiters=opts["waiters"], dead_letters=opts["dead_letters"],
+            steps=opts["steps"],
+            steps_per_workflow=opts["steps_per_workflow"],
+            clusters=_numbers(opts["clusters"], "--clusters"),
+            workers_per_cluster=opts["workers_per_cluster"],
+            raw_seconds=opts["raw_seconds"],
+            raw_clients=_numbers(opts["raw_clients"], "--raw-clients"),
+            latency_samples=opts["latency_samples"],
+            recovery_runs=opts["recovery_runs"],
+            seed_workflows=opts["seed_workflows"],
+            seed_events=opts["seed_events"],
+            page_requests=opts["page_requests"],
+            lease_seconds=opts["lease_seconds"],
+            skip=skip,
+            remote_latency_ms=_latencies(opts["remote_latency_ms"]),
+            remote_steps=opts["remote_steps"],
+            waiters=opts["waiters"],
+            dead_letters=opts["dead_letters"],
             archive_workflows=opts["archive_workflows"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),

@@ -27,15 +27,25 @@ class Command(BaseCommand):
         parser.add_argument("--seconds", type=float, default=120.0, help="how long to keep killing")
         parser.add_argument("--kill-every", type=float, default=2.0, help="mean seconds between kills")
         parser.add_argument("--seed", type=int, default=1)
-        parser.add_argument("--settle-seconds", type=float, default=120.0,
-                            help="how long to wait, after the kills, for every workflow to settle")
+        parser.add_argument(
+            "--settle-seconds",
+            type=float,
+            default=120.0,
+            help="how long to wait, after the kills, for every workflow to settle",
+        )
         parser.add_argument("--lease-seconds", type=float, default=3.0, help="STEP_LEASE_SECONDS of the workers")
         parser.add_argument("--desk-latency-ms", type=int, default=50, help="latency injected into desk writes")
-        parser.add_argument("--desk-ignores-idempotency", action="store_true",
-                            help="the desk creates a new ticket for a repeated Idempotency-Key (lookup still works), "
-                                 "so only reconciliation stands between a crash and a duplicate")
-        parser.add_argument("--kinds", default=",".join(chaos.KINDS),
-                            help=f"comma-separated kinds of kill (default all: {','.join(chaos.KINDS)})")
+        parser.add_argument(
+            "--desk-ignores-idempotency",
+            action="store_true",
+            help="the desk creates a new ticket for a repeated Idempotency-Key (lookup still works), "
+            "so only reconciliation stands between a crash and a duplicate",
+        )
+        parser.add_argument(
+            "--kinds",
+            default=",".join(chaos.KINDS),
+            help=f"comma-separated kinds of kill (default all: {','.join(chaos.KINDS)})",
+        )
         parser.add_argument("--desk-url", help="use this ticket desk instead of starting one (no faults injected)")
         parser.add_argument("--workdir", help="logs and desk data (default var/chaos/<time>)")
         parser.add_argument("--json", dest="json_path", help="also write the result as JSON to this file")
@@ -60,9 +70,16 @@ class Command(BaseCommand):
                 clusters.append(processes.Cluster(f"cluster-{number + 1}", workdir, env).start())
             self.stdout.write(f"desk {desk_url}, {len(clusters)} clusters, logs in {workdir}")
             result = chaos.soak(
-                clusters, desk_url=desk_url, workflows=opts["workflows"], seconds=opts["seconds"],
-                kill_every=opts["kill_every"], seed=opts["seed"], settle_seconds=opts["settle_seconds"],
-                desk_faults=self._desk_faults(opts) if desk else (), kinds=kinds, log=self.stdout.write,
+                clusters,
+                desk_url=desk_url,
+                workflows=opts["workflows"],
+                seconds=opts["seconds"],
+                kill_every=opts["kill_every"],
+                seed=opts["seed"],
+                settle_seconds=opts["settle_seconds"],
+                desk_faults=self._desk_faults(opts) if desk else (),
+                kinds=kinds,
+                log=self.stdout.write,
             )
         finally:
             for cluster in clusters:

@@ -9,15 +9,21 @@ from workflows.ops import draining
 
 
 class Command(BaseCommand):
-    help = ("Stops a cluster on this host gracefully: it claims no more work, finishes the effects it has in "
-            "flight, and exits.")
+    help = (
+        "Stops a cluster on this host gracefully: it claims no more work, finishes the effects it has in "
+        "flight, and exits."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--pid", type=int, help="the cluster's main process (qcluster)")
-        parser.add_argument("--heartbeat-file", default=os.environ.get("WORKER_HEARTBEAT_FILE"),
-                            help="the cluster's liveness file, which names its pid (default: WORKER_HEARTBEAT_FILE)")
-        parser.add_argument("--timeout", type=float, default=None,
-                            help="seconds to wait for it (default: Q_TIMEOUT + 10)")
+        parser.add_argument(
+            "--heartbeat-file",
+            default=os.environ.get("WORKER_HEARTBEAT_FILE"),
+            help="the cluster's liveness file, which names its pid (default: WORKER_HEARTBEAT_FILE)",
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=None, help="seconds to wait for it (default: Q_TIMEOUT + 10)"
+        )
 
     def handle(self, *args, pid=None, heartbeat_file=None, timeout=None, **options):
         timeout = timeout if timeout is not None else settings.Q_CLUSTER["timeout"] + 10
@@ -28,5 +34,6 @@ class Command(BaseCommand):
             took = draining.drain(pid, timeout, self.stdout.write)
         except draining.DrainError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(self.style.SUCCESS(f"cluster {pid} drained in {took:.1f} s; every effect it sent has "
-                                             "its outcome recorded"))
+        self.stdout.write(
+            self.style.SUCCESS(f"cluster {pid} drained in {took:.1f} s; every effect it sent has its outcome recorded")
+        )

@@ -15,8 +15,10 @@ def _user(username: str):
 
 
 class Command(BaseCommand):
-    help = ("Accounts of one person, for four-eyes only: `link USER_A USER_B` makes two accounts one person "
-            "(neither may then approve what the other submitted or edited); `show USER` lists them.")
+    help = (
+        "Accounts of one person, for four-eyes only: `link USER_A USER_B` makes two accounts one person "
+        "(neither may then approve what the other submitted or edited); `show USER` lists them."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="verb", required=True)
@@ -36,8 +38,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{a.get_username()} and {b.get_username()} are one person ({person}).")
             return
         user = _user(options["user"])
-        names = dict(get_user_model().objects.values_list("pk", "username").filter(
-            pk__in=person_keys.accounts_of(user)))
+        names = dict(
+            get_user_model().objects.values_list("pk", "username").filter(pk__in=person_keys.accounts_of(user))
+        )
         self.stdout.write(f"person: {person_keys.key(user)}")
         self.stdout.write("accounts: " + ", ".join(sorted(names.values())))
         owned = AgentOwner.objects.filter(owner_id__in=names).select_related("agent").order_by("agent__username")

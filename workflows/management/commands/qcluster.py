@@ -8,7 +8,6 @@ from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
 from durableconsole import telemetry
-
 from workflows.audit import keys, signing
 from workflows.engine import draining, worker
 
@@ -32,6 +31,7 @@ class Command(QClusterCommand):
             cluster.stop()
             return
         stopping = []
+
         # django-q2's own handler can block forever on an Event that the
         # sentinel held when a signal to the whole process group killed it.
         # Here a signal only ends the loop; then the sentinel, if still alive,

@@ -21,8 +21,10 @@ def parse_age(text: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    help = ("Replay open dead letters chosen by id or by filter, with their original operation keys. "
-            "Shows the preview; replays only with --yes.")
+    help = (
+        "Replay open dead letters chosen by id or by filter, with their original operation keys. "
+        "Shows the preview; replays only with --yes."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--id", action="append", dest="ids", default=[], help="A dead letter id (repeatable).")
@@ -40,10 +42,16 @@ class Command(BaseCommand):
         if username and user is None:
             raise CommandError("--as must name an active operator.")
         try:
-            entries = list(deadletters.select(
-                user, ids=ids, action=action, failure_class=failure_class, workflow=workflow,
-                older_than=parse_age(older_than) if older_than else None,
-            ))
+            entries = list(
+                deadletters.select(
+                    user,
+                    ids=ids,
+                    action=action,
+                    failure_class=failure_class,
+                    workflow=workflow,
+                    older_than=parse_age(older_than) if older_than else None,
+                )
+            )
         except DomainError as exc:
             raise CommandError(exc.message) from None
         if not entries:
@@ -51,8 +59,10 @@ class Command(BaseCommand):
             return
         for item in deadletters.preview(entries):
             status = "will run" if item.will_run else "REFUSED"
-            self.stdout.write(f"{item.dead_letter.pk}  {item.step.key}  {item.step.action}  "
-                              f"operation_key={item.step.operation_key}  [{status}]")
+            self.stdout.write(
+                f"{item.dead_letter.pk}  {item.step.key}  {item.step.action}  "
+                f"operation_key={item.step.operation_key}  [{status}]"
+            )
             for check in item.checks:
                 self.stdout.write(f"    {'ok ' if check.ok else 'NO '} {check.name}: {check.detail}")
         if not yes:

@@ -18,8 +18,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, directory, workflow, jwks=None, **options):
         try:
-            restored = archive.restore(Path(directory), workflow, by="manage.py restore",
-                                       jwks=Path(jwks) if jwks else None)
+            restored = archive.restore(
+                Path(directory), workflow, by="manage.py restore", jwks=Path(jwks) if jwks else None
+            )
         except archive.ArchiveError as exc:
             raise CommandError(str(exc))
         self.stdout.write(f"Restored workflow {restored.pk} ({restored.name}, {restored.status}) read-only.")

@@ -49,8 +49,17 @@ def demo_commands(web: str, desk_port: int) -> dict[str, list[str]]:
     return {
         "web": manage + ["runserver", web, "--noreload"],
         "worker": manage + ["qcluster"],
-        "ticket desk": manage + ["ticketdesk", "--port", str(desk_port), "--require-approval-proof",
-                                 "--jwks", keys_url(web), "--audience", f"http://127.0.0.1:{desk_port}"],
+        "ticket desk": manage
+        + [
+            "ticketdesk",
+            "--port",
+            str(desk_port),
+            "--require-approval-proof",
+            "--jwks",
+            keys_url(web),
+            "--audience",
+            f"http://127.0.0.1:{desk_port}",
+        ],
     }
 
 
@@ -65,8 +74,12 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
         # The demo's receivers listen on loopback: webhooks and http.post may call them.
-        env = {"WEBHOOK_ALLOW_PRIVATE": "1", **os.environ, "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}",
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            "WEBHOOK_ALLOW_PRIVATE": "1",
+            **os.environ,
+            "TICKET_DESK_URL": f"http://127.0.0.1:{desk_port}",
+            "PYTHONUNBUFFERED": "1",
+        }
         commands = demo_commands(web, desk_port)
         children = {}
         stop = []
@@ -76,8 +89,7 @@ class Command(BaseCommand):
             for name, command in commands.items():
                 if name == "ticket desk" and not self._keys_published(keys_url(web), children, stop):
                     break
-                children[name] = subprocess.Popen(command, env=env, start_new_session=True,
-                                                  preexec_fn=_die_with_parent)
+                children[name] = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent)
             else:
                 self._announce(web, desk_port)
             while not stop:

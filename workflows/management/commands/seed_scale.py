@@ -1,6 +1,6 @@
 """`seed_scale`: bulk history for measuring the console at scale (see workflows.ops.seed).
 
-    python manage.py seed_scale --workflows 100000 --events 1000000 [--batch 5000]
+python manage.py seed_scale --workflows 100000 --events 1000000 [--batch 5000]
 """
 
 import time

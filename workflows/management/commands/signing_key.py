@@ -7,8 +7,10 @@ from workflows.audit import signing
 
 
 class Command(BaseCommand):
-    help = ("Manage the Ed25519 signing key set (SIGNING_KEYS_FILE): add a key and make it current, or retire one "
-            "(it signs nothing more and stays published for SIGNING_KEY_OVERLAP_HOURS). Without an option, list it.")
+    help = (
+        "Manage the Ed25519 signing key set (SIGNING_KEYS_FILE): add a key and make it current, or retire one "
+        "(it signs nothing more and stays published for SIGNING_KEY_OVERLAP_HOURS). Without an option, list it."
+    )
 
     def add_arguments(self, parser):
         group = parser.add_mutually_exclusive_group()
@@ -24,7 +26,9 @@ class Command(BaseCommand):
             if retire:
                 key = signing.retire(retire)
                 until = key.retired + timedelta(hours=settings.SIGNING_KEY_OVERLAP_HOURS)
-                self.stdout.write(f"retired {key.kid}: it signs nothing more; published until {until:%Y-%m-%d %H:%M} UTC")
+                self.stdout.write(
+                    f"retired {key.kid}: it signs nothing more; published until {until:%Y-%m-%d %H:%M} UTC"
+                )
                 return
         except signing.SigningKeyError as exc:
             raise CommandError(str(exc)) from None

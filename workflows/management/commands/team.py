@@ -6,9 +6,11 @@ from workflows.operations import memberships
 
 
 class Command(BaseCommand):
-    help = ("Teams (DESIGN §23): `team add TEAM` creates one; `team member TEAM USER` makes USER a member "
-            "(`--remove` takes them out); `team retention TEAM DAYS|none` sets how long its finished plans stay "
-            "before `archive` moves them out; `team list` shows each team, its retention and its members.")
+    help = (
+        "Teams (DESIGN §23): `team add TEAM` creates one; `team member TEAM USER` makes USER a member "
+        "(`--remove` takes them out); `team retention TEAM DAYS|none` sets how long its finished plans stay "
+        "before `archive` moves them out; `team list` shows each team, its retention and its members."
+    )
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="command", required=True)
@@ -18,8 +20,9 @@ class Command(BaseCommand):
         member.add_argument("team")
         member.add_argument("username")
         member.add_argument("--remove", action="store_true", help="Take the user out of the team instead.")
-        retention = commands.add_parser("retention", help="Days the team's finished plans stay before `archive` "
-                                                          "moves them out ('none': kept).")
+        retention = commands.add_parser(
+            "retention", help="Days the team's finished plans stay before `archive` moves them out ('none': kept)."
+        )
         retention.add_argument("team")
         retention.add_argument("days")
         commands.add_parser("list", help="Each team, its retention and its members.")

@@ -42,10 +42,11 @@ class Command(BaseCommand):
             "--jwks",
             default=None,
             help="the console's public keys: a JWK set file, or its /.well-known/jwks.json URL (https; http only "
-                 "to a loopback host)",
+            "to a loopback host)",
         )
-        parser.add_argument("--audience", default=None,
-                            help="this desk's origin as the proofs name it, e.g. https://desk.example.com")
+        parser.add_argument(
+            "--audience", default=None, help="this desk's origin as the proofs name it, e.g. https://desk.example.com"
+        )
 
     def handle(self, *args, host, port, data, threads, require_approval_proof, jwks, audience, **options):
         if threads < 1:
@@ -71,8 +72,9 @@ class Command(BaseCommand):
         def ready(server):
             bound_port = server.server_address[1]
             requiring = f", requiring approval proofs for {proofs.audience}" if proofs else ""
-            self.stdout.write(f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, "
-                              f"{threads} threads{requiring})")
+            self.stdout.write(
+                f"ticket desk listening on http://{host}:{bound_port} (data {data_path}, {threads} threads{requiring})"
+            )
             self.stdout.flush()
 
         serve(host, port, data_path, threads=threads, on_ready=ready, proofs=proofs)

@@ -17,17 +17,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("directory", metavar="DIR")
-        parser.add_argument("--jwks", metavar="FILE",
-                            help="Verify the signatures with the public keys of this JWKS (as served at "
-                                 "/.well-known/jwks.json) instead of the signing key set.")
+        parser.add_argument(
+            "--jwks",
+            metavar="FILE",
+            help="Verify the signatures with the public keys of this JWKS (as served at "
+            "/.well-known/jwks.json) instead of the signing key set.",
+        )
 
     def handle(self, *args, directory, jwks=None, **options):
         result = archive.verify(Path(directory), jwks=Path(jwks) if jwks else None)
         statement = result.statement
         if result.ok:
-            self.stdout.write(f"archive OK: {statement['workflows']} workflows, {result.events} audit events in "
-                              f"{len(statement['heads'])} streams, manifest {result.digest} signed by "
-                              f"{statement['kid']}, joined to the live audit chain")
+            self.stdout.write(
+                f"archive OK: {statement['workflows']} workflows, {result.events} audit events in "
+                f"{len(statement['heads'])} streams, manifest {result.digest} signed by "
+                f"{statement['kid']}, joined to the live audit chain"
+            )
             return
         for problem in result.problems[:SHOWN]:
             self.stderr.write(problem)

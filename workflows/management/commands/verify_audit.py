@@ -12,11 +12,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--stream", action="append", help="Only this stream (a workflow id, or 'system').")
-        parser.add_argument("--checkpoint", metavar="FILE",
-                            help="A checkpoint file written by `audit_checkpoint --out`, instead of the stored ones.")
-        parser.add_argument("--jwks", metavar="FILE",
-                            help="Verify the checkpoint file with the public keys of this JWKS (as served at "
-                                 "/.well-known/jwks.json) instead of the signing key set.")
+        parser.add_argument(
+            "--checkpoint",
+            metavar="FILE",
+            help="A checkpoint file written by `audit_checkpoint --out`, instead of the stored ones.",
+        )
+        parser.add_argument(
+            "--jwks",
+            metavar="FILE",
+            help="Verify the checkpoint file with the public keys of this JWKS (as served at "
+            "/.well-known/jwks.json) instead of the signing key set.",
+        )
 
     def handle(self, *args, stream=None, checkpoint=None, jwks=None, **options):
         if jwks and not checkpoint:

@@ -8,9 +8,11 @@ from workflows.webhooks import keys
 
 
 class Command(BaseCommand):
-    help = ("Make a webhook signing secret for USERNAME and print it this once: it signs the callbacks of that "
-            "user's plans. Without --rotate it replaces the user's secrets at once; with --rotate the old one "
-            "keeps signing too for WEBHOOK_ROTATION_HOURS.")
+    help = (
+        "Make a webhook signing secret for USERNAME and print it this once: it signs the callbacks of that "
+        "user's plans. Without --rotate it replaces the user's secrets at once; with --rotate the old one "
+        "keeps signing too for WEBHOOK_ROTATION_HOURS."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("username")
@@ -22,8 +24,13 @@ class Command(BaseCommand):
             raise CommandError(f"no user {username!r}")
         with transaction.atomic():
             secret = keys.issue(user=user, rotate=rotate)
-            journal.append(actor="manage.py", verb="webhook_secret.rotated" if rotate else "webhook_secret.issued",
-                           obj_type="user", obj_id=user.pk, data={"username": username})
+            journal.append(
+                actor="manage.py",
+                verb="webhook_secret.rotated" if rotate else "webhook_secret.issued",
+                obj_type="user",
+                obj_id=user.pk,
+                data={"username": username},
+            )
         self.stdout.write(secret)
         if rotate:
             self.stderr.write(f"the previous secret keeps signing for {settings.WEBHOOK_ROTATION_HOURS:g} hour(s)")

@@ -79,8 +79,9 @@ class ArchivePart:
             sampler.start()
             began, began_at = time.monotonic(), timezone.now()
             try:
-                done = archive.write(directory, older_than=OLDER_THAN, batch=1000, by="bench",
-                                     progress=lambda text: None)
+                done = archive.write(
+                    directory, older_than=OLDER_THAN, batch=1000, by="bench", progress=lambda text: None
+                )
             finally:
                 sampler.stop()
             seconds = time.monotonic() - began
@@ -97,15 +98,19 @@ class ArchivePart:
             raise BenchError(f"the archive does not verify: {verified.problems[:3]}")
         files = sum(path.stat().st_size for path in directory.iterdir())
         return {
-            "seeded": count, "seed_s": round(seed_seconds, 1),
-            "archived": done.workflows, "deleted": done.deleted, "kept": len(done.kept),
-            "rows": sum(done.counts.values()), "seconds": round(seconds, 1),
+            "seeded": count,
+            "seed_s": round(seed_seconds, 1),
+            "archived": done.workflows,
+            "deleted": done.deleted,
+            "kept": len(done.kept),
+            "rows": sum(done.counts.values()),
+            "seconds": round(seconds, 1),
             "workflows_per_s": round(done.deleted / seconds, 1) if seconds else None,
             "peak_rss_mib": round(sampler.peak / MIB, 1),
             "rss_growth_mib": round((sampler.peak - sampler.start_rss) / MIB, 1),
             "files_mib": round(files / MIB, 1),
-            "live_plans": plans, "live_complete": statuses.get(WorkflowStatus.COMPLETE, 0),
+            "live_plans": plans,
+            "live_complete": statuses.get(WorkflowStatus.COMPLETE, 0),
             "steps_done_during_archive": during,
             "verify_s": round(time.monotonic() - verifying, 1),
         }
-

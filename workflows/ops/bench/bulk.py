@@ -22,11 +22,11 @@ from workflows import roles
 from workflows.engine import policy
 from workflows.models import DeadLetter, Job, Step, Workflow
 from workflows.operations import approvals, bulk, plans
+from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import Fleet
 from workflows.ops.processes import DeskProcess
 from workflows.states import WorkflowStatus
-from workflows.operations.deciding import Seen
 
 OPERATOR = "bench-operator"
 ACTION = "ticket.create"
@@ -64,11 +64,15 @@ class BulkPart:
             with Fleet(self.bench.workdir, env) as fleet:
                 fleet.start("i-1")
                 began = time.monotonic()
-                self.wait(lambda: Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.FAILED).count() == count,
-                          timeout=max(120.0, count / 5), what="the outage's dead letters")
+                self.wait(
+                    lambda: Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.FAILED).count() == count,
+                    timeout=max(120.0, count / 5),
+                    what="the outage's dead letters",
+                )
                 outage_s = time.monotonic() - began
-                chosen = {"ids": list(DeadLetter.objects.open().filter(workflow_id__in=ids).values_list("pk",
-                                                                                                         flat=True))}
+                chosen = {
+                    "ids": list(DeadLetter.objects.open().filter(workflow_id__in=ids).values_list("pk", flat=True))
+                }
                 began = time.monotonic()
                 job, _ = bulk.reconcile(by, chosen, shown_filter={"bench": "i"}, dry_run=False)
                 reconciled = self.finish(job, count)
@@ -76,12 +80,20 @@ class BulkPart:
                 policy.update(ACTION, by=by, reason="bench (i): the desk is back", max_attempts=before)
                 fault(desk, mode="ignore_idempotency")
                 began = time.monotonic()
-                replay, _ = bulk.replay(by, {"job": job.pk}, shown_filter={"job": str(job.pk)}, only="safe",
-                                        reason="bench (i): the desk is back")
+                replay, _ = bulk.replay(
+                    by,
+                    {"job": job.pk},
+                    shown_filter={"job": str(job.pk)},
+                    only="safe",
+                    reason="bench (i): the desk is back",
+                )
                 replayed = self.finish(replay, count)
                 replay_s = time.monotonic() - began
-                self.wait(lambda: Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETE).count() == count,
-                          timeout=max(120.0, count / 5), what="the replayed plans")
+                self.wait(
+                    lambda: Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETE).count() == count,
+                    timeout=max(120.0, count / 5),
+                    what="the replayed plans",
+                )
                 complete_s = time.monotonic() - began
         finally:
             if policy.policy_for(ACTION).max_attempts != before:
@@ -91,14 +103,19 @@ class BulkPart:
         keys = [ticket["idempotency_key"] for ticket in tickets]
         expected = set(Step.objects.filter(workflow_id__in=ids).values_list("operation_key", flat=True))
         once = len(keys) == len(set(keys)) and set(keys) == expected
-        self.bench.log(f"    {count:,} dead letters: reconciled in {reconcile_s:.1f} s "
-                       f"({reconciled['applied']:,} applied, {reconciled['safe']:,} safe), safe group replayed in "
-                       f"{replay_s:.1f} s and complete after {complete_s:.1f} s; each key once: {once}")
+        self.bench.log(
+            f"    {count:,} dead letters: reconciled in {reconcile_s:.1f} s "
+            f"({reconciled['applied']:,} applied, {reconciled['safe']:,} safe), safe group replayed in "
+            f"{replay_s:.1f} s and complete after {complete_s:.1f} s; each key once: {once}"
+        )
         return {
-            "dead_letters": count, "landed": landed, "outage_s": round(outage_s, 2),
+            "dead_letters": count,
+            "landed": landed,
+            "outage_s": round(outage_s, 2),
             "reconcile": {"seconds": round(reconcile_s, 2), "per_s": round(count / reconcile_s, 1), **reconciled},
             "replay": {"seconds": round(replay_s, 2), "complete_after_s": round(complete_s, 2), **replayed},
-            "tickets": len(keys), "each_key_once": once,
+            "tickets": len(keys),
+            "each_key_once": once,
         }
 
     def submit(self, count: int) -> list:
@@ -106,16 +123,24 @@ class BulkPart:
         for first in range(0, count, 200):
             with transaction.atomic():
                 for n in range(first, min(count, first + 200)):
-                    workflow = plans.submit(self.bench.agent, {
-                        "name": f"bench bulk {n}", "submission_key": f"bench-{self.bench.tag}-bulk-{n}",
-                        "steps": [{"key": "open", "action": ACTION, "args": {"title": f"outage {n}"}}]}).workflow
+                    workflow = plans.submit(
+                        self.bench.agent,
+                        {
+                            "name": f"bench bulk {n}",
+                            "submission_key": f"bench-{self.bench.tag}-bulk-{n}",
+                            "steps": [{"key": "open", "action": ACTION, "args": {"title": f"outage {n}"}}],
+                        },
+                    ).workflow
                     approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
                     ids.append(workflow.pk)
         return ids
 
     def finish(self, job: Job, count: int) -> dict:
-        self.wait(lambda: Job.objects.filter(pk=job.pk, status=Job.Status.DONE).exists(),
-                  timeout=max(120.0, count / 5), what=f"the {job.kind} job")
+        self.wait(
+            lambda: Job.objects.filter(pk=job.pk, status=Job.Status.DONE).exists(),
+            timeout=max(120.0, count / 5),
+            what=f"the {job.kind} job",
+        )
         return bulk.counts(job)
 
     @staticmethod

@@ -12,8 +12,18 @@ from django.contrib.auth.models import Group
 from workflows import roles
 
 AGENT, REVIEWER, CONSOLE = "bench-agent", "bench-reviewer", "bench-console"
-SECTIONS = {"a": "raw", "b": "throughput", "c": "latency", "d": "recovery", "e": "pages", "f": "memory", "g": "remote",
-            "h": "waiters", "i": "bulk", "j": "archive"}
+SECTIONS = {
+    "a": "raw",
+    "b": "throughput",
+    "c": "latency",
+    "d": "recovery",
+    "e": "pages",
+    "f": "memory",
+    "g": "remote",
+    "h": "waiters",
+    "i": "bulk",
+    "j": "archive",
+}
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
 # (g)'s memory goal speaks of 100k remote steps; by default it runs fewer.
@@ -108,18 +118,28 @@ def goals(result: dict) -> list[dict]:
         add("b", ">= 600 durable steps/s", best, best >= 600)
         if raw := result.get("raw", {}).get("steps_per_s", {}).get("4"):
             ratio = round(best / raw, 3)
-            add("b", ">= 0.5 x raw 2-commit ceiling at 4 clients, on a burst approved before the cluster starts",
-                ratio, ratio >= 0.5)
+            add(
+                "b",
+                ">= 0.5 x raw 2-commit ceiling at 4 clients, on a burst approved before the cluster starts",
+                ratio,
+                ratio >= 0.5,
+            )
         slowest = max(run["first_effect_after_start_s"] for run in runs)
         add("b", "first effect <= 2 s after the cluster starts", slowest, slowest <= 2)
     if "approval_to_requested_ms" in (latency := result.get("latency", {})):
         # The goals are PostgreSQL's (NOTIFY wake-ups); other setups report without judging.
         judged = result.get("meta", {}).get("vendor") == "postgresql"
-        for label, key, goal in (("REQUESTED", "approval_to_requested_ms", 20),
-                                 ("COMPLETE", "approval_to_complete_ms", 60)):
+        for label, key, goal in (
+            ("REQUESTED", "approval_to_requested_ms", 20),
+            ("COMPLETE", "approval_to_complete_ms", 60),
+        ):
             p50 = latency[key]["p50"]
-            add("c", f"approval -> {label} p50 <= {goal} ms on PostgreSQL ({latency.get('broker', 'orm')} broker)",
-                p50, p50 <= goal if judged else None)
+            add(
+                "c",
+                f"approval -> {label} p50 <= {goal} ms on PostgreSQL ({latency.get('broker', 'orm')} broker)",
+                p50,
+                p50 <= goal if judged else None,
+            )
     if "worker_respawned" in result.get("recovery", {}):
         worst = result["recovery"]["worker_respawned"]["max_s"]
         add("d", "recovery after SIGKILL mid-step <= 5 s", worst, worst <= 5)
@@ -127,30 +147,44 @@ def goals(result: dict) -> list[dict]:
         worst = max(page["p95"] for page in pages.values())
         scale = result["pages"]["scale"]
         at_scale = scale["workflows"] >= 100_000 and scale["audit_events"] >= 1_000_000
-        add("e", "page p95 <= 100 ms at 100k workflows / 1M events", worst,
-            worst <= 100 if at_scale else None)
+        add("e", "page p95 <= 100 ms at 100k workflows / 1M events", worst, worst <= 100 if at_scale else None)
     if runs := result.get("memory", {}).get("runs"):
         growth = max(run["growth_mib_per_10k_steps"] for run in runs)
         # The goal speaks of 100k steps; over a short run the first-use
         # caches still dominate the slope.
         long_enough = min(run["steps"] for run in runs) >= MEMORY_STEPS
-        add("f", f"no worker memory growth (<= 1 MiB per 10k steps, over >= {MEMORY_STEPS:,} steps)", growth,
-            growth <= 1 if long_enough else None)
+        add(
+            "f",
+            f"no worker memory growth (<= 1 MiB per 10k steps, over >= {MEMORY_STEPS:,} steps)",
+            growth,
+            growth <= 1 if long_enough else None,
+        )
     rows.extend(_remote_goals(result.get("remote", {}).get("runs", [])))
     if "answered" in (waiters := result.get("waiters", {})):
-        add("h", f"{WAITERS} waiters on one web process, each answered with its decision",
+        add(
+            "h",
+            f"{WAITERS} waiters on one web process, each answered with its decision",
             f"{waiters['answered']} of {waiters['waiters']}, p95 {waiters['answer_after_decision_ms']['p95']} ms "
             "after the decision",
-            waiters["answered"] == waiters["waiters"] if waiters["waiters"] >= WAITERS else None)
+            waiters["answered"] == waiters["waiters"] if waiters["waiters"] >= WAITERS else None,
+        )
     if "each_key_once" in (bulk := result.get("bulk", {})):
-        add("i", f"reconcile and replay of {DEAD_LETTERS:,} dead letters put each operation key on the desk once",
-            f"{bulk['tickets']:,} tickets for {bulk['dead_letters']:,} keys", bulk["each_key_once"])
+        add(
+            "i",
+            f"reconcile and replay of {DEAD_LETTERS:,} dead letters put each operation key on the desk once",
+            f"{bulk['tickets']:,} tickets for {bulk['dead_letters']:,} keys",
+            bulk["each_key_once"],
+        )
     if "archived" in (archived := result.get("archive", {})):
-        add("j", f"archive {ARCHIVE_WORKFLOWS:,} workflows while workers run: no lost or blocked work",
+        add(
+            "j",
+            f"archive {ARCHIVE_WORKFLOWS:,} workflows while workers run: no lost or blocked work",
             f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE, "
             f"{archived['steps_done_during_archive']} steps done during the archive",
             archived["live_complete"] == archived["live_plans"] and archived["steps_done_during_archive"] > 0
-            if archived["seeded"] >= ARCHIVE_WORKFLOWS else None)
+            if archived["seeded"] >= ARCHIVE_WORKFLOWS
+            else None,
+        )
     return rows
 
 
@@ -160,14 +194,26 @@ def _remote_goals(runs: list[dict]) -> list[dict]:
     at = {(run["latency_ms"], run["clusters"]): run for run in runs}
     if slow := at.get((300, 1)):
         ratio, rate = slow["ratio_to_thread_pool"], slow["steps_per_s"]
-        rows.append({"part": "g", "goal": "300 ms, 1 cluster: >= 0.7 x thread pool and >= 150 remote steps/s",
-                     "value": f"{ratio} x, {rate} steps/s", "met": ratio >= 0.7 and rate >= 150})
+        rows.append(
+            {
+                "part": "g",
+                "goal": "300 ms, 1 cluster: >= 0.7 x thread pool and >= 150 remote steps/s",
+                "value": f"{ratio} x, {rate} steps/s",
+                "met": ratio >= 0.7 and rate >= 150,
+            }
+        )
     if fast := [run for run in runs if run["latency_ms"] == 0]:
         worst = min(run["ratio_to_thread_pool"] for run in fast)
         rows.append({"part": "g", "goal": "0 ms: >= 0.5 x thread pool", "value": worst, "met": worst >= 0.5})
     if runs:
         growth = max(run["memory"]["growth_mib_per_10k_steps"] for run in runs)
         long_enough = min(run["steps"] for run in runs) >= MEMORY_STEPS
-        rows.append({"part": "g", "goal": f"no worker memory growth over >= {MEMORY_STEPS:,} remote steps "
-                     "(<= 1 MiB per 10k)", "value": growth, "met": growth <= 1 if long_enough else None})
+        rows.append(
+            {
+                "part": "g",
+                "goal": f"no worker memory growth over >= {MEMORY_STEPS:,} remote steps (<= 1 MiB per 10k)",
+                "value": growth,
+                "met": growth <= 1 if long_enough else None,
+            }
+        )
     return rows

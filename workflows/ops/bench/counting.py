@@ -62,5 +62,7 @@ def per_unit(before: dict | None, after: dict | None, units: int) -> dict | None
     transactions that wrote, and kilobytes of write-ahead log."""
     if before is None or after is None or not units:
         return None
-    return {"write_transactions": round((after["xid"] - before["xid"]) / units, 2),
-            "wal_kib": round((after["wal_bytes"] - before["wal_bytes"]) / 1024 / units, 2)}
+    return {
+        "write_transactions": round((after["xid"] - before["xid"]) / units, 2),
+        "wal_kib": round((after["wal_bytes"] - before["wal_bytes"]) / 1024 / units, 2),
+    }

@@ -109,8 +109,11 @@ class RssSampler(threading.Thread):
             role = key if isinstance(key, str) else "workers" if key in steps_by_pid else "cluster_other"
             spent[role] = spent.get(role, 0.0) + (ticks - before) * tick_ms
         spent["host"] = (self.host[last] - self.host[first]) * tick_ms
-        return {"steps": steps, "seconds": round(end - begin, 2),
-                **{role: round(ms / steps, 2) for role, ms in sorted(spent.items())}}
+        return {
+            "steps": steps,
+            "seconds": round(end - begin, 2),
+            **{role: round(ms / steps, 2) for role, ms in sorted(spent.items())},
+        }
 
     def summary(self, steps_by_pid: dict[int, int]) -> dict:
         """First, peak and last RSS per process; workers are the processes that
@@ -121,18 +124,32 @@ class RssSampler(threading.Thread):
         django-q replaces a worker after Q_RECYCLE tasks, and a fresh one is
         still warming up. The worst worker, not the average: one leaking
         worker among steady ones is still a leak."""
-        roles = {pid: "main" if pid == pgid else "sentinel" if ppid == pgid
-                 else "worker" if pid in steps_by_pid else "pusher/monitor"
-                 for pid, (pgid, ppid) in self.parents.items()}
+        roles = {
+            pid: "main"
+            if pid == pgid
+            else "sentinel"
+            if ppid == pgid
+            else "worker"
+            if pid in steps_by_pid
+            else "pusher/monitor"
+            for pid, (pgid, ppid) in self.parents.items()
+        }
         series: dict[int, list[int]] = {}
         for sample in self.samples:
             for pid, rss in sample.items():
                 series.setdefault(pid, []).append(rss)
         processes = []
         for pid, rss in series.items():
-            process = {"pid": pid, "cluster": self.groups[self.parents[pid][0]], "role": roles[pid],
-                       "steps": steps_by_pid.get(pid, 0), "samples": len(rss), "first_mib": round(rss[0] / MIB, 1),
-                       "peak_mib": round(max(rss) / MIB, 1), "last_mib": round(rss[-1] / MIB, 1)}
+            process = {
+                "pid": pid,
+                "cluster": self.groups[self.parents[pid][0]],
+                "role": roles[pid],
+                "steps": steps_by_pid.get(pid, 0),
+                "samples": len(rss),
+                "first_mib": round(rss[0] / MIB, 1),
+                "peak_mib": round(max(rss) / MIB, 1),
+                "last_mib": round(rss[-1] / MIB, 1),
+            }
             if roles[pid] == "worker" and len(rss) >= 5:
                 grown = (rss[-1] - rss[len(rss) // 5]) / MIB
                 steps = process["steps"] * 0.8  # a worker's steps spread over its life
@@ -146,14 +163,22 @@ class RssSampler(threading.Thread):
         measured = [p for p in measured if p["steps"] >= 1000] or measured
 
         def stats(group):
-            return {"start": max(p["first_mib"] for p in group), "peak": max(p["peak_mib"] for p in group),
-                    "end": max(p["last_mib"] for p in group)}
+            return {
+                "start": max(p["first_mib"] for p in group),
+                "peak": max(p["peak_mib"] for p in group),
+                "end": max(p["last_mib"] for p in group),
+            }
 
-        return {"samples": len(self.samples), "interval_s": self.interval, "worker_processes": len(workers),
-                "worker_rss_mib": stats(workers), "main_rss_mib": stats([p for p in processes if p["role"] == "main"]),
-                "worker_rss_mib_by_tenth": self._by_tenth({p["pid"] for p in workers}),
-                "growth_mib_per_10k_steps": max((p["growth_mib_per_10k_steps"] for p in measured), default=0.0),
-                "processes": processes}
+        return {
+            "samples": len(self.samples),
+            "interval_s": self.interval,
+            "worker_processes": len(workers),
+            "worker_rss_mib": stats(workers),
+            "main_rss_mib": stats([p for p in processes if p["role"] == "main"]),
+            "worker_rss_mib_by_tenth": self._by_tenth({p["pid"] for p in workers}),
+            "growth_mib_per_10k_steps": max((p["growth_mib_per_10k_steps"] for p in measured), default=0.0),
+            "processes": processes,
+        }
 
     def _by_tenth(self, pids: set[int]) -> list[float | None]:
         """The largest worker RSS at the start, at each tenth of the run and

@@ -27,20 +27,27 @@ from workflows.audit import keys, signing
 from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
-from workflows.ops.bench.bulk import BulkPart
+from workflows.operations.deciding import Seen
 from workflows.ops.bench.archiving import ArchivePart
+from workflows.ops.bench.bulk import BulkPart
 from workflows.ops.bench.common import (
-    SECTIONS, BenchError, Options, console_user, goals, host_cpu, personas, stolen_percent,
+    SECTIONS,
+    BenchError,
+    Options,
+    console_user,
+    goals,
+    host_cpu,
+    personas,
+    stolen_percent,
 )
-from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.counting import counting_commits, recording_queries
+from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
 from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
-from workflows.operations.deciding import Seen
 
 PARKED = (StepStatus.DEAD_LETTERED, StepStatus.IN_DOUBT, StepStatus.BLOCKED)
 # A plan with a parked step stops in one of these.
@@ -68,25 +75,47 @@ class Bench:
         # Workers as in production: DEBUG off (no per-query log), so they need the key that signs tasks,
         # and the audit and checkpoint keys of this process (under DEBUG, the generated ones: made now).
         signing.keyset()
-        self.cluster_env = {"DATABASE_URL": options.database_url or database_url(), "DEBUG": "0",
-                            "SECRET_KEY": settings.SECRET_KEY, "Q_WORKERS": str(self.workers),
-                            "STEP_LEASE_SECONDS": str(options.lease_seconds), "AUDIT_KEYS": keys.as_setting(),
-                            "SIGNING_KEYS_FILE": str(signing.keys_path())}
+        self.cluster_env = {
+            "DATABASE_URL": options.database_url or database_url(),
+            "DEBUG": "0",
+            "SECRET_KEY": settings.SECRET_KEY,
+            "Q_WORKERS": str(self.workers),
+            "STEP_LEASE_SECONDS": str(options.lease_seconds),
+            "AUDIT_KEYS": keys.as_setting(),
+            "SIGNING_KEYS_FILE": str(signing.keys_path()),
+        }
         self.result: dict = {"errors": {}}
 
     def run(self) -> dict:
         self.agent, self.reviewer = personas()
         self.result["meta"] = {
-            "vendor": connection.vendor, "database": str(connection.settings_dict["NAME"]),
-            "started": timezone.now().isoformat(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
-            "workers_per_cluster": self.workers, "lease_seconds": self.o.lease_seconds,
-            "autovacuum": _setting("autovacuum"), "broker": settings.Q_BROKER, "host_cpu_before": host_cpu(),
-            "options": {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(self.o).items()
-                        if k not in ("database_url", "workdir")},
+            "vendor": connection.vendor,
+            "database": str(connection.settings_dict["NAME"]),
+            "started": timezone.now().isoformat(),
+            "cpus": os.cpu_count(),
+            "load_before": os.getloadavg(),
+            "workers_per_cluster": self.workers,
+            "lease_seconds": self.o.lease_seconds,
+            "autovacuum": _setting("autovacuum"),
+            "broker": settings.Q_BROKER,
+            "host_cpu_before": host_cpu(),
+            "options": {
+                k: sorted(v) if isinstance(v, frozenset) else v
+                for k, v in vars(self.o).items()
+                if k not in ("database_url", "workdir")
+            },
         }
-        parts = [("a", self.raw), ("b", self.throughput), ("c", self.latency), ("d", self.recovery), ("e", self.pages),
-                 ("g", self.remote), ("h", self.waiters), ("i", self.bulk),
-                 ("j", self.archive)]
+        parts = [
+            ("a", self.raw),
+            ("b", self.throughput),
+            ("c", self.latency),
+            ("d", self.recovery),
+            ("e", self.pages),
+            ("g", self.remote),
+            ("h", self.waiters),
+            ("i", self.bulk),
+            ("j", self.archive),
+        ]
         for letter, measure in parts:
             if letter in self.o.skip:
                 self.result[SECTIONS[letter]] = {"skipped": True}
@@ -102,8 +131,9 @@ class Bench:
         if {"b", "f"} & self.o.skip:
             self.result["memory"] = {"skipped": True}
         self.result["meta"]["load_after"] = os.getloadavg()
-        self.result["meta"]["cpu_stolen_percent"] = stolen_percent(self.result["meta"].pop("host_cpu_before"),
-                                                                   host_cpu())
+        self.result["meta"]["cpu_stolen_percent"] = stolen_percent(
+            self.result["meta"].pop("host_cpu_before"), host_cpu()
+        )
         self.result["goals"] = goals(self.result)
         return self.result
 
@@ -115,8 +145,11 @@ class Bench:
         for first in range(0, count, 200):
             with transaction.atomic():
                 for n in range(first, min(count, first + 200)):
-                    body = {"name": f"bench {label} {n}", "submission_key": f"bench-{self.tag}-{label}-{n}",
-                            "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)]}
+                    body = {
+                        "name": f"bench {label} {n}",
+                        "submission_key": f"bench-{self.tag}-{label}-{n}",
+                        "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)],
+                    }
                     ids.append(plans.submit(self.agent, body).workflow.pk)
         return ids
 
@@ -230,8 +263,12 @@ class Bench:
             elapsed = time.perf_counter() - began
         if done != 100:
             raise BenchError(f"in-process run completed {done} of 100 steps")
-        return {"steps": done, "queries_per_step": round(len(queries) / done, 2),
-                "commits_per_step": round(counter["commits"] / done, 2), "serial_steps_per_s": round(done / elapsed, 1)}
+        return {
+            "steps": done,
+            "queries_per_step": round(len(queries) / done, 2),
+            "commits_per_step": round(counter["commits"] / done, 2),
+            "serial_steps_per_s": round(done / elapsed, 1),
+        }
 
     def cluster_run(self, count: int):
         """The run's figures, and (unless f is skipped) a callable summing up its memory samples."""
@@ -240,8 +277,10 @@ class Bench:
         total = len(ids) * per
         # Every claim looks past the PENDING steps of plans that are not running (the inbox, failed plans).
         backlog = Step.objects.filter(status=StepStatus.PENDING).exclude(workflow_id__in=ids).count()
-        self.log(f"    {count} cluster(s): {len(ids)} plans of {per} steps submitted; "
-                 f"{backlog:,} other steps PENDING in the database")
+        self.log(
+            f"    {count} cluster(s): {len(ids)} plans of {per} steps submitted; "
+            f"{backlog:,} other steps PENDING in the database"
+        )
         # As a user's burst arrives: each plan approved on its own (its own
         # transaction and wake-up) while no worker runs; the statistics left
         # as they are (no ANALYZE: autovacuum may be off or behind).
@@ -266,12 +305,18 @@ class Bench:
         first = attempts.aggregate(t=Min("started_at"))["t"]
         last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
         seconds = (last - first).total_seconds()
-        run = {"clusters": count, "workers": count * self.workers, "workflows": len(ids), "steps": total,
-               "other_pending_steps": backlog,
-               "approve_seconds": round(approved - began, 2), "seconds": round(seconds, 2),
-               "steps_per_s": round(total / seconds, 1),
-               "first_effect_after_start_s": round(first.timestamp() - started, 2),
-               "seconds_from_start": round(last.timestamp() - started, 2)}
+        run = {
+            "clusters": count,
+            "workers": count * self.workers,
+            "workflows": len(ids),
+            "steps": total,
+            "other_pending_steps": backlog,
+            "approve_seconds": round(approved - began, 2),
+            "seconds": round(seconds, 2),
+            "steps_per_s": round(total / seconds, 1),
+            "first_effect_after_start_s": round(first.timestamp() - started, 2),
+            "seconds_from_start": round(last.timestamp() - started, 2),
+        }
         if raw := self.result.get("raw", {}).get("steps_per_s"):
             if "4" in raw:
                 run["ratio_to_raw_4"] = round(run["steps_per_s"] / raw["4"], 3)
@@ -280,8 +325,9 @@ class Bench:
         if sampler is None:
             return run, None
         # "<host>:<pid>": every attempt of these plans was made by a worker of these clusters.
-        steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
-                        attempts.values_list("worker").annotate(n=Count("id"))}
+        steps_by_pid = {
+            int(worker.rpartition(":")[2]): n for worker, n in attempts.values_list("worker").annotate(n=Count("id"))
+        }
         return run, lambda: sampler.summary(steps_by_pid)
 
     # -- (c) ---------------------------------------------------------------
@@ -297,19 +343,26 @@ class Bench:
         reviewer = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(self.reviewer)}")
         rng = random.Random(1)
         requested, complete, approve_ms = [], [], []
-        with (Fleet(self.workdir, self.cluster_env) as fleet,
-              override_settings(ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False)):
+        with (
+            Fleet(self.workdir, self.cluster_env) as fleet,
+            override_settings(ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False),
+        ):
             fleet.start("c-1")
             self.wait_queue_idle()
             for workflow_id in ids:
                 time.sleep(rng.uniform(0.1, 0.3))  # the workers go idle between samples
                 # What the reviewer read before deciding: the approval names it (not timed).
                 seen = Seen.current(workflow_id)
-                body = {"comment": "bench", "revision": seen.revision, "plan_hash": seen.plan_hash,
-                        "preview_digests": seen.preview_digests}
+                body = {
+                    "comment": "bench",
+                    "revision": seen.revision,
+                    "plan_hash": seen.plan_hash,
+                    "preview_digests": seen.preview_digests,
+                }
                 began = time.perf_counter()
-                response = reviewer.post(f"/api/v1/workflows/{workflow_id}/approve", body,
-                                         content_type="application/json")
+                response = reviewer.post(
+                    f"/api/v1/workflows/{workflow_id}/approve", body, content_type="application/json"
+                )
                 answered = timezone.now()
                 if response.status_code != 200:
                     raise BenchError(f"approve answered {response.status_code}: {response.content[:200]!r}")
@@ -318,9 +371,13 @@ class Bench:
                 attempt = step.attempts.order_by("number").first()
                 requested.append((attempt.started_at - answered).total_seconds() * 1000)
                 complete.append((step.updated_at - answered).total_seconds() * 1000)
-        return {"broker": settings.Q_BROKER, "listen": "broker_class" in settings.Q_CLUSTER,
-                "approval_to_requested_ms": spread(requested), "approval_to_complete_ms": spread(complete),
-                "approve_call_ms": spread(approve_ms)}
+        return {
+            "broker": settings.Q_BROKER,
+            "listen": "broker_class" in settings.Q_CLUSTER,
+            "approval_to_requested_ms": spread(requested),
+            "approval_to_complete_ms": spread(complete),
+            "approve_call_ms": spread(approve_ms),
+        }
 
     # -- (d) ---------------------------------------------------------------
 
@@ -367,8 +424,11 @@ class Bench:
     def recovered(self, killed: tuple) -> dict:
         workflow_id, killed_at, pid = killed
         step = self.wait_step(workflow_id, timeout=60)
-        return {"seconds": round(step.updated_at.timestamp() - killed_at, 3), "killed_pid": pid,
-                "attempts": step.attempts.count()}
+        return {
+            "seconds": round(step.updated_at.timestamp() - killed_at, 3),
+            "killed_pid": pid,
+            "attempts": step.attempts.count(),
+        }
 
     # -- (g) ---------------------------------------------------------------
 
@@ -395,22 +455,33 @@ class Bench:
     def pages(self) -> dict:
         scale = self.seed()
         user = console_user()
-        target = (Workflow.objects.filter(status=WorkflowStatus.FAILED).order_by("-created_at").first()
-                  or Workflow.objects.order_by("-created_at").first())
-        urls = {"inbox": "/", "workflows": "/workflows/", "workflow": f"/workflows/{target.pk}/",
-                "dead_letters": "/dead-letters/", "audit": "/audit/"}
+        target = (
+            Workflow.objects.filter(status=WorkflowStatus.FAILED).order_by("-created_at").first()
+            or Workflow.objects.order_by("-created_at").first()
+        )
+        urls = {
+            "inbox": "/",
+            "workflows": "/workflows/",
+            "workflow": f"/workflows/{target.pk}/",
+            "dead_letters": "/dead-letters/",
+            "audit": "/audit/",
+        }
         pages = {}
         # As served in production (DEBUG off: no query log), by the test client's host, over plain HTTP;
         # WhiteNoise warns that static files were never collected, which these pages do not need.
-        with (override_settings(DEBUG=False, ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False),
-              warnings.catch_warnings()):
+        with (
+            override_settings(DEBUG=False, ALLOWED_HOSTS=["testserver"], SECURE_SSL_REDIRECT=False),
+            warnings.catch_warnings(),
+        ):
             warnings.filterwarnings("ignore", "No directory at", UserWarning)
             client = Client()
             client.force_login(user, backend="workflows.web.auth.LocalPasswords")
             for name, url in urls.items():
                 pages[name] = self.time_page(client, url)
-                self.log(f"    {url}: p50 {pages[name]['p50']} ms, p95 {pages[name]['p95']} ms, "
-                         f"{pages[name]['queries']} queries")
+                self.log(
+                    f"    {url}: p50 {pages[name]['p50']} ms, p95 {pages[name]['p95']} ms, "
+                    f"{pages[name]['queries']} queries"
+                )
         return {"scale": scale, "pages": pages}
 
     def seed(self) -> dict:
@@ -423,10 +494,13 @@ class Bench:
             self.log(f"    seeding {add_workflows:,} workflows and {add_events:,} audit events")
             began = time.monotonic()
             call_command("seed_scale", workflows=add_workflows, events=add_events, batch=5000, stdout=StringIO())
-            seeded = {"workflows": add_workflows, "events": add_events,
-                      "seconds": round(time.monotonic() - began, 1)}
-        return {"workflows": Workflow.objects.count(), "audit_events": AuditEvent.objects.count(),
-                "dead_letters": DeadLetter.objects.count(), "seeded": seeded}
+            seeded = {"workflows": add_workflows, "events": add_events, "seconds": round(time.monotonic() - began, 1)}
+        return {
+            "workflows": Workflow.objects.count(),
+            "audit_events": AuditEvent.objects.count(),
+            "dead_letters": DeadLetter.objects.count(),
+            "seeded": seeded,
+        }
 
     def time_page(self, client: Client, url: str) -> dict:
         def get():

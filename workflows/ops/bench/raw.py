@@ -56,8 +56,10 @@ def raw_clients():
         return step, raw.close
 
     setup = connect()
-    setup.cursor().execute(f"CREATE TABLE {name} (id {id_type} PRIMARY KEY, operation_key text NOT NULL, status text"
-                           " NOT NULL, started_at timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, finished_at timestamp)")
+    setup.cursor().execute(
+        f"CREATE TABLE {name} (id {id_type} PRIMARY KEY, operation_key text NOT NULL, status text"
+        " NOT NULL, started_at timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, finished_at timestamp)"
+    )
     setup.commit()
     try:
         yield client

@@ -44,13 +44,13 @@ from django.db.models import Count, F, Max, Min
 
 from workflows.models import Attempt, Step, Workflow, operation_key_for
 from workflows.operations import approvals, plans
+from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError, host_cpu, stolen_percent
 from workflows.ops.bench.counting import database_counters, per_unit
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.processes import DeskProcess
 from workflows.states import AttemptStatus
-from workflows.operations.deciding import Seen
 
 STEPS_PER_PLAN = 5
 # One-step plans approved one at a time to time approval -> effect.
@@ -89,8 +89,12 @@ def pool_rate(url: str, threads: int, calls: int) -> dict:
                 return done
             key = operation_key_for(run, f"s{n}")
             try:
-                response = session.post(f"{url}/tickets", json={"title": f"pool {n}", "body": "ceiling"},
-                                        headers={"Idempotency-Key": key}, timeout=30)
+                response = session.post(
+                    f"{url}/tickets",
+                    json={"title": f"pool {n}", "body": "ceiling"},
+                    headers={"Idempotency-Key": key},
+                    timeout=30,
+                )
                 if response.status_code != 201:
                     errors.append(f"{response.status_code}")
             except requests.RequestException as exc:
@@ -109,8 +113,7 @@ def pool_rate(url: str, threads: int, calls: int) -> dict:
 def ceilings(desk: DeskProcess, threads: int, calls: int) -> dict:
     pool = pool_rate(desk.url, threads, calls)
     doubled = pool_rate(desk.url, threads * 2, calls)
-    return {"thread_pool": pool, "desk": doubled,
-            "desk_above_pool": doubled["calls_per_s"] > pool["calls_per_s"] * 1.1}
+    return {"thread_pool": pool, "desk": doubled, "desk_above_pool": doubled["calls_per_s"] > pool["calls_per_s"] * 1.1}
 
 
 class RemotePart:
@@ -132,24 +135,36 @@ class RemotePart:
                     # A few calls per thread, so that starting the threads is not what is measured.
                     calls = min(threads * 4, max(self.o.remote_steps, threads))
                     limits = ceilings(desk, threads, calls)
-                    self.bench.log(f"    {latency} ms, {count} cluster(s): thread pool of {threads} "
-                                   f"{limits['thread_pool']['calls_per_s']:,.0f} calls/s, desk at "
-                                   f"{2 * threads} {limits['desk']['calls_per_s']:,.0f}")
-                    run = {"latency_ms": latency, "clusters": count, "desk_faults": faults, "ceilings": limits,
-                           **self.engine_run(desk, latency, count)}
+                    self.bench.log(
+                        f"    {latency} ms, {count} cluster(s): thread pool of {threads} "
+                        f"{limits['thread_pool']['calls_per_s']:,.0f} calls/s, desk at "
+                        f"{2 * threads} {limits['desk']['calls_per_s']:,.0f}"
+                    )
+                    run = {
+                        "latency_ms": latency,
+                        "clusters": count,
+                        "desk_faults": faults,
+                        "ceilings": limits,
+                        **self.engine_run(desk, latency, count),
+                    }
                     # A shared host's speed drifts within minutes (its neighbours, the hypervisor's steal):
                     # the pool runs again right after the engine, which is judged against the mean of the two.
                     limits["thread_pool_after"] = pool_rate(desk.url, threads, calls)
                     pool = limits["thread_pool_mean_calls_per_s"] = round(
-                        (limits["thread_pool"]["calls_per_s"] + limits["thread_pool_after"]["calls_per_s"]) / 2, 1)
+                        (limits["thread_pool"]["calls_per_s"] + limits["thread_pool_after"]["calls_per_s"]) / 2, 1
+                    )
                     # Ceilings and engine alike: a shared host's ceiling falls when its neighbours are busy.
                     run["cpu_stolen_percent"] = stolen_percent(began, host_cpu())
                     run["ratio_to_thread_pool"] = round(run["steps_per_s"] / pool, 3)
-                    run["ratio_to_best_ceiling"] = round(run["steps_per_s"] / max(pool, limits["desk"]["calls_per_s"]), 3)
-                    self.bench.log(f"    {latency} ms, {count} cluster(s): {run['steps_per_s']:,.1f} remote steps/s "
-                                   f"({run['ratio_to_thread_pool']} x thread pool; "
-                                   f"{limits['thread_pool_after']['calls_per_s']:,.0f} calls/s after), "
-                                   f"approval -> effect p50 {run['approval_to_effect_ms']['p50']:,.0f} ms")
+                    run["ratio_to_best_ceiling"] = round(
+                        run["steps_per_s"] / max(pool, limits["desk"]["calls_per_s"]), 3
+                    )
+                    self.bench.log(
+                        f"    {latency} ms, {count} cluster(s): {run['steps_per_s']:,.1f} remote steps/s "
+                        f"({run['ratio_to_thread_pool']} x thread pool; "
+                        f"{limits['thread_pool_after']['calls_per_s']:,.0f} calls/s after), "
+                        f"approval -> effect p50 {run['approval_to_effect_ms']['p50']:,.0f} ms"
+                    )
                     result["runs"].append(run)
         finally:
             desk.stop()
@@ -157,9 +172,13 @@ class RemotePart:
 
     def submit(self, count: int, label: str, steps: int = STEPS_PER_PLAN) -> list:
         body = lambda n: {  # noqa: E731
-            "name": f"bench {label} {n}", "submission_key": f"bench-{self.bench.tag}-{label}-{n}",
-            "steps": [{"key": f"s{k}", "action": "ticket.create", "args": {"title": f"{label} {n}.{k}", "body": "b"}}
-                      for k in range(steps)]}
+            "name": f"bench {label} {n}",
+            "submission_key": f"bench-{self.bench.tag}-{label}-{n}",
+            "steps": [
+                {"key": f"s{k}", "action": "ticket.create", "args": {"title": f"{label} {n}.{k}", "body": "b"}}
+                for k in range(steps)
+            ],
+        }
         return [plans.submit(self.bench.agent, body(n)).workflow.pk for n in range(count)]
 
     def engine_run(self, desk: DeskProcess, latency: int, count: int) -> dict:
@@ -202,18 +221,35 @@ class RemotePart:
         by_status = dict(attempts.order_by().values_list("status").annotate(n=Count("id")))
         if unsettled := sum(by_status.get(status, 0) for status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)):
             raise BenchError(f"{unsettled} of {sum(by_status.values())} attempts for {total} steps left unsettled")
-        effect_ms = [(started.timestamp() - approved_at[workflow]) * 1000 for workflow, started in
-                     Attempt.objects.filter(step__workflow_id__in=paced).values_list("step__workflow_id", "started_at")]
-        steps_by_pid = {int(worker.rpartition(":")[2]): n for worker, n in
-                        attempts.values_list("worker").annotate(n=Count("id"))}
-        cpu = sampler.cpu_per_step(steps_by_pid, [at.timestamp() for at in attempts.values_list("started_at", flat=True)])
+        effect_ms = [
+            (started.timestamp() - approved_at[workflow]) * 1000
+            for workflow, started in Attempt.objects.filter(step__workflow_id__in=paced).values_list(
+                "step__workflow_id", "started_at"
+            )
+        ]
+        steps_by_pid = {
+            int(worker.rpartition(":")[2]): n for worker, n in attempts.values_list("worker").annotate(n=Count("id"))
+        }
+        cpu = sampler.cpu_per_step(
+            steps_by_pid, [at.timestamp() for at in attempts.values_list("started_at", flat=True)]
+        )
         keys = set(Attempt.objects.filter(step__workflow_id__in=ids + paced).values_list(F("operation_key"), flat=True))
-        ledger = [row for row in requests.get(f"{desk.url}/_ledger", timeout=30).json()
-                  if row["idempotency_key"] in keys and row["status"] == 201]
+        ledger = [
+            row
+            for row in requests.get(f"{desk.url}/_ledger", timeout=30).json()
+            if row["idempotency_key"] in keys and row["status"] == 201
+        ]
         if len(ledger) != total + len(paced):
             raise BenchError(f"the desk created {len(ledger)} tickets for {total + len(paced)} steps")
-        return {"workflows": len(ids), "steps": total, "seconds": round(seconds, 2),
-                "steps_per_s": round(total / seconds, 1), "approval_to_effect_ms": spread(effect_ms, 0),
-                "paced_per_s": round(1 / interval, 1), "memory": sampler.summary(steps_by_pid),
-                "database_per_step": database, "cpu_ms_per_step": cpu,
-                "attempts": {"total": sum(by_status.values()), "by_status": by_status}}
+        return {
+            "workflows": len(ids),
+            "steps": total,
+            "seconds": round(seconds, 2),
+            "steps_per_s": round(total / seconds, 1),
+            "approval_to_effect_ms": spread(effect_ms, 0),
+            "paced_per_s": round(1 / interval, 1),
+            "memory": sampler.summary(steps_by_pid),
+            "database_per_step": database,
+            "cpu_ms_per_step": cpu,
+            "attempts": {"total": sum(by_status.values()), "by_status": by_status},
+        }

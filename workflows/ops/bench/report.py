@@ -3,31 +3,47 @@
 
 def report(result: dict) -> str:
     meta = result["meta"]
-    lines = [f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
-             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
-             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
-             + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
-             + f", task broker {meta.get('broker', 'orm')}"
-             + (f", {stolen}% of CPU time stolen by the hypervisor"
-                if (stolen := meta.get("cpu_stolen_percent")) is not None else ""), ""]
+    lines = [
+        f"bench on {meta['vendor']} ({meta['database']}), {meta['cpus']} CPUs, load "
+        f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
+        f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after"
+        + (f", autovacuum {meta['autovacuum']}" if meta["autovacuum"] else "")
+        + f", task broker {meta.get('broker', 'orm')}"
+        + (
+            f", {stolen}% of CPU time stolen by the hypervisor"
+            if (stolen := meta.get("cpu_stolen_percent")) is not None
+            else ""
+        ),
+        "",
+    ]
     rows = []
     raw = result.get("raw", {}).get("steps_per_s", {})
     if raw:
         rows.append(("(a) raw 2-commit steps/s", ", ".join(f"{n} clients {v:,.0f}" for n, v in raw.items())))
     throughput = result.get("throughput", {})
     for mode, protocol in throughput.get("protocol", {}).items():
-        rows.append((f"(b) protocol per step, {mode} (in-process)",
-                     f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
-                     f"{protocol['serial_steps_per_s']:,.0f} steps/s serial"))
+        rows.append(
+            (
+                f"(b) protocol per step, {mode} (in-process)",
+                f"{protocol['queries_per_step']} queries, {protocol['commits_per_step']} commits; "
+                f"{protocol['serial_steps_per_s']:,.0f} steps/s serial",
+            )
+        )
     for run in throughput.get("runs", []):
         ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
         best = f", {run['ratio_to_raw_best']} x best raw" if run.get("ratio_to_raw_best") else ""
-        rows.append((f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
-                     f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s; "
-                     f"first effect {run['first_effect_after_start_s']} s after the cluster started)"))
+        rows.append(
+            (
+                f"(b) durable steps/s, {run['clusters']} cluster(s) x {run['workers'] // run['clusters']} workers",
+                f"{run['steps_per_s']:,.0f}{ratio}{best} ({run['steps']} steps in {run['seconds']} s; "
+                f"first effect {run['first_effect_after_start_s']} s after the cluster started)",
+            )
+        )
     latency = result.get("latency", {})
-    for key, label in (("approval_to_requested_ms", "approval -> REQUESTED"),
-                       ("approval_to_complete_ms", "approval -> COMPLETE")):
+    for key, label in (
+        ("approval_to_requested_ms", "approval -> REQUESTED"),
+        ("approval_to_complete_ms", "approval -> COMPLETE"),
+    ):
         if key in latency:
             s = latency[key]
             rows.append((f"(c) {label} ms", f"p50 {s['p50']}, p95 {s['p95']}, max {s['max']} ({s['n']} samples)"))
@@ -38,58 +54,92 @@ def report(result: dict) -> str:
             rows.append((f"(d) SIGKILL -> COMPLETE s, {label}", f"median {r['median_s']}, max {r['max_s']}"))
     if pages := result.get("pages", {}).get("pages"):
         scale = result["pages"]["scale"]
-        rows.append(("(e) scale", f"{scale['workflows']:,} workflows, {scale['audit_events']:,} audit events, "
-                                  f"{scale['dead_letters']:,} dead letters"))
+        rows.append(
+            (
+                "(e) scale",
+                f"{scale['workflows']:,} workflows, {scale['audit_events']:,} audit events, "
+                f"{scale['dead_letters']:,} dead letters",
+            )
+        )
         for name, page in pages.items():
             counts = f", {len(page['count_queries'])} COUNT" if page["count_queries"] else ""
             url = "/workflows/<id>/" if name == "workflow" else page["url"]
             rows.append((f"(e) {url} ms", f"p50 {page['p50']}, p95 {page['p95']} ({page['queries']} queries{counts})"))
     for run in result.get("memory", {}).get("runs", []):
         w, m = run["worker_rss_mib"], run["main_rss_mib"]
-        rows.append((f"(f) RSS MiB, {run['clusters']} cluster(s)",
-                     f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
-                     f"main {m['start']}/{m['peak']}/{m['end']}; "
-                     f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up"))
+        rows.append(
+            (
+                f"(f) RSS MiB, {run['clusters']} cluster(s)",
+                f"workers {w['start']}/{w['peak']}/{w['end']} (start/peak/end, {run['worker_processes']} pids), "
+                f"main {m['start']}/{m['peak']}/{m['end']}; "
+                f"{run['growth_mib_per_10k_steps']:+} MiB per 10k steps after warm-up",
+            )
+        )
         if timeline := run.get("worker_rss_mib_by_tenth"):
-            rows.append((f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
-                         " ".join("-" if value is None else f"{value}" for value in timeline)))
+            rows.append(
+                (
+                    f"(f) worker RSS MiB by tenth, {run['clusters']} cluster(s)",
+                    " ".join("-" if value is None else f"{value}" for value in timeline),
+                )
+            )
     for run in result.get("remote", {}).get("runs", []):
         pool, desk, lat = run["ceilings"]["thread_pool"], run["ceilings"]["desk"], run["approval_to_effect_ms"]
-        rows.append((f"(g) remote steps/s, {run['latency_ms']} ms desk, {run['clusters']} cluster(s)",
-                     f"{run['steps_per_s']:,.1f} = {run['ratio_to_thread_pool']} x thread pool of {pool['threads']} "
-                     f"({_pool_rate(run['ceilings'])}; desk at {desk['threads']} threads {desk['calls_per_s']:,.1f}/s); "
-                     f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
-                     f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
-                     f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"
-                     + (f"; database per step {db['write_transactions']} write transactions, {db['wal_kib']} KiB of WAL"
-                        if (db := run.get("database_per_step")) else "")
-                     + (f"; CPU ms per step: workers {cpu.get('workers', 0)}, rest of the clusters "
-                        f"{cpu.get('cluster_other', 0)}, desk {cpu.get('desk', 0)}, whole host {cpu['host']}"
-                        if (cpu := run.get("cpu_ms_per_step")) else "")
-                     + _attempts_not_succeeded(run.get("attempts"))
-                     + (f"; host CPU stolen {stolen}%" if (stolen := run.get("cpu_stolen_percent")) is not None
-                        else "")))
+        rows.append(
+            (
+                f"(g) remote steps/s, {run['latency_ms']} ms desk, {run['clusters']} cluster(s)",
+                f"{run['steps_per_s']:,.1f} = {run['ratio_to_thread_pool']} x thread pool of {pool['threads']} "
+                f"({_pool_rate(run['ceilings'])}; desk at {desk['threads']} threads {desk['calls_per_s']:,.1f}/s); "
+                f"approval -> effect p50 {lat['p50']:,.0f}, p95 {lat['p95']:,.0f} ms; "
+                f"worker RSS end {run['memory']['worker_rss_mib']['end']} MiB, "
+                f"{run['memory']['growth_mib_per_10k_steps']:+} MiB per 10k steps ({run['steps']} steps)"
+                + (
+                    f"; database per step {db['write_transactions']} write transactions, {db['wal_kib']} KiB of WAL"
+                    if (db := run.get("database_per_step"))
+                    else ""
+                )
+                + (
+                    f"; CPU ms per step: workers {cpu.get('workers', 0)}, rest of the clusters "
+                    f"{cpu.get('cluster_other', 0)}, desk {cpu.get('desk', 0)}, whole host {cpu['host']}"
+                    if (cpu := run.get("cpu_ms_per_step"))
+                    else ""
+                )
+                + _attempts_not_succeeded(run.get("attempts"))
+                + (f"; host CPU stolen {stolen}%" if (stolen := run.get("cpu_stolen_percent")) is not None else ""),
+            )
+        )
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
-        rows.append((f"(h) {waiters['waiters']} waiters, answer after decision ms",
-                     f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} ({waiters['decided_per_s']:,.0f} "
-                     f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
-                     + (f", {sessions} database sessions" if sessions is not None else "")
-                     + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter"))
+        rows.append(
+            (
+                f"(h) {waiters['waiters']} waiters, answer after decision ms",
+                f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} ({waiters['decided_per_s']:,.0f} "
+                f"decisions/s); web process threads {threads['before']} -> {threads['during']} while they wait"
+                + (f", {sessions} database sessions" if sessions is not None else "")
+                + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter",
+            )
+        )
     if "each_key_once" in (bulk := result.get("bulk", {})):
-        rows.append((f"(i) {bulk['dead_letters']:,} dead letters, reconcile / replay s",
-                     f"{bulk['reconcile']['seconds']} ({bulk['reconcile']['per_s']:,.0f}/s; "
-                     f"{bulk['reconcile']['applied']:,} applied, {bulk['reconcile']['safe']:,} safe) / "
-                     f"{bulk['replay']['seconds']} ({bulk['replay']['replayed']:,} replayed, complete after "
-                     f"{bulk['replay']['complete_after_s']} s); each key once: {bulk['each_key_once']}"))
+        rows.append(
+            (
+                f"(i) {bulk['dead_letters']:,} dead letters, reconcile / replay s",
+                f"{bulk['reconcile']['seconds']} ({bulk['reconcile']['per_s']:,.0f}/s; "
+                f"{bulk['reconcile']['applied']:,} applied, {bulk['reconcile']['safe']:,} safe) / "
+                f"{bulk['replay']['seconds']} ({bulk['replay']['replayed']:,} replayed, complete after "
+                f"{bulk['replay']['complete_after_s']} s); each key once: {bulk['each_key_once']}",
+            )
+        )
     if "archived" in (archived := result.get("archive", {})):
-        rows.append((f"(j) archive {archived['archived']:,} workflows while workers run",
-                     f"{archived['seconds']} s ({archived['workflows_per_s']:,} workflows/s, {archived['rows']:,} rows, "
-                     f"{archived['files_mib']} MiB of files); peak RSS {archived['peak_rss_mib']} MiB "
-                     f"(+{archived['rss_growth_mib']}); {archived['steps_done_during_archive']} steps done meanwhile, "
-                     f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE; verify_archive "
-                     f"{archived['verify_s']} s"))
+        rows.append(
+            (
+                f"(j) archive {archived['archived']:,} workflows while workers run",
+                f"{archived['seconds']} s ({archived['workflows_per_s']:,} workflows/s, {archived['rows']:,} rows, "
+                f"{archived['files_mib']} MiB of files); peak RSS {archived['peak_rss_mib']} MiB "
+                f"(+{archived['rss_growth_mib']}); {archived['steps_done_during_archive']} steps done meanwhile, "
+                f"{archived['live_complete']}/{archived['live_plans']} live plans COMPLETE; verify_archive "
+                f"{archived['verify_s']} s",
+            )
+        )
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
@@ -107,8 +157,10 @@ def _pool_rate(ceilings: dict) -> str:
     before = ceilings["thread_pool"]["calls_per_s"]
     if "thread_pool_after" not in ceilings:
         return f"{before:,.1f}/s"
-    return (f"{before:,.1f}/s before, {ceilings['thread_pool_after']['calls_per_s']:,.1f}/s after, "
-            f"mean {ceilings['thread_pool_mean_calls_per_s']:,.1f}/s")
+    return (
+        f"{before:,.1f}/s before, {ceilings['thread_pool_after']['calls_per_s']:,.1f}/s after, "
+        f"mean {ceilings['thread_pool_mean_calls_per_s']:,.1f}/s"
+    )
 
 
 def _attempts_not_succeeded(attempts: dict | None) -> str:

@@ -28,10 +28,10 @@ from django.db import connection
 
 from workflows.models import Workflow
 from workflows.operations import approvals, tokens
+from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import spread
 from workflows.ops.processes import WebServer
-from workflows.operations.deciding import Seen
 
 SERVER_NAME = "bench:web"
 WAIT_SECONDS = 60
@@ -51,9 +51,12 @@ class Waiter(threading.Thread):
 
     def run(self):
         try:
-            response = requests.get(f"{self.url}/api/v1/workflows/{self.workflow_id}/wait",
-                                    params={"until": "decision", "timeout": WAIT_SECONDS},
-                                    headers={"Authorization": f"Bearer {self.token}"}, timeout=WAIT_SECONDS + 30)
+            response = requests.get(
+                f"{self.url}/api/v1/workflows/{self.workflow_id}/wait",
+                params={"until": "decision", "timeout": WAIT_SECONDS},
+                headers={"Authorization": f"Bearer {self.token}"},
+                timeout=WAIT_SECONDS + 30,
+            )
             self.answered_at = time.time()
             if response.status_code != 200:
                 self.error = f"{response.status_code} {response.text[:200]}"
@@ -83,8 +86,10 @@ class WaitersPart:
                 waiter.start()
             _until_waiting(server.url, count, timeout=30 + count / 10)
             threads_during, rss_during, sessions_during = _threads(worker), _rss_mib(worker), _sessions(SERVER_NAME)
-            self.bench.log(f"    {count} waiters waiting; the web process has {threads_during} threads"
-                           + (f" and {sessions_during} database sessions" if sessions_during is not None else ""))
+            self.bench.log(
+                f"    {count} waiters waiting; the web process has {threads_during} threads"
+                + (f" and {sessions_during} database sessions" if sessions_during is not None else "")
+            )
             began = time.monotonic()
             for n, workflow in enumerate(Workflow.objects.filter(pk__in=ids)):
                 time.sleep(max(0.0, began + n / DECISIONS_PER_S - time.monotonic()))
@@ -99,16 +104,26 @@ class WaitersPart:
             raise BenchError(f"{len(undecided)} of {count} waiters were answered without their decision")
         decided_at = dict(Workflow.objects.filter(pk__in=ids).values_list("pk", "updated_at"))
         delays = [(waiter.answered_at - decided_at[waiter.workflow_id].timestamp()) * 1000 for waiter in waiters]
-        result = {"waiters": count, "answered": len(waiters), "web_threads_setting": settings.WEB_THREADS,
-                  "deciding_seconds": round(deciding_s, 2), "decided_per_s": round(count / deciding_s, 1),
-                  "answer_after_decision_ms": spread(delays, 1),
-                  "server_threads": {"before": threads_before, "during": threads_during},
-                  "server_rss_mib": {"before": rss_before, "during": rss_during,
-                                     "per_waiter_kib": round((rss_during - rss_before) * 1024 / count, 1)},
-                  "server_database_sessions_during": sessions_during}
-        self.bench.log(f"    answered after their decision: p50 {result['answer_after_decision_ms']['p50']} ms, "
-                       f"p95 {result['answer_after_decision_ms']['p95']} ms, "
-                       f"max {result['answer_after_decision_ms']['max']} ms")
+        result = {
+            "waiters": count,
+            "answered": len(waiters),
+            "web_threads_setting": settings.WEB_THREADS,
+            "deciding_seconds": round(deciding_s, 2),
+            "decided_per_s": round(count / deciding_s, 1),
+            "answer_after_decision_ms": spread(delays, 1),
+            "server_threads": {"before": threads_before, "during": threads_during},
+            "server_rss_mib": {
+                "before": rss_before,
+                "during": rss_during,
+                "per_waiter_kib": round((rss_during - rss_before) * 1024 / count, 1),
+            },
+            "server_database_sessions_during": sessions_during,
+        }
+        self.bench.log(
+            f"    answered after their decision: p50 {result['answer_after_decision_ms']['p50']} ms, "
+            f"p95 {result['answer_after_decision_ms']['p95']} ms, "
+            f"max {result['answer_after_decision_ms']['max']} ms"
+        )
         return result
 
 

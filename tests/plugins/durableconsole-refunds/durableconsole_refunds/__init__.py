@@ -25,8 +25,9 @@ def desk(path: str) -> str:
 
 
 def _outcome(ticket: dict) -> Outcome:
-    return Outcome(result={"refund_ticket": ticket["id"], "status": ticket["status"]},
-                   external_ref=f"refund:{ticket['id']}")
+    return Outcome(
+        result={"refund_ticket": ticket["id"], "status": ticket["status"]}, external_ref=f"refund:{ticket['id']}"
+    )
 
 
 @register
@@ -45,8 +46,9 @@ class Refund(Action):
     def perform(self, args, operation_key):
         refund = RefundArgs.model_validate(args)
         title = f"Refund {refund.amount_cents / 100:.2f} {refund.currency} on order {refund.order_id}"
-        ticket = call("POST", desk("/tickets"), operation_key=operation_key,
-                      json={"title": title, "body": refund.reason}).json()
+        ticket = call(
+            "POST", desk("/tickets"), operation_key=operation_key, json={"title": title, "body": refund.reason}
+        ).json()
         return _outcome(ticket)
 
     def lookup(self, operation_key):
@@ -58,6 +60,7 @@ class Refund(Action):
 
     def preview(self, args):
         refund = RefundArgs.model_validate(args)
-        return Preview(summary=f"Refund {refund.amount_cents / 100:.2f} {refund.currency} on order {refund.order_id}",
-                       details={"order_id": refund.order_id, "amount_cents": refund.amount_cents,
-                                "currency": refund.currency})
+        return Preview(
+            summary=f"Refund {refund.amount_cents / 100:.2f} {refund.currency} on order {refund.order_id}",
+            details={"order_id": refund.order_id, "amount_cents": refund.amount_cents, "currency": refund.currency},
+        )
