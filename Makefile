@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
 
-.PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench clean
+.PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench lint format clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ test-postgres: setup setup-browser-checks
 		echo "!! the PostgreSQL leg was NOT run. Set PG_TEST_URL or start PostgreSQL." >&2; \
 		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2; \
 	fi
+
+# ruff, configured in pyproject.toml; `make format` rewrites, `make lint` only checks.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench: setup
 	$(BIN)/python manage.py bench

@@ -54,7 +54,8 @@ ATTEMPT = "durable.attempt"
 _LOG_NAMES = {WORKFLOW_ID: "workflow_id", STEP_KEY: "step_key", OPERATION_KEY: "operation_key", ATTEMPT: "attempt"}
 
 # The trace contexts that this task's wake-up carried, by workflow id.
-_carried: ContextVar[dict] = ContextVar("durable_carried", default={})
+# Never mutated in place: each wake-up sets a new dict.
+_carried: ContextVar[dict] = ContextVar("durable_carried", default={})  # noqa: B039
 # The step attributes of the innermost step span, for log lines.
 _fields: ContextVar[dict | None] = ContextVar("durable_fields", default=None)
 

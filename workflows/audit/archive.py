@@ -429,7 +429,7 @@ def _delete(archive: Archive, chunk: list, seen: dict, head_of: dict) -> tuple[i
             heads = heads.select_for_update(skip_locked=True)
         now_heads = {head.stream: (head.seq, head.hash) for head in heads}
         gone = []
-        for stream, (pk, status, updated_at, *_) in rows.items():
+        for stream, (_pk, status, updated_at, *_) in rows.items():
             if (
                 seen.get(stream) == (status, _json_value(updated_at))
                 and status in TERMINAL_WORKFLOW

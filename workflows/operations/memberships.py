@@ -32,7 +32,7 @@ def create(name: str, *, by) -> Team:
     try:
         validate_slug(name)
     except ValidationError:
-        raise TeamInvalid(f"{name[:64]!r} is not a team name: use letters, digits, hyphens and underscores.")
+        raise TeamInvalid(f"{name[:64]!r} is not a team name: use letters, digits, hyphens and underscores.") from None
     if len(name) > 64:
         raise TeamInvalid("A team name has at most 64 characters.")
     try:
@@ -40,7 +40,7 @@ def create(name: str, *, by) -> Team:
             team = Team.objects.create(name=name)
             journal.append(actor=by, verb="team.created", obj_type="team", obj_id=team.pk, data={"team": name})
     except IntegrityError:
-        raise TeamInvalid(f"The team {name!r} exists already.")
+        raise TeamInvalid(f"The team {name!r} exists already.") from None
     return team
 
 

@@ -101,8 +101,8 @@ def _about(workflow: Workflow, until) -> tuple[str, str]:
     )
     left = max(until - timezone.now(), timedelta(0))
     text = (
-        f"“{workflow.name}”: {workflow.submitted_by.get_username()} submitted a plan with {len(workflow.plan)} step(s), "
-        f"{risk} risk:\n"
+        f"“{workflow.name}”: {workflow.submitted_by.get_username()} submitted a plan "
+        f"with {len(workflow.plan)} step(s), {risk} risk:\n"
         + "".join(
             f"  {n}. {step['action']} ({step['key']})"
             + (f": {previews[step['key']]}" if previews.get(step["key"]) else "")

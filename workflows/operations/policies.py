@@ -3,8 +3,8 @@ alone; loosening it takes a second operator.
 
 Tightening (kill switch on, a lower limit or one where none was, more
 approvals, a shorter approval lifetime or one where none was, higher risk,
-fewer attempts, a reviewer group where any reviewer could approve) applies at once as a new policy version. Anything else is a
-loosening, and so is a change that mixes both: it becomes a pending
+fewer attempts, a reviewer group where any reviewer could approve) applies at
+once as a new policy version. Anything else is a loosening, and so is a change that mixes both: it becomes a pending
 `PolicyChange` that another operator authorizes or declines, like a
 compensation. The request names the policy version it was made against; if
 the policy changed since, authorizing it is refused (409) rather than

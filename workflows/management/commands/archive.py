@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 progress=lambda text: self.stdout.write(text),
             )
         except archive.ArchiveError as exc:
-            raise CommandError(str(exc))
+            raise CommandError(str(exc)) from exc
         if done.archive is None:
             return
         self.stdout.write(

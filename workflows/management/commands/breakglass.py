@@ -28,7 +28,7 @@ class Command(BaseCommand):
         try:
             until = sessions.grant_breakglass(user, hours=hours, by="manage.py")
         except DomainError as exc:
-            raise CommandError(exc.message)
+            raise CommandError(exc.message) from exc
         if hours:
             self.stdout.write(
                 f"{username} may sign in with a password until {until:%Y-%m-%d %H:%M:%S} UTC (/login/?breakglass=1)."

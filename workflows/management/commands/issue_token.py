@@ -29,7 +29,7 @@ class Command(BaseCommand):
         try:
             found = memberships.find(team)
         except DomainError as exc:
-            raise CommandError(exc.message)
+            raise CommandError(exc.message) from exc
         if owner is not None:
             person = get_user_model().objects.filter(username=owner, is_active=True).first()
             if person is None:
@@ -37,5 +37,5 @@ class Command(BaseCommand):
             try:
                 persons.set_owner(user, person, by=None)
             except DomainError as exc:
-                raise CommandError(exc.message)
+                raise CommandError(exc.message) from exc
         self.stdout.write(tokens.issue(user, name=name, team=found))

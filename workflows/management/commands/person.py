@@ -34,7 +34,7 @@ class Command(BaseCommand):
             try:
                 person = persons.link(a, b, by=None)
             except DomainError as exc:
-                raise CommandError(exc.message)
+                raise CommandError(exc.message) from exc
             self.stdout.write(f"{a.get_username()} and {b.get_username()} are one person ({person}).")
             return
         user = _user(options["user"])

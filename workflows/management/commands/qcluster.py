@@ -16,7 +16,7 @@ class Command(QClusterCommand):
     help = "Starts the worker cluster and its recovery loop."
 
     def handle(self, *args, **options):
-        settings.SECRET_KEY  # signing needs it: fail before forking anything
+        _ = settings.SECRET_KEY  # signing needs it: fail before forking anything
         keys.current()  # and the audit chain and its checkpoints their keys
         signing.current()
         # Before the cluster forks: its workers inherit the tracer provider

@@ -22,5 +22,5 @@ class Command(BaseCommand):
                 Path(directory), workflow, by="manage.py restore", jwks=Path(jwks) if jwks else None
             )
         except archive.ArchiveError as exc:
-            raise CommandError(str(exc))
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"Restored workflow {restored.pk} ({restored.name}, {restored.status}) read-only.")

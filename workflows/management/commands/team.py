@@ -50,4 +50,4 @@ class Command(BaseCommand):
                     retention = f" (retention {team.retention_days} days)" if team.retention_days else ""
                     self.stdout.write(f"{team.name}{retention}: {names}")
         except DomainError as exc:
-            raise CommandError(exc.message)
+            raise CommandError(exc.message) from exc
