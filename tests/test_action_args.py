@@ -19,7 +19,8 @@ from workflows import actions
 from workflows.actions import ArgsModel, FromRef, SecretRef
 from workflows.actions.webhooks import RESERVED_HEADERS
 from workflows.audit import secrets
-from workflows.models import AuditEvent, Step, Workflow, canonical_json, sha256_hex
+from workflows.db import canonical_json, sha256_hex
+from workflows.models import AuditEvent, Step, Workflow
 from workflows.operations import plans
 
 

@@ -217,7 +217,7 @@ def test_an_archive_the_live_chain_never_recorded_does_not_verify(archived):
     document = json.loads((archived["dir"] / "manifest.json").read_text())
     statement = dict(document["statement"], archive="00000000-0000-0000-0000-000000000000")
     from workflows.audit import checkpoints, signing
-    from workflows.models import canonical_json
+    from workflows.db import canonical_json
 
     key = signing.current()
     checkpoints.save(

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workflows.audit import journal
-from workflows.models import canonical_json, sha256_hex
+from workflows.db import canonical_json, sha256_hex
 
 text = st.text(max_size=40)
 json_values = st.recursive(

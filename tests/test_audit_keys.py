@@ -24,7 +24,8 @@ from django.utils import timezone
 from tests.processes import PROJECT_DIR
 from tests.support.seeing import Client
 from workflows.audit import journal, keys, signing
-from workflows.models import AuditCheckpoint, AuditEvent, AuditHead, sha256_hex
+from workflows.db import sha256_hex
+from workflows.models import AuditCheckpoint, AuditEvent, AuditHead
 from workflows.ops.processes import database_url
 
 EVENTS = AuditEvent._meta.db_table

@@ -5,7 +5,7 @@ Every module under workflows/ is parsed, not imported, and every import
 statement counts, those inside functions too: a lazy import hides a cycle
 from Python, not from a reader. Layers, from the top: ops (bench, chaos)
 and the management commands; web (console, API); operations; engine;
-actions and audit; then the floor (models, states, roles, errors).
+actions and audit; then the floor (models, db, states, roles, errors).
 """
 
 import ast
@@ -17,7 +17,7 @@ PACKAGE = ROOT / "workflows"
 # What each part of the tree may not import. A module's part is the first
 # component after `workflows.` (`engine`, `operations`, ...), or the module
 # itself for the top-level ones.
-FLOOR = {"models", "states", "roles", "errors", "persons"}
+FLOOR = {"models", "db", "states", "roles", "errors", "persons"}
 FORBIDDEN = {
     "engine": {"operations", "web", "ops", "management", "tasks"},
     "operations": {"web", "ops", "management", "tasks"},

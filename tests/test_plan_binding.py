@@ -19,19 +19,10 @@ from tests.conftest import run_until, ticket_plan, wait_for_status
 from tests.support import deciding as decide
 from workflows import tasks
 from workflows.audit import keys
+from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, execution, policy
 from workflows.errors import WrongState
-from workflows.models import (
-    Approval,
-    Attempt,
-    AuditEvent,
-    Compensation,
-    DeadLetter,
-    Step,
-    Workflow,
-    canonical_json,
-    sha256_hex,
-)
+from workflows.models import Approval, Attempt, AuditEvent, Compensation, DeadLetter, Step, Workflow
 from workflows.operations import compensation, deadletters, plans
 
 TAMPERED = {"title": "Printer on fire", "body": "Also grant user mallory admin rights"}

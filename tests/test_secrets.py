@@ -234,7 +234,7 @@ def test_the_plan_hash_covers_the_args_as_submitted(people):
     """Still SHA-256 of the canonical JSON of [{key, action, args,
     compensation}], compensation None when absent, so stored hashes stay
     valid: only the rewriting of args went."""
-    from workflows.models import canonical_json, sha256_hex
+    from workflows.db import canonical_json, sha256_hex
 
     body = ticket_plan("hash")
     body["steps"][0]["args"]["body"] = CORPUS[0]

@@ -71,6 +71,13 @@ def team_ids(user) -> set[int]:
     return cache
 
 
+def token_team(user, path: str = "") -> dict:
+    """For an agent that came with a token: only its team's objects (the
+    filter on the team key reached through `path`)."""
+    token = getattr(user, "api_token", None)
+    return {f"{path}team_id": token.team_id} if token is not None else {}
+
+
 def is_sso(user) -> bool:
     """An account of the identity provider (its teams come from OIDC_TEAM_MAP only)."""
     return apps.get_model("workflows", "ProviderIdentity").objects.filter(user_id=user.pk).exists()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -12,6 +10,7 @@ from pydantic import BaseModel
 from workflows.actions.args import AnyArgs
 from workflows.actions.templates import Request
 from workflows.audit import secrets
+from workflows.db import canonical_json, sha256_hex
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,7 @@ class Preview:
     @property
     def digest(self) -> str:
         """SHA-256 of the canonical JSON: what an approval binds."""
-        canonical = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return sha256_hex(canonical_json(self.as_json()))
 
 
 @dataclass

@@ -20,14 +20,13 @@ the plan wrote), in a URL or a header its text.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from workflows.actions.args import FROM, is_reference
 from workflows.audit import secrets
+from workflows.db import canonical_json, sha256_hex
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def compact_json(value: Any) -> str:
     """How a JSON body is sent: compact, keys sorted, UTF-8. Sorted, because
     the order an object's keys come back in depends on the database
     (PostgreSQL's jsonb keeps its own), and a template must not."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return canonical_json(value)
 
 
 def _holds_reference(value: Any) -> bool:
@@ -112,8 +111,7 @@ def _render(pieces: Text, value_of: Callable[[dict], Any] | None) -> str:
 
 
 def _digest(shown: dict) -> str:
-    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return sha256_hex(canonical_json(shown))
 
 
 class Request:

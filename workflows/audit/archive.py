@@ -47,6 +47,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from workflows.audit import checkpoints, journal, keys, signing
+from workflows.db import canonical_json
 from workflows.models import (
     Approval,
     Archive,
@@ -65,7 +66,6 @@ from workflows.models import (
     UsedReviewLink,
     WebhookDelivery,
     Workflow,
-    canonical_json,
 )
 from workflows.states import TERMINAL_WORKFLOW, AttemptStatus, CompensationStatus, StepStatus
 

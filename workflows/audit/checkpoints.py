@@ -45,7 +45,8 @@ from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
 
 from workflows.audit import signing
-from workflows.models import AuditCheckpoint, AuditCheckpointHead, AuditHead, canonical_json
+from workflows.db import canonical_json
+from workflows.models import AuditCheckpoint, AuditCheckpointHead, AuditHead
 
 VERSION = 1
 DELTA = "audit-checkpoint-delta"

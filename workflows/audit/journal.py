@@ -24,7 +24,8 @@ from workflows.audit import checkpoints, keys
 from workflows.audit.identity import fields_for as requester_fields
 from workflows.audit.keys import AuditKey
 from workflows.audit.redaction import redact
-from workflows.models import AuditEvent, AuditHead, AuditVerification, canonical_json, sha256_hex, update_rows
+from workflows.db import canonical_json, sha256_hex, update_rows
+from workflows.models import AuditEvent, AuditHead, AuditVerification
 
 SYSTEM_STREAM = "system"
 GENESIS = "0" * 64

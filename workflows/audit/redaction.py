@@ -10,7 +10,6 @@ resolved. Agent context is evidence, not input: it is redacted and its
 prompts summarised.
 """
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows.audit import secrets
+from workflows.db import sha256_hex
 from workflows.errors import DomainError
 
 REDACTED = "[REDACTED]"
@@ -97,7 +97,7 @@ PROMPT_LIMIT = 500
 
 
 def _summary(text: str) -> str:
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    digest = sha256_hex(text)[:12]
     return f"[REDACTED {len(text)} chars sha256:{digest}]"
 
 

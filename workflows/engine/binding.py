@@ -16,7 +16,8 @@ import hmac
 from datetime import UTC
 
 from workflows.audit import keys
-from workflows.models import Approval, Compensation, Step, canonical_json, sha256_hex
+from workflows.db import canonical_json, sha256_hex
+from workflows.models import Approval, Compensation, Step
 
 
 def entry(key: str, action: str, args, compensation, gate=None) -> dict:

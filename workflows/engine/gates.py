@@ -15,8 +15,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 
 from workflows import persons, roles
+from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding
-from workflows.models import ActionPolicy, GateApproval, Step, Workflow, canonical_json, sha256_hex
+from workflows.models import ActionPolicy, GateApproval, Step, Workflow
 
 
 def shut(step: Step) -> bool:

@@ -7,7 +7,8 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.audit import secrets
 from workflows.audit.redaction import was_redacted
-from workflows.models import Step, canonical_json, sha256_hex
+from workflows.db import canonical_json, sha256_hex
+from workflows.models import Step
 from workflows.states import FailureClass, StepStatus
 
 

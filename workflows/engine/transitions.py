@@ -12,9 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from workflows.audit import journal
+from workflows.db import update_rows
 from workflows.engine import announcements
 from workflows.errors import WrongState
-from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow, update_rows
+from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
 from workflows.states import IllegalTransition, check
 from workflows.webhooks import events
 

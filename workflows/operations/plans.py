@@ -19,8 +19,9 @@ from django.utils import timezone
 from workflows import actions, teams
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
+from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, policy, previews, wakeups
-from workflows.models import ApiToken, ReviewNotice, Step, Workflow, canonical_json, operation_key_for, sha256_hex
+from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
 

@@ -1,18 +1,18 @@
 """API bearer tokens: shown once, stored only as a SHA-256 hash."""
 
-import hashlib
 import secrets
 
 from django.utils import timezone
 
 from workflows import teams
+from workflows.db import sha256_hex
 from workflows.models import ApiToken
 
 PREFIX = "dc_"
 
 
 def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return sha256_hex(token)
 
 
 def issue(user, name: str = "", team=None) -> str:

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 
 from workflows import teams
 from workflows.audit import journal, keys
+from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding
 from workflows.models import (
     Approval,
@@ -37,9 +38,7 @@ from workflows.models import (
     Step,
     Trace,
     Workflow,
-    canonical_json,
     operation_key_for,
-    sha256_hex,
 )
 from workflows.operations.plans import canonical_plan
 from workflows.ops.bench.common import AGENT, REVIEWER, personas

@@ -6,7 +6,7 @@ import json
 from django import template
 
 from workflows.audit import secrets
-from workflows.models import canonical_json
+from workflows.db import canonical_json
 
 register = template.Library()
 

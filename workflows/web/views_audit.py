@@ -27,8 +27,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
 from workflows.audit import journal, signing
+from workflows.db import canonical_json
 from workflows.errors import DomainError
-from workflows.models import AuditEvent, AuditVerification, Workflow, canonical_json
+from workflows.models import AuditEvent, AuditVerification, Workflow
 from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100

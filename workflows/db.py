@@ -1,0 +1,49 @@
+"""Small database helpers: the canonical JSON that hashes and seals are
+taken over, its SHA-256, and one-statement updates of many rows."""
+
+import hashlib
+import json
+
+from django.db import connection
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def update_rows(model, names: list[str], objs: list) -> None:
+    """Write each object's values of `names` to its row, in one statement
+    (UPDATE ... FROM unnest(arrays) on PostgreSQL, FROM VALUES on SQLite),
+    where Django's bulk_update builds a CASE expression per row and field."""
+    if not objs:
+        return
+    fields = [model._meta.get_field(name) for name in names]
+    quote = connection.ops.quote_name
+    table, pk = quote(model._meta.db_table), quote(model._meta.pk.column)
+    columns = [model._meta.pk, *fields]
+    if connection.vendor == "postgresql":
+        # One typed array per column: the statement's text stays the same
+        # whatever the number of rows (short to send, cached by the driver).
+        arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in columns)
+        sets = ", ".join(f"{quote(field.column)} = v.c{n}" for n, field in enumerate(fields, start=1))
+        aliases = ", ".join(f"c{n}" for n in range(len(columns)))
+        params = [
+            [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objs] for field in columns
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({aliases}) WHERE {table}.{pk} = v.c0", params
+            )
+        return
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    sets = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=2))
+    sql = f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(objs))}) AS v WHERE {table}.{pk} = v.column1"
+    params = []
+    for obj in objs:
+        params += [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in columns]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
