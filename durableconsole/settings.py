@@ -142,7 +142,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "workflows.web.views.roles_context",
+                "workflows.web.context_processors.roles_context",
                 "workflows.web.sso.sign_in_context",
             ],
         },

@@ -20,7 +20,7 @@ from tests.support.seeing import Client
 from workflows.audit import journal, keys
 from workflows.models import AuditEvent, AuditVerification
 from workflows.operations import plans
-from workflows.web.views_audit import FIELDS
+from workflows.web.views.audit import FIELDS
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"

@@ -26,7 +26,7 @@ from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import plans
 from workflows.web import sso
-from workflows.web.views_audit import FIELDS
+from workflows.web.views.audit import FIELDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

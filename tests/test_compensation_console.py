@@ -10,7 +10,7 @@ from tests.support.seeing import Client
 from tests.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from workflows.models import Compensation, Step
 from workflows.operations import compensation
-from workflows.web import views_compensation
+from workflows.web.views import compensations
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -383,7 +383,7 @@ def test_reviewers_see_compensations_awaiting_a_decision_newest_first(people, de
     assert html.index(_page(newer)) < html.index(_page(older))
     assert 'href="/compensations/">Compensations</a>' in html
 
-    monkeypatch.setattr(views_compensation, "PAGE_SIZE", 1)
+    monkeypatch.setattr(compensations, "PAGE_SIZE", 1)
     first = _html(client.get(LIST))
     assert _page(newer) in first and _page(older) not in first
     cursor = first.split("cursor=")[1].split('"')[0]
@@ -391,7 +391,7 @@ def test_reviewers_see_compensations_awaiting_a_decision_newest_first(people, de
     assert "<html" not in second and _page(older) in second and _page(newer) not in second
 
     decide.decline(older, by=people["reviewer2"], reason="no")
-    monkeypatch.setattr(views_compensation, "PAGE_SIZE", 50)
+    monkeypatch.setattr(compensations, "PAGE_SIZE", 50)
     awaiting = _html(client.get(LIST))
     assert _page(newer) in awaiting and _page(older) not in awaiting
     assert _page(older) in _html(client.get(LIST, {"status": "DECLINED"}))

@@ -14,7 +14,7 @@ from workflows.actions import ActionError
 from workflows.engine import execution, outcomes, policy
 from workflows.models import AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import deadletters, plans
-from workflows.web import views_deadletters
+from workflows.web.views import dead_letters
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -210,7 +210,7 @@ def test_filter_form_works_without_javascript(entry, as_user):
 
 
 def test_list_pages_by_keyset_newest_first(park, as_user, monkeypatch):
-    monkeypatch.setattr(views_deadletters, "PAGE_SIZE", 2)
+    monkeypatch.setattr(dead_letters, "PAGE_SIZE", 2)
     entries = [park(f"plan-{n}") for n in range(3)]
     client = as_user("operator")
     first = _html(client.get(LIST))

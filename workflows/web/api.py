@@ -1531,7 +1531,7 @@ def verify_audit(request, payload: VerifyIn):
 # --- audit ------------------------------------------------------------------
 
 from workflows.web.pagination import page_by_id  # noqa: E402
-from workflows.web.views_audit import event_row, select_events  # noqa: E402
+from workflows.web.views.audit import event_row, select_events  # noqa: E402
 
 
 class AuditEventOut(Schema):

@@ -12,7 +12,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from workflows.operations import revisions
-from workflows.web.views import _detail_context, _get_workflow_for_user, _with_review_facts
+from workflows.web.views.detail import detail_context, get_workflow_for_user
+from workflows.web.views.plans import with_review_facts
 
 
 def _plan_of(workflow, number: int) -> list[dict] | None:
@@ -25,7 +26,7 @@ def _plan_of(workflow, number: int) -> list[dict] | None:
 @login_required
 @require_GET
 def workflow_changed(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
-    workflow = _with_review_facts([_get_workflow_for_user(request, workflow_id)])[0]
+    workflow = with_review_facts([get_workflow_for_user(request, workflow_id)])[0]
     raw = request.GET.get("seen", "")
     seen = int(raw) if raw.isdigit() and len(raw) < 10 else None
     before = _plan_of(workflow, seen) if seen is not None else None
@@ -33,5 +34,5 @@ def workflow_changed(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     return render(
         request,
         "workflows/workflow_changed.html",
-        {**_detail_context(request, workflow), "seen_revision": seen, "changes": changes, "known": before is not None},
+        {**detail_context(request, workflow), "seen_revision": seen, "changes": changes, "known": before is not None},
     )

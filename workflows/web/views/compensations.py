@@ -25,7 +25,7 @@ from workflows.states import CompensationStatus, StepStatus
 from workflows.web import seen
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
-from workflows.web.views import _get_workflow_for_user
+from workflows.web.views.detail import get_workflow_for_user
 
 PAGE_SIZE = 50
 ALL_STATUSES = "all"
@@ -41,7 +41,7 @@ def _can_read(user) -> bool:
 def _get_workflow_to_compensate(request: HttpRequest, workflow_id: UUID) -> Workflow:
     if not roles.is_operator(request.user):
         raise PermissionDenied("Only operators can request a compensation.")
-    return _get_workflow_for_user(request, workflow_id)
+    return get_workflow_for_user(request, workflow_id)
 
 
 def _get_compensation_for_user(request: HttpRequest, compensation_id: UUID, *, decide: bool = False) -> Compensation:

@@ -114,7 +114,7 @@ def _get_dead_letter_for_user(request: HttpRequest, dead_letter_id: UUID, *, res
     )
 
 
-def _list_url(filters: DeadLetterFilter) -> str:
+def list_url(filters: DeadLetterFilter) -> str:
     query = filters.querystring()
     return reverse("dead_letter_list") + (f"?{query}" if query else "")
 
@@ -187,7 +187,7 @@ def dead_letter_discard(request: HttpRequest, dead_letter_id: UUID) -> HttpRespo
     return _resolve(request, dead_letter_id, deadletters.discard, "Discarded")
 
 
-def _posted_ids(request: HttpRequest) -> list[UUID]:
+def posted_ids(request: HttpRequest) -> list[UUID]:
     ids = []
     for value in request.POST.getlist("ids"):
         try:
@@ -220,7 +220,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
     to confirm: the replay then acts on exactly what was previewed."""
     _check_role(request.user, resolve=True)
     filters = DeadLetterFilter(request.POST, request.user)
-    back = _list_url(filters)
+    back = list_url(filters)
     if filters.errors:
         # Dropping a bad field would widen the selection; refuse instead.
         messages.error(request, "The filter is not valid; choose it again.")
@@ -229,7 +229,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
         if request.POST.get("scope") == "filter":
             entries = list(deadletters.select(request.user, **filters.selection()))
         else:
-            entries = list(deadletters.select(request.user, ids=_posted_ids(request)))
+            entries = list(deadletters.select(request.user, ids=posted_ids(request)))
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
@@ -244,7 +244,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
 @needs_recent_sign_in(back="dead_letter_list")
 def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
     _check_role(request.user, resolve=True)
-    ids = _posted_ids(request)
+    ids = posted_ids(request)
     back = reverse("dead_letter_list")
     try:
         entries = list(deadletters.select(request.user, ids=ids))

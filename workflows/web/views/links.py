@@ -15,7 +15,8 @@ from workflows.errors import DomainError
 from workflows.operations import links
 from workflows.web import seen
 from workflows.web.auth import ask_to_sign_in_again, signed_in_recently
-from workflows.web.views import _detail_url, _with_review_facts
+from workflows.web.views.detail import detail_url
+from workflows.web.views.plans import with_review_facts
 
 
 @login_required
@@ -40,6 +41,6 @@ def review_link(request: HttpRequest, token: str) -> HttpResponse:
             return redirect(request.path)
         done = "Approved" if link.decision == "approve" else "Rejected"
         messages.success(request, f"{done}: {link.workflow.name}")
-        return redirect(_detail_url(link.workflow))
-    workflow = _with_review_facts([link.workflow])[0]
+        return redirect(detail_url(link.workflow))
+    workflow = with_review_facts([link.workflow])[0]
     return render(request, "workflows/review_link.html", {"link": link, "workflow": workflow})

@@ -24,7 +24,7 @@ from workflows.models import Job
 from workflows.operations import bulk, deadletters
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
-from workflows.web.views_deadletters import DeadLetterFilter, _list_url, _posted_ids
+from workflows.web.views.dead_letters import DeadLetterFilter, list_url, posted_ids
 
 
 def _get_job_for_user(request: HttpRequest, job_id: UUID, *, act_on: bool = False) -> Job:
@@ -50,7 +50,7 @@ def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
     if not roles.is_operator(request.user):
         raise PermissionDenied("Only operators can reconcile dead letters.")
     filters = DeadLetterFilter(request.POST, request.user)
-    back = _list_url(filters)
+    back = list_url(filters)
     if filters.errors:
         # Dropping a bad field would widen the selection; refuse instead.
         messages.error(request, "The filter is not valid; choose it again.")
@@ -61,7 +61,7 @@ def dead_letter_reconcile(request: HttpRequest) -> HttpResponse:
         if filters.value("age"):
             shown["older_than"] = filters.value("age")
     else:
-        ids = _posted_ids(request)
+        ids = posted_ids(request)
         chosen, shown = {"ids": ids}, {"ids": [str(pk) for pk in ids]}
     try:
         if not deadletters.matching(request.user, **chosen).exists():
