@@ -36,9 +36,7 @@ def cited_files(roots: list[Path]) -> list[Path]:
         path
         for root in roots
         for path in root.rglob("*")
-        if path.suffix in (".py", ".html", ".txt")
-        and path.is_file()
-        and path != Path(__file__).resolve()
+        if path.suffix in (".py", ".html", ".txt") and path.is_file() and path != Path(__file__).resolve()
     )
 
 
