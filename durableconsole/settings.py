@@ -208,16 +208,19 @@ def _database() -> dict:
         )
         or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
     )
+    conn_max_age = env_int(
+        "DB_CONN_MAX_AGE",
+        600,
+        minimum=0,
+        help="Seconds a database connection is kept for reuse (persistent connections matter for throughput).",
+    )
+    # Read whatever the database, so that the settings reference lists them.
+    busy_timeout = env_int(
+        "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
+    )
+    test_name = env_str("SQLITE_TEST_NAME", "test.sqlite3", help="File name, in VAR_DIR, of the SQLite test database.")
     try:
-        config = dj_database_url.parse(
-            url,
-            conn_max_age=env_int(
-                "DB_CONN_MAX_AGE",
-                600,
-                minimum=0,
-                help="Seconds a database connection is kept for reuse (persistent connections matter for throughput).",
-            ),
-        )
+        config = dj_database_url.parse(url, conn_max_age=conn_max_age)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
     engine = config["ENGINE"]
@@ -226,20 +229,11 @@ def _database() -> dict:
         # lock at BEGIN so two writers queue instead of failing mid-transaction;
         # synchronous=FULL because a checkpoint a power cut can undo is no checkpoint.
         config["OPTIONS"] = {
-            "timeout": env_int(
-                "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
-            ),
+            "timeout": busy_timeout,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
         }
-        config["TEST"] = {
-            "NAME": str(
-                VAR_DIR
-                / env_str(
-                    "SQLITE_TEST_NAME", "test.sqlite3", help="File name, in VAR_DIR, of the SQLite test database."
-                )
-            )
-        }
+        config["TEST"] = {"NAME": str(VAR_DIR / test_name)}
         Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     elif engine in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
         config["ENGINE"] = "django.db.backends.postgresql"
