@@ -1,12 +1,16 @@
 """Small, strict readers for settings that come from environment variables.
 
 A bad value stops start-up with a message naming the variable, instead of
-running with a silently different configuration.
+running with a silently different configuration. Each reader also records
+the setting (name, type, default, one line of help) in CATALOG, from which
+`manage.py docs_reference` writes docs/reference/settings.md: the settings
+reference cannot drift from what the code reads.
 """
 
 import ipaddress
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -15,11 +19,45 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def env_str(name: str, default: str | None = None) -> str | None:
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: str
+    default: str
+    help: str
+
+
+CATALOG: dict[str, Setting] = {}
+
+
+def describe(name: str, type: str, default: str, help: str) -> None:
+    """Record a setting; the first description of a name stands. Also for a
+    variable read outside these helpers (where Django settings are not loaded)."""
+    CATALOG.setdefault(name, Setting(name, type, default, help))
+
+
+def _shown(value) -> str:
+    if value is None or value == "" or value == []:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+def _bounded(type: str, minimum) -> str:
+    return type if minimum is None else f"{type} ≥ {_shown(minimum)}"
+
+
+def env_str(name: str, default: str | None = None, *, help: str = "", shown: str | None = None) -> str | None:
+    """`shown` documents a default that depends on the installation (a path, DEBUG)."""
+    describe(name, "string", shown or _shown(default), help)
     return os.environ.get(name, default)
 
 
-def env_bool(name: str, default: bool) -> bool:
+def env_bool(name: str, default: bool, *, help: str = "", shown: str | None = None) -> bool:
+    describe(name, "boolean", shown or _shown(default), help)
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -31,7 +69,8 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None, help: str = "") -> int:
+    describe(name, _bounded("integer", minimum), _shown(default), help)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -44,7 +83,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+def env_float(name: str, default: float, *, minimum: float | None = None, help: str = "") -> float:
+    describe(name, _bounded("number", minimum), _shown(default), help)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -57,16 +97,18 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     return value
 
 
-def env_list(name: str, default: list[str]) -> list[str]:
+def env_list(name: str, default: list[str], *, help: str = "", shown: str | None = None) -> list[str]:
+    describe(name, "comma-separated list", shown or _shown(default), help)
     raw = os.environ.get(name)
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_group_map(name: str) -> dict[str, list[str]]:
+def env_group_map(name: str, *, help: str = "") -> dict[str, list[str]]:
     """A JSON object of names to lists of identity provider group names, e.g.
     `{"reviewers": ["idp-reviewers"]}` (OIDC_ROLE_MAP, OIDC_TEAM_MAP)."""
+    describe(name, "JSON object", "(unset)", help)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return {}
@@ -84,9 +126,10 @@ def env_group_map(name: str) -> dict[str, list[str]]:
     return {key: list(groups) for key, groups in value.items()}
 
 
-def env_networks(name: str) -> list[str]:
+def env_networks(name: str, *, help: str = "") -> list[str]:
     """Comma-separated addresses or CIDR networks (TRUSTED_PROXIES), each
     checked; returned in canonical network form."""
+    describe(name, "comma-separated addresses or networks", "(unset)", help)
     networks = []
     for item in env_list(name, []):
         try:
@@ -96,9 +139,11 @@ def env_networks(name: str) -> list[str]:
     return networks
 
 
-def env_secret(name: str) -> str:
+def env_secret(name: str, *, help: str = "") -> str:
     """The value of NAME, or the content of the file NAME_FILE (stripped); not
     both. Empty when neither is set."""
+    describe(name, "secret", "(unset)", help)
+    describe(f"{name}_FILE", "path", "(unset)", f"A file holding {name} (instead of the variable itself).")
     value, path = os.environ.get(name, ""), os.environ.get(f"{name}_FILE", "")
     if value and path:
         raise ImproperlyConfigured(f"Set {name} or {name}_FILE, not both")

@@ -7,6 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.env import (
+    describe,
     env_bool,
     env_float,
     env_group_map,
@@ -19,10 +20,21 @@ from durableconsole.env import (
 from workflows.audit.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(
+    env_str(
+        "VAR_DIR",
+        str(BASE_DIR / "var"),
+        help="Directory for local state: the SQLite database, generated development keys, mail files.",
+        shown="var/ in the project directory",
+    )
+)
 
-DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY")
+DEBUG = env_bool(
+    "DEBUG", False, help="Development mode: generated keys in VAR_DIR, relaxed cookies and hosts. Never in production."
+)
+SECRET_KEY = env_str(
+    "SECRET_KEY", help="Django's secret key; required when DEBUG is off. Also signs queued task payloads."
+)
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local development)")
@@ -33,8 +45,16 @@ if not SECRET_KEY:
 # database, both required without DEBUG, so that no web or worker process
 # starts without them (gunicorn runs no system checks: this is the one place
 # every process goes through).
-AUDIT_KEYS = env_str("AUDIT_KEYS", "")
-SIGNING_KEYS_FILE = env_str("SIGNING_KEYS_FILE", "")
+AUDIT_KEYS = env_str(
+    "AUDIT_KEYS",
+    "",
+    help="Audit HMAC keys as `kid1:secret1,kid2:secret2`; the first signs, all verify. Required when DEBUG is off.",
+)
+SIGNING_KEYS_FILE = env_str(
+    "SIGNING_KEYS_FILE",
+    "",
+    help="JSON Ed25519 key set that signs audit checkpoints and approval proofs. Required when DEBUG is off.",
+)
 if not DEBUG:
     for _name, _value in (("AUDIT_KEYS", AUDIT_KEYS), ("SIGNING_KEYS_FILE", SIGNING_KEYS_FILE)):
         if not _value:
@@ -43,16 +63,37 @@ if AUDIT_KEYS:
     from workflows.audit.keys import parse as _parse_audit_keys
 
     _parse_audit_keys(AUDIT_KEYS)
-SIGNING_KEY_OVERLAP_HOURS = env_float("SIGNING_KEY_OVERLAP_HOURS", 24.0, minimum=0.0)
+SIGNING_KEY_OVERLAP_HOURS = env_float(
+    "SIGNING_KEY_OVERLAP_HOURS",
+    24.0,
+    minimum=0.0,
+    help="How long a retired signing key stays published after `signing_key --retire`.",
+)
 # The lifetime of an approval proof (DESIGN §25): signed as each write is
 # sent, so it only has to outlive the request's way to the receiver.
-APPROVAL_PROOF_TTL_SECONDS = env_int("APPROVAL_PROOF_TTL_SECONDS", 300, minimum=1)
+APPROVAL_PROOF_TTL_SECONDS = env_int(
+    "APPROVAL_PROOF_TTL_SECONDS", 300, minimum=1, help="Lifetime of the approval proof sent with each remote write."
+)
 # A message's proof (email.send) is read when the message is, maybe a day later.
-APPROVAL_PROOF_MAIL_TTL_SECONDS = env_int("APPROVAL_PROOF_MAIL_TTL_SECONDS", 86_400, minimum=1)
-AUDIT_CHECKPOINT_MINUTES = env_float("AUDIT_CHECKPOINT_MINUTES", 10.0, minimum=0.1)
+APPROVAL_PROOF_MAIL_TTL_SECONDS = env_int(
+    "APPROVAL_PROOF_MAIL_TTL_SECONDS",
+    86_400,
+    minimum=1,
+    help="Lifetime of the approval proof carried in an email's headers.",
+)
+AUDIT_CHECKPOINT_MINUTES = env_float(
+    "AUDIT_CHECKPOINT_MINUTES", 10.0, minimum=0.1, help="How often the worker writes a signed audit checkpoint."
+)
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG else [])
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS",
+    ["127.0.0.1", "localhost"] if DEBUG else [],
+    help="Host names the web process answers to.",
+    shown="127.0.0.1,localhost with DEBUG, else (unset)",
+)
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", [], help="Origins trusted for CSRF, e.g. the public https origin behind a proxy."
+)
 
 INSTALLED_APPS = [
     # Listed before django_q so that its `qcluster` command wraps django_q's.
@@ -105,12 +146,21 @@ AUTHENTICATION_BACKENDS = [
 ]
 # Login throttling: after AXES_FAILURE_LIMIT failures for one username from
 # one address, that pair is locked out for AXES_COOLOFF_MINUTES.
-AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+AXES_FAILURE_LIMIT = env_int(
+    "AXES_FAILURE_LIMIT",
+    5,
+    minimum=1,
+    help="Failed sign-ins for one username from one address before that pair is locked out.",
+)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_int(
+        "AXES_COOLOFF_MINUTES", 15, minimum=1, help="How long a locked-out username and address pair stays locked."
+    )
+)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "workflows/locked_out.html"
-AXES_ENABLED = env_bool("AXES_ENABLED", True)
+AXES_ENABLED = env_bool("AXES_ENABLED", True, help="Sign-in throttling on or off.")
 # Locked out by the same client address the audit trail records.
 AXES_CLIENT_IP_CALLABLE = "workflows.web.identity.axes_client_address"
 
@@ -151,9 +201,26 @@ TEMPLATES = [
 
 
 def _database() -> dict:
-    url = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+    url = (
+        env_str(
+            "DATABASE_URL",
+            help="The database: `sqlite:///PATH` or `postgres://...`; the embedded SQLite file in VAR_DIR when unset.",
+        )
+        or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+    )
+    conn_max_age = env_int(
+        "DB_CONN_MAX_AGE",
+        600,
+        minimum=0,
+        help="Seconds a database connection is kept for reuse (persistent connections matter for throughput).",
+    )
+    # Read whatever the database, so that the settings reference lists them.
+    busy_timeout = env_int(
+        "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
+    )
+    test_name = env_str("SQLITE_TEST_NAME", "test.sqlite3", help="File name, in VAR_DIR, of the SQLite test database.")
     try:
-        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 600, minimum=0))
+        config = dj_database_url.parse(url, conn_max_age=conn_max_age)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
     engine = config["ENGINE"]
@@ -162,11 +229,11 @@ def _database() -> dict:
         # lock at BEGIN so two writers queue instead of failing mid-transaction;
         # synchronous=FULL because a checkpoint a power cut can undo is no checkpoint.
         config["OPTIONS"] = {
-            "timeout": env_int("SQLITE_BUSY_TIMEOUT", 20, minimum=1),
+            "timeout": busy_timeout,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
         }
-        config["TEST"] = {"NAME": str(VAR_DIR / env_str("SQLITE_TEST_NAME", "test.sqlite3"))}
+        config["TEST"] = {"NAME": str(VAR_DIR / test_name)}
         Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     elif engine in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
         config["ENGINE"] = "django.db.backends.postgresql"
@@ -205,39 +272,82 @@ STORAGES = {
         else "whitenoise.storage.CompressedManifestStaticFilesStorage"
     },
 }
-WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
+WHITENOISE_USE_FINDERS = env_bool(
+    "WHITENOISE_USE_FINDERS",
+    DEBUG,
+    help="Serve static files straight from the app directories (no collectstatic).",
+    shown="DEBUG",
+)
 
 # Under the ASGI entry point (durableconsole.asgi, production), the threads
 # that run Django in each web process: each keeps one persistent database
 # connection. Waiters of the wait endpoint hold none of them while they wait.
-WEB_THREADS = env_int("WEB_THREADS", 8, minimum=1)
+WEB_THREADS = env_int(
+    "WEB_THREADS",
+    8,
+    minimum=1,
+    help="Threads per web process under the ASGI entry point; each keeps one database connection.",
+)
 
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int(
+    "MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024, help="Largest request body accepted."
+)
 
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
-EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
-EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "durable-console@localhost")
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.filebased.EmailBackend",
+    help="Django e-mail backend (the default writes messages to files in EMAIL_FILE_PATH).",
+)
+EMAIL_FILE_PATH = env_str(
+    "EMAIL_FILE_PATH",
+    str(VAR_DIR / "mail"),
+    help="Directory of the file e-mail backend.",
+    shown="var/mail in the project directory",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost", help="SMTP host for the SMTP e-mail backend.")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, help="SMTP port.")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1, help="Seconds an SMTP conversation may take.")
+DEFAULT_FROM_EMAIL = env_str(
+    "DEFAULT_FROM_EMAIL", "durable-console@localhost", help="Sender of notices and of `email.send` messages."
+)
 
-CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
-REVIEW_WEBHOOK_URL = env_str("REVIEW_WEBHOOK_URL", "")
+CONSOLE_URL = env_str(
+    "CONSOLE_URL",
+    "http://127.0.0.1:8000",
+    help="The console's public base URL: links in notices, and the `iss` of approval proofs.",
+).rstrip("/")
+REVIEW_WEBHOOK_URL = env_str(
+    "REVIEW_WEBHOOK_URL", "", help="A URL told of each plan that awaits review (a chat incoming webhook)."
+)
 # A reviewer's claim on a plan ("I'm on it") lapses after this many minutes
 # without their activity on it (DESIGN §22).
-REVIEW_CLAIM_MINUTES = env_int("REVIEW_CLAIM_MINUTES", 30, minimum=1)
+REVIEW_CLAIM_MINUTES = env_int(
+    "REVIEW_CLAIM_MINUTES",
+    30,
+    minimum=1,
+    help="A reviewer's claim on a plan lapses after this many minutes without activity.",
+)
 # Every decision made through a session (console and review links) needs a
 # sign-in younger than this many seconds, or asks to sign in again (DESIGN
 # §22, §27). An hour: SSO sessions renew silently, carrying the provider's
 # `auth_time`.
-DECISION_MAX_AUTH_AGE = env_int("DECISION_MAX_AUTH_AGE", 3600, minimum=60)
+DECISION_MAX_AUTH_AGE = env_int(
+    "DECISION_MAX_AUTH_AGE",
+    3600,
+    minimum=60,
+    help="Seconds since sign-in after which a decision asks to sign in again.",
+)
 
 # Sign-in (DESIGN §23). OpenID Connect when OIDC_ISSUER is set: its endpoints
 # come from the issuer's discovery document, read at the first sign-in (not
 # here), so a provider that is down stops sign-in, not start-up.
-OIDC_ISSUER = (env_str("OIDC_ISSUER", "") or "").strip().rstrip("/")
-OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
-OIDC_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET")
+OIDC_ISSUER = (
+    (env_str("OIDC_ISSUER", "", help="OpenID Connect issuer URL; set, sign-in goes through the provider.") or "")
+    .strip()
+    .rstrip("/")
+)
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "", help="Client id registered at the provider.")
+OIDC_CLIENT_SECRET = env_secret("OIDC_CLIENT_SECRET", help="Client secret registered at the provider.")
 if OIDC_ISSUER:
     if not OIDC_ISSUER.startswith(("https://", "http://")):
         raise ImproperlyConfigured(f"OIDC_ISSUER must be an https:// URL; got {OIDC_ISSUER!r}")
@@ -247,15 +357,24 @@ if OIDC_ISSUER:
         raise ImproperlyConfigured(
             "OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or OIDC_CLIENT_SECRET_FILE)"
         )
-OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or "groups"
+OIDC_GROUPS_CLAIM = (
+    env_str("OIDC_GROUPS_CLAIM", "groups", help="The ID token claim that lists the user's groups.") or "groups"
+)
 # Django group (role, `global`, or a reviewer group such as
 # payments-reviewers) or team name → provider groups; at every sign-in an
 # SSO user's groups and teams become exactly what these yield.
-OIDC_ROLE_MAP = env_group_map("OIDC_ROLE_MAP")
-OIDC_TEAM_MAP = env_group_map("OIDC_TEAM_MAP")
+OIDC_ROLE_MAP = env_group_map(
+    "OIDC_ROLE_MAP", help="JSON: role or Django group name to provider groups, applied at every sign-in."
+)
+OIDC_TEAM_MAP = env_group_map("OIDC_TEAM_MAP", help="JSON: team name to provider groups, applied at every sign-in.")
 # A role holder whom OIDC_TEAM_MAP gives no team gets this one; unset, no
 # team at all (they see no team's work, and a page says why): fail closed.
-OIDC_DEFAULT_TEAM = (env_str("OIDC_DEFAULT_TEAM", "") or "").strip()
+OIDC_DEFAULT_TEAM = (
+    env_str(
+        "OIDC_DEFAULT_TEAM", "", help="Team of a role holder whom OIDC_TEAM_MAP gives none; unset, they get no team."
+    )
+    or ""
+).strip()
 for _team in [*OIDC_TEAM_MAP, *([OIDC_DEFAULT_TEAM] if OIDC_DEFAULT_TEAM else [])]:
     if not _team.replace("-", "").replace("_", "").isalnum():
         raise ImproperlyConfigured(
@@ -265,45 +384,95 @@ for _team in [*OIDC_TEAM_MAP, *([OIDC_DEFAULT_TEAM] if OIDC_DEFAULT_TEAM else []
 # domains is grouped, for four-eyes only, with the one active local account
 # of that email (DESIGN §27; workflows.persons).
 OIDC_LINK_EMAIL_DOMAINS = [
-    domain.strip().lower().lstrip("@") for domain in env_list("OIDC_LINK_EMAIL_DOMAINS", []) if domain.strip()
+    domain.strip().lower().lstrip("@")
+    for domain in env_list(
+        "OIDC_LINK_EMAIL_DOMAINS",
+        [],
+        help="Email domains whose verified SSO accounts are grouped with the local account of that email (four-eyes).",
+    )
+    if domain.strip()
 ]
 # After this many seconds an SSO session's ID token is renewed at the
 # provider (silently, prompt=none) at the next request; if the provider
 # refuses, the session ends.
-OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env_int("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", 15 * 60, minimum=1)
-OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env_int(
+    "OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS",
+    15 * 60,
+    minimum=1,
+    help="Seconds after which an SSO session's ID token is renewed silently at the provider.",
+)
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.1, help="Seconds a request to the provider may take.")
 # Local username/password sign-in (the embedded default's accounts); 0 leaves
 # SSO only, and `manage.py breakglass` lets one local account in for a while.
 # Off by default once there is a provider (DESIGN §27).
-LOCAL_LOGIN = env_bool("LOCAL_LOGIN", not OIDC_ISSUER)
+LOCAL_LOGIN = env_bool(
+    "LOCAL_LOGIN",
+    not OIDC_ISSUER,
+    help="Username and password sign-in; off by default once OIDC_ISSUER is set.",
+    shown="1 without OIDC_ISSUER, else 0",
+)
 if not LOCAL_LOGIN and not OIDC_ISSUER:
     raise ImproperlyConfigured("LOCAL_LOGIN=0 needs OIDC_ISSUER: nobody could sign in")
 # Addresses and networks of the reverse proxies whose X-Forwarded-For is
 # believed for the client address (audit, login throttling).
-TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+TRUSTED_PROXIES = env_networks(
+    "TRUSTED_PROXIES", help="Reverse proxies whose X-Forwarded-For is believed for the client address."
+)
 # Without it, /metrics answers direct loopback callers only.
-METRICS_TOKEN = env_secret("METRICS_TOKEN")
+METRICS_TOKEN = env_secret(
+    "METRICS_TOKEN", help="Bearer token required by /metrics; unset, only direct loopback callers may scrape."
+)
 
 # Durable execution
-TICKET_DESK_URL = env_str("TICKET_DESK_URL", "http://127.0.0.1:8100").rstrip("/")
-STEP_LEASE_SECONDS = env_float("STEP_LEASE_SECONDS", 30.0, minimum=1.0)
-ACTION_TIMEOUT_SECONDS = env_float("ACTION_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+TICKET_DESK_URL = env_str(
+    "TICKET_DESK_URL", "http://127.0.0.1:8100", help="Base URL of the ticket desk the ticket actions call."
+).rstrip("/")
+STEP_LEASE_SECONDS = env_float(
+    "STEP_LEASE_SECONDS", 30.0, minimum=1.0, help="Length of a worker's lease on a step; renewed while the effect runs."
+)
+ACTION_TIMEOUT_SECONDS = env_float(
+    "ACTION_TIMEOUT_SECONDS",
+    10.0,
+    minimum=0.1,
+    help="Seconds one remote effect may take before its outcome counts as unknown.",
+)
 # After a crash, a lookup's "not found" is trusted only once the lost request
 # can no longer land: ACTION_TIMEOUT_SECONDS + this grace after it was sent.
-RECONCILE_GRACE_SECONDS = env_float("RECONCILE_GRACE_SECONDS", 2.0, minimum=0.0)
-DEFAULT_DEADLINE_SECONDS = env_int("DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1)
+RECONCILE_GRACE_SECONDS = env_float(
+    "RECONCILE_GRACE_SECONDS",
+    2.0,
+    minimum=0.0,
+    help='Extra wait, after ACTION_TIMEOUT_SECONDS, before a lookup\'s "not found" is trusted.',
+)
+DEFAULT_DEADLINE_SECONDS = env_int(
+    "DEFAULT_DEADLINE_SECONDS", 24 * 3600, minimum=1, help="Deadline of a plan that sets none, from submission."
+)
 # Dead letters one batch of a bulk reconcile or replay takes (workflows.operations.bulk).
-BULK_BATCH_SIZE = env_int("BULK_BATCH_SIZE", 50, minimum=1)
-WORKER_TICK_SECONDS = env_float("WORKER_TICK_SECONDS", 0.5, minimum=0.05)
+BULK_BATCH_SIZE = env_int(
+    "BULK_BATCH_SIZE", 50, minimum=1, help="Dead letters one batch of a bulk reconcile or replay job takes."
+)
+WORKER_TICK_SECONDS = env_float(
+    "WORKER_TICK_SECONDS", 0.5, minimum=0.05, help="How often an idle worker looks for due work without a wake-up."
+)
 # Remote effects each worker process keeps in flight at once (DESIGN §19):
 # threads that hold no database connection; claims, REQUESTED attempts and
 # outcomes are committed in groups on the worker's own connection.
-WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 64, minimum=1)
+WORKER_CONCURRENCY = env_int(
+    "WORKER_CONCURRENCY", 64, minimum=1, help="Remote effects each worker process keeps in flight at once."
+)
 # Secrets by reference (workflows.audit.secrets): which actions and hosts may
 # receive each named secret; values only ever in the worker's environment
 # (SECRET_<NAME>) or in SECRETS_DIR/<NAME>.
-SECRETS_POLICY = parse_policy(env_str("SECRETS_POLICY", ""))
-SECRETS_DIR = env_str("SECRETS_DIR", "")
+SECRETS_POLICY = parse_policy(
+    env_str(
+        "SECRETS_POLICY",
+        "",
+        help="JSON, or a path to a JSON file: each secret a plan may reference, with its allowed actions and hosts.",
+    )
+)
+SECRETS_DIR = env_str(
+    "SECRETS_DIR", "", help="Directory of secret files, one per name, read by the worker at perform time."
+)
 # Actions come from the entry points of installed packages (group
 # durableconsole.actions, the built-ins included) and from these import paths
 # (workflows.actions.plugins). Strict: a bad plugin stops start-up; otherwise
@@ -311,36 +480,65 @@ SECRETS_DIR = env_str("SECRETS_DIR", "")
 # Signed outbound webhooks (workflows.webhooks): signing secrets are stored
 # encrypted under these Fernet keys (comma-separated; the first encrypts, all
 # decrypt). With DEBUG=1 and none set, a random key is generated into VAR_DIR.
-WEBHOOK_SECRET_KEYS = env_list("WEBHOOK_SECRET_KEYS", [])
+WEBHOOK_SECRET_KEYS = env_list(
+    "WEBHOOK_SECRET_KEYS", [], help="Fernet keys that encrypt stored webhook secrets; the first encrypts, all decrypt."
+)
 if WEBHOOK_SECRET_KEYS:
     from workflows.webhooks.cipher import parse_fernet_keys as _parse_fernet_keys
 
     _parse_fernet_keys(WEBHOOK_SECRET_KEYS)
 # How long a rotated-out secret keeps signing beside the new one.
-WEBHOOK_ROTATION_HOURS = env_float("WEBHOOK_ROTATION_HOURS", 24.0, minimum=0.0)
+WEBHOOK_ROTATION_HOURS = env_float(
+    "WEBHOOK_ROTATION_HOURS",
+    24.0,
+    minimum=0.0,
+    help="How long a rotated-out webhook secret keeps signing beside the new one.",
+)
 # Webhooks and http.post refuse loopback, private, link-local and metadata
 # addresses unless this is on (a development desk on 127.0.0.1, tests).
-WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
+WEBHOOK_ALLOW_PRIVATE = env_bool(
+    "WEBHOOK_ALLOW_PRIVATE",
+    False,
+    help="Let webhooks and `http.post` reach loopback, private and link-local addresses (development, tests).",
+)
 # A delivery is tried this many times, waiting WEBHOOK_RETRY_SECONDS doubled
 # at each failure (with jitter, at most an hour), then dead-lettered.
-WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 10, minimum=1)
-WEBHOOK_RETRY_SECONDS = env_float("WEBHOOK_RETRY_SECONDS", 5.0, minimum=0.01)
-ACTION_MODULES = env_list("ACTION_MODULES", [])
-ACTION_PLUGINS_STRICT = env_bool("ACTION_PLUGINS_STRICT", True)
+WEBHOOK_MAX_ATTEMPTS = env_int(
+    "WEBHOOK_MAX_ATTEMPTS", 10, minimum=1, help="Deliveries of one webhook event before it is dead-lettered."
+)
+WEBHOOK_RETRY_SECONDS = env_float(
+    "WEBHOOK_RETRY_SECONDS",
+    5.0,
+    minimum=0.01,
+    help="First wait between webhook delivery attempts; doubled each time, with jitter, at most an hour.",
+)
+ACTION_MODULES = env_list(
+    "ACTION_MODULES", [], help="Import paths of modules whose actions are installed besides the entry points."
+)
+ACTION_PLUGINS_STRICT = env_bool(
+    "ACTION_PLUGINS_STRICT",
+    True,
+    help="Stop start-up on any action plugin problem; off, bad plugins are left out and shown to operators.",
+)
 
 Q_CLUSTER = {
     "name": "durableconsole",
     "orm": "default",
-    "workers": env_int("Q_WORKERS", 2, minimum=1),
+    "workers": env_int("Q_WORKERS", 2, minimum=1, help="django-q2 worker processes per cluster."),
     # A task is delivered again if not acknowledged within `retry` seconds;
     # keep it well above `timeout` so a slow but live task is not duplicated.
-    "timeout": env_int("Q_TIMEOUT", 120, minimum=1),
-    "retry": env_int("Q_RETRY", 180, minimum=2),
+    "timeout": env_int("Q_TIMEOUT", 120, minimum=1, help="Seconds after which django-q2 kills a task."),
+    "retry": env_int(
+        "Q_RETRY",
+        180,
+        minimum=2,
+        help="Seconds after which an unacknowledged task is delivered again; must exceed Q_TIMEOUT.",
+    ),
     "max_attempts": 0,
     "ack_failures": True,
     "save_limit": -1,
     "catch_up": False,
-    "poll": env_float("Q_POLL", 0.1, minimum=0.01),
+    "poll": env_float("Q_POLL", 0.1, minimum=0.01, help="Seconds between the ORM broker's polls."),
     "label": "Task queue",
     # Lets Q_CLUSTER_NAME name a cluster (its own queue) without more settings.
     "ALT_CLUSTERS": {},
@@ -349,10 +547,11 @@ Q_CLUSTER = {
 # either broker is correct: the ORM broker on the same database (default: a
 # wake-up commits with the approval) or Redis (REDIS_URL; wake-ups are sent
 # after commit, and the worker loop's sweep covers any that are lost).
-Q_BROKER = env_str("Q_BROKER", "orm")
+Q_BROKER = env_str("Q_BROKER", "orm", help="Queue broker: `orm` (the same database) or `redis`.")
+_REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0", help="Redis URL when Q_BROKER is `redis`.")
 if Q_BROKER == "redis":
     del Q_CLUSTER["orm"]
-    Q_CLUSTER["redis"] = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+    Q_CLUSTER["redis"] = _REDIS_URL
 elif Q_BROKER != "orm":
     raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
 # On PostgreSQL the ORM broker is woken by NOTIFY from the approving
@@ -361,7 +560,11 @@ elif Q_BROKER != "orm":
 # (workflows.engine.announcements); Q_LISTEN=0 turns both off, e.g. behind a
 # pooler in transaction mode, where LISTEN does not work: then the brokers
 # poll, and each web process reads the statuses its waiters watch.
-Q_LISTEN = env_bool("Q_LISTEN", True)
+Q_LISTEN = env_bool(
+    "Q_LISTEN",
+    True,
+    help="On PostgreSQL, wake workers and waiters by LISTEN/NOTIFY; 0 behind a transaction-mode pooler.",
+)
 if Q_BROKER == "orm":
     # Oldest first, wake-ups of due work before any other task (workflows.engine.wakeups).
     Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.QueueBroker"
@@ -370,10 +573,16 @@ if Q_BROKER == "orm":
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 
-LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO", help="Level of the root logger.")
 # "text" (one readable line each) or "json" (one JSON object per line, with
 # the trace and step fields: durableconsole.telemetry.JsonFormatter).
-LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
+LOG_FORMAT = (
+    env_str(
+        "LOG_FORMAT", "text", help="`text` (one readable line each) or `json` (one object per line, with trace fields)."
+    )
+    .strip()
+    .lower()
+)
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 LOGGING = {
@@ -389,7 +598,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # django-q2 logs under "django-q".
-        "django-q": {"level": env_str("Q_LOG_LEVEL", "WARNING"), "propagate": True},
+        "django-q": {
+            "level": env_str("Q_LOG_LEVEL", "WARNING", help="Level of django-q2's own logger."),
+            "propagate": True,
+        },
         "axes": {"level": "WARNING", "propagate": True},
     },
 }
@@ -397,13 +609,17 @@ LOGGING = {
 # Tracing (durableconsole.telemetry): spans go by OTLP over HTTP to this
 # collector (e.g. http://127.0.0.1:4318); unset or empty, tracing is off and
 # nothing of it is installed.
-OTEL_EXPORTER_OTLP_ENDPOINT = (env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "").strip()
+OTEL_EXPORTER_OTLP_ENDPOINT = (
+    env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "", help="OTLP/HTTP collector for traces; unset, tracing is off.") or ""
+).strip()
 if OTEL_EXPORTER_OTLP_ENDPOINT and not OTEL_EXPORTER_OTLP_ENDPOINT.startswith(("http://", "https://")):
     raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL (OTLP over HTTP)")
 
 # The longest any session lasts from its sign-in, local or SSO, renewed or
 # not (workflows.web.sessions); the cookie and the stored session expire too.
-SESSION_MAX_AGE = env_int("SESSION_MAX_AGE", 8 * 3600, minimum=60)
+SESSION_MAX_AGE = env_int(
+    "SESSION_MAX_AGE", 8 * 3600, minimum=60, help="Longest any session lasts from its sign-in, local or SSO."
+)
 SESSION_COOKIE_AGE = SESSION_MAX_AGE
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
@@ -411,13 +627,47 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Read with or without DEBUG, so that the settings reference lists them and a
+# bad value fails in development too; they apply only when DEBUG is off.
+_SECURE_COOKIES = env_bool("SECURE_COOKIES", True, help="Secure flag on session and CSRF cookies (when DEBUG is off).")
+_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0, help="HSTS max-age (when DEBUG is off).")
+_HSTS_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True, help="HSTS includeSubDomains (when DEBUG is off).")
+_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True, help="HSTS preload (when DEBUG is off).")
+_SSL_REDIRECT = env_bool(
+    "SECURE_SSL_REDIRECT", True, help="Redirect plain HTTP to HTTPS, except /healthz and /metrics (when DEBUG is off)."
+)
 if not DEBUG:
-    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _SECURE_COOKIES
+    SECURE_HSTS_SECONDS = _HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _HSTS_SUBDOMAINS
+    SECURE_HSTS_PRELOAD = _HSTS_PRELOAD
+    SECURE_SSL_REDIRECT = _SSL_REDIRECT
     # /healthz answers over plain HTTP so load balancers can probe it.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Read where they are used, by code that runs without these settings (the
+# agent-side MCP server, the desk, worker start-up); recorded here so that the
+# settings reference lists every variable the project reads.
+describe("SECRET_<NAME>", "secret", "(unset)", "The value of the secret NAME, read by the worker at perform time.")
+describe("Q_CLUSTER_NAME", "string", "(unset)", "Names a django-q2 cluster and its queue (`qcluster --cluster-name`).")
+describe(
+    "WORKER_HEARTBEAT_FILE", "path", "(unset)", "File a worker touches as its liveness signal (`drain`, supervisors)."
+)
+describe(
+    "REQUESTS_CA_BUNDLE", "path", "(unset)", "CA bundle for outbound HTTPS (webhooks); CURL_CA_BUNDLE is the fallback."
+)
+describe("CURL_CA_BUNDLE", "path", "(unset)", "CA bundle for outbound HTTPS when REQUESTS_CA_BUNDLE is unset.")
+describe(
+    "DURABLE_CONSOLE_URL",
+    "string",
+    "(unset)",
+    "The console's URL, for the MCP server (`python -m durableconsole.mcp`).",
+)
+describe("DURABLE_CONSOLE_TOKEN", "secret", "(unset)", "The agent's API token, for the MCP server.")
+describe("MCP_HTTP_TOKEN", "secret", "(unset)", "Bearer token the MCP server requires in `--http` mode.")
+describe("TICKETDESK_VERBOSE", "boolean", "0", "The ticket desk logs every request.")
+describe(
+    "FAILPOINTS", "comma-separated list", "(unset)", "Fault injection for the crash tests: the named failpoints fire."
+)
+describe("FAILPOINT_MARKER", "path", "(unset)", "Fault injection: a file a failpoint writes when it fires, as proof.")

@@ -75,6 +75,19 @@ def discover(modules: list[str] | None = None, strict: bool | None = None) -> In
     return installed
 
 
+def builtins() -> Installed:
+    """This project's own actions alone, whatever else is installed, without
+    installing them: what the generated references describe."""
+    installed = Installed()
+    with registry.discovering():
+        for source, load in _entry_point_plugins():
+            if source.builtin:
+                message = _load(source, load, installed)[1]
+                if message:
+                    raise ImproperlyConfigured(f"built-in {source.label}: {message}")
+    return installed
+
+
 def _entry_point_plugins() -> list[tuple[Source, Callable[[], list]]]:
     found = []
     for entry_point in importlib.metadata.entry_points(group=GROUP):

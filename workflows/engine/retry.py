@@ -5,9 +5,16 @@ from datetime import datetime, timedelta
 
 from durableconsole.env import env_float, env_int
 
-BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 0.5, minimum=0.0)
-CAP_SECONDS = env_float("RETRY_CAP_SECONDS", 30.0, minimum=0.0)
-MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
+BASE_SECONDS = env_float(
+    "RETRY_BASE_SECONDS", 0.5, minimum=0.0, help="First retry delay of a step; doubled each attempt, with full jitter."
+)
+CAP_SECONDS = env_float("RETRY_CAP_SECONDS", 30.0, minimum=0.0, help="Longest delay between two attempts of a step.")
+MAX_ATTEMPTS = env_int(
+    "RETRY_MAX_ATTEMPTS",
+    5,
+    minimum=1,
+    help="Attempts of a step before it is dead-lettered (an action policy may set its own).",
+)
 
 
 def backoff(attempt_number: int, retry_after: float | None = None, *, rng=random) -> float:
