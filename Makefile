@@ -69,7 +69,7 @@ bench: setup
 # The documentation site (mkdocs.yml), built into var/site; --strict fails on
 # a broken link, a missing anchor or a page left out of the navigation.
 docs: setup
-	$(BIN)/mkdocs build --strict --quiet -d var/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d var/site
 
 # docs/img/*.png, taken from the real console (a seeded demo on a database of
 # its own under var/screenshots/) in the system Chromium.
