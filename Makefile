@@ -68,6 +68,7 @@ bench: setup
 
 # The documentation site (mkdocs.yml), built into var/site; --strict fails on
 # a broken link, a missing anchor or a page left out of the navigation.
+# NO_MKDOCS_2_WARNING keeps the theme's end-of-life banner out of the output.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d var/site
 
