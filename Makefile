@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
 
-.PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench lint format clean
+.PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench lint format docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,17 @@ format: setup
 
 bench: setup
 	$(BIN)/python manage.py bench
+
+# The documentation site (mkdocs.yml), built into var/site; --strict fails on
+# a broken link, a missing anchor or a page left out of the navigation.
+# NO_MKDOCS_2_WARNING keeps the theme's end-of-life banner out of the output.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d var/site
+
+# docs/img/*.png, taken from the real console (a seeded demo on a database of
+# its own under var/screenshots/) in the system Chromium.
+screenshots: setup
+	DEBUG=1 $(BIN)/python -m workflows.ops.screenshots
 
 clean:
 	rm -rf $(VENV) node_modules var staticfiles test-artifacts .pytest_cache

@@ -81,9 +81,9 @@ def test_a_refund_whose_answer_is_lost_is_found_by_its_lookup_not_repeated(refun
     assert [e["path"] for e in desk.ledger()] == ["/tickets"]
 
 
-def test_the_readme_s_worked_example_is_the_package_these_tests_install():
-    readme = (plugin_packages.SOURCES.parent.parent / "README.md").read_text()
-    example = readme[readme.index("### A worked example") : readme.index("### Rules of discovery")]
+def test_the_guide_s_worked_example_is_the_package_these_tests_install():
+    guide = (plugin_packages.SOURCES.parent.parent / "docs" / "guides" / "action-authors.md").read_text()
+    example = guide[guide.index("## A worked example") : guide.index("## Rules of discovery")]
     toml, python = (block.split("\n", 1)[1] for block in example.split("```")[1::2][:2])
     package = plugin_packages.SOURCES / "durableconsole-refunds"
     assert python in (package / "durableconsole_refunds" / "__init__.py").read_text()

@@ -306,7 +306,7 @@ def test_auditors_verify_the_chain_over_the_api(people, api):
     assert "workflow" in api["auditor"].post("/audit/verify", {"workflow": "x"}).json()["error"]["fields"]
 
 
-# --- every console action has its API twin, listed in the README -------------
+# --- every console action has its API twin, listed in the agents' guide -----
 
 
 def console_posts() -> set[str]:
@@ -327,9 +327,9 @@ def console_posts() -> set[str]:
     return found
 
 
-def test_every_console_post_has_an_api_twin_in_the_readme_table(api):
-    readme = Path(django_settings.BASE_DIR, "README.md").read_text()
-    rows = re.findall(r"^\| `(/[^`]+)` \| [^|]+ \| `(PATCH|POST) (/api/v1/[^`]+)`", readme, re.MULTILINE)
+def test_every_console_post_has_an_api_twin_in_the_guide_s_table(api):
+    guide = Path(django_settings.BASE_DIR, "docs", "guides", "agents.md").read_text()
+    rows = re.findall(r"^\| `(/[^`]+)` \| [^|]+ \| `(PATCH|POST) (/api/v1/[^`]+)`", guide, re.MULTILINE)
     listed = {console: (method, path) for console, method, path in rows}
     posts = console_posts()
     assert "/workflows/<id>/cancel" in posts and "/audit/verify" in posts
