@@ -6,7 +6,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from durableconsole.env import (
+from workflows.audit.secrets import parse_policy
+from workflows.env import (
     env_bool,
     env_float,
     env_group_map,
@@ -16,7 +17,6 @@ from durableconsole.env import (
     env_secret,
     env_str,
 )
-from workflows.audit.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -372,7 +372,7 @@ if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 # "text" (one readable line each) or "json" (one JSON object per line, with
-# the trace and step fields: durableconsole.telemetry.JsonFormatter).
+# the trace and step fields: workflows.telemetry.JsonFormatter).
 LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
@@ -382,7 +382,7 @@ LOGGING = {
     "filters": {"redact": {"()": "workflows.audit.redaction.RedactingFilter"}},
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "durableconsole.telemetry.JsonFormatter"},
+        "json": {"()": "workflows.telemetry.JsonFormatter"},
     },
     # The filter runs before the formatter: both formats see scrubbed records.
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact"]}},
@@ -394,7 +394,7 @@ LOGGING = {
     },
 }
 
-# Tracing (durableconsole.telemetry): spans go by OTLP over HTTP to this
+# Tracing (workflows.telemetry): spans go by OTLP over HTTP to this
 # collector (e.g. http://127.0.0.1:4318); unset or empty, tracing is off and
 # nothing of it is installed.
 OTEL_EXPORTER_OTLP_ENDPOINT = (env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "").strip()

@@ -25,8 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
-from durableconsole import telemetry
-from workflows import actions
+from workflows import actions, telemetry
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (

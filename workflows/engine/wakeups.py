@@ -23,7 +23,7 @@ from django_q.conf import Conf
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from durableconsole import telemetry
+from workflows import telemetry
 from workflows.models import Workflow
 
 log = logging.getLogger(__name__)
