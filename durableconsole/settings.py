@@ -356,17 +356,17 @@ if Q_BROKER == "redis":
 elif Q_BROKER != "orm":
     raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
 # On PostgreSQL the ORM broker is woken by NOTIFY from the approving
-# transaction (workflows.engine.wakeups), and waiters of the wait endpoint by
+# transaction (workflows.queue), and waiters of the wait endpoint by
 # NOTIFY from the transaction that moves their workflow
 # (workflows.engine.announcements); Q_LISTEN=0 turns both off, e.g. behind a
 # pooler in transaction mode, where LISTEN does not work: then the brokers
 # poll, and each web process reads the statuses its waiters watch.
 Q_LISTEN = env_bool("Q_LISTEN", True)
 if Q_BROKER == "orm":
-    # Oldest first, wake-ups of due work before any other task (workflows.engine.wakeups).
-    Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.QueueBroker"
+    # Oldest first, wake-ups of due work before any other task (workflows.queue).
+    Q_CLUSTER["broker_class"] = "workflows.queue.QueueBroker"
     if Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"
+        Q_CLUSTER["broker_class"] = "workflows.queue.ListeningBroker"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

@@ -18,10 +18,10 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import binding, locks, previews, wakeups
+from workflows.engine import binding, locks, previews
 from workflows.errors import DomainError, StaleRevision, WrongState
 from workflows.models import PlanRevision, Step, Workflow
 from workflows.operations import deciding, plans
@@ -122,7 +122,7 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
         )
         events.emit("workflow.revised", locked.pk, {"revision": locked.revision, "changes": changes})
         if any(step.preview_state == PreviewState.PENDING for step in changed):
-            wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
+            queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
     return locked
 
 

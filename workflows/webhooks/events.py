@@ -15,7 +15,7 @@ from collections import defaultdict
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from workflows.engine import wakeups
+from workflows import queue
 from workflows.models import Workflow
 from workflows.shapes import workflow_out
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint
@@ -104,5 +104,5 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
                 )
             )
     WebhookDelivery.objects.bulk_create(rows)
-    wakeups.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
+    queue.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
     return len(rows)
