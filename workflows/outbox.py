@@ -62,6 +62,12 @@ def emit(event: str, workflow_id, extra: dict | None = None, *, shape: Shape) ->
     return _emit(event, [workflow_id], shape, extra)
 
 
+def any_due() -> bool:
+    """Whether a row waits to be sent: new, its retry come due, or its
+    sender's lease ended (the worker loop asks, `engine.worker`)."""
+    return WebhookDelivery.objects.due().exists()
+
+
 def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = None) -> int:
     # Each endpoint hears only the plans of its team (DESIGN §23).
     endpoints = defaultdict(list)

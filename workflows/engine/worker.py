@@ -22,12 +22,11 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.signals import pre_execute
 
-from workflows import queue
+from workflows import outbox, queue
 from workflows.audit import checkpoints
 from workflows.engine import execution, expiry, jobs, recovery
 from workflows.models import ReviewNotice, Step
 from workflows.states import StepStatus
-from workflows.webhooks import delivery
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def tick(broker) -> bool:
             queue.send("workflows.tasks.drain", name="drain", broker=broker)
     # Webhooks whose retry came due, or whose worker died mid-call (its
     # lease ended), have no wake-up of their own.
-    if delivery.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+    if outbox.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
         queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", broker=broker)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.

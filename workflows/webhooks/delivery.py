@@ -66,10 +66,6 @@ class Job:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def any_due() -> bool:
-    return WebhookDelivery.objects.due().exists()
-
-
 def claim(limit: int = BATCH) -> list[Job]:
     now = timezone.now()
     lease_end = now + timedelta(seconds=lease_seconds())
