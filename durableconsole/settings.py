@@ -6,7 +6,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from durableconsole.env import (
+from workflows.audit.secrets import parse_policy
+from workflows.env import (
     describe,
     env_bool,
     env_float,
@@ -17,7 +18,6 @@ from durableconsole.env import (
     env_secret,
     env_str,
 )
-from workflows.audit.secrets import parse_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(
@@ -555,7 +555,7 @@ if Q_BROKER == "redis":
 elif Q_BROKER != "orm":
     raise ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis'; got {Q_BROKER!r}")
 # On PostgreSQL the ORM broker is woken by NOTIFY from the approving
-# transaction (workflows.engine.wakeups), and waiters of the wait endpoint by
+# transaction (workflows.queue), and waiters of the wait endpoint by
 # NOTIFY from the transaction that moves their workflow
 # (workflows.engine.announcements); Q_LISTEN=0 turns both off, e.g. behind a
 # pooler in transaction mode, where LISTEN does not work: then the brokers
@@ -566,16 +566,16 @@ Q_LISTEN = env_bool(
     help="On PostgreSQL, wake workers and waiters by LISTEN/NOTIFY; 0 behind a transaction-mode pooler.",
 )
 if Q_BROKER == "orm":
-    # Oldest first, wake-ups of due work before any other task (workflows.engine.wakeups).
-    Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.QueueBroker"
+    # Oldest first, wake-ups of due work before any other task (workflows.queue).
+    Q_CLUSTER["broker_class"] = "workflows.queue.QueueBroker"
     if Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        Q_CLUSTER["broker_class"] = "workflows.engine.wakeups.ListeningBroker"
+        Q_CLUSTER["broker_class"] = "workflows.queue.ListeningBroker"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO", help="Level of the root logger.")
 # "text" (one readable line each) or "json" (one JSON object per line, with
-# the trace and step fields: durableconsole.telemetry.JsonFormatter).
+# the trace and step fields: workflows.telemetry.JsonFormatter).
 LOG_FORMAT = (
     env_str(
         "LOG_FORMAT", "text", help="`text` (one readable line each) or `json` (one object per line, with trace fields)."
@@ -591,7 +591,7 @@ LOGGING = {
     "filters": {"redact": {"()": "workflows.audit.redaction.RedactingFilter"}},
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "durableconsole.telemetry.JsonFormatter"},
+        "json": {"()": "workflows.telemetry.JsonFormatter"},
     },
     # The filter runs before the formatter: both formats see scrubbed records.
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact"]}},
@@ -606,7 +606,7 @@ LOGGING = {
     },
 }
 
-# Tracing (durableconsole.telemetry): spans go by OTLP over HTTP to this
+# Tracing (workflows.telemetry): spans go by OTLP over HTTP to this
 # collector (e.g. http://127.0.0.1:4318); unset or empty, tracing is off and
 # nothing of it is installed.
 OTEL_EXPORTER_OTLP_ENDPOINT = (

@@ -310,7 +310,7 @@ def spans():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from durableconsole import telemetry
+    from workflows import telemetry
 
     exporter = InMemorySpanExporter()
     telemetry.install(SimpleSpanProcessor(exporter))

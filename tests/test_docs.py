@@ -17,7 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from markdown.extensions.toc import slugify
 
-from durableconsole import env
+from workflows import env
 from workflows.audit.kinds import KINDS
 from workflows.engine import retry  # noqa: F401  (reads the RETRY_* settings: they join the catalog)
 

@@ -1,4 +1,4 @@
-"""The task queue after an outage (workflows.engine.wakeups.QueueBroker):
+"""The task queue after an outage (workflows.queue.QueueBroker):
 plans submitted and approved while no worker ran leave each plan's
 reviewers' notice queued ahead of the approvals' wake-ups. The broker takes
 wake-ups of due work first, oldest first among them, then every other task
@@ -17,10 +17,11 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from tests.support import deciding as decide
-from workflows.engine import execution, wakeups, worker
-from workflows.engine.wakeups import QueueBroker
+from workflows import queue
+from workflows.engine import execution, worker
 from workflows.models import Attempt
 from workflows.operations import plans
+from workflows.queue import QueueBroker
 from workflows.states import WorkflowStatus
 
 NOOP = [{"key": "s", "action": "noop", "args": {}}]
@@ -71,8 +72,8 @@ def test_under_a_backlog_a_task_that_waited_gets_its_turn_after_each_drain(peopl
     workflows = [submit(people, f"backlog-{n}") for n in range(3)]
     for workflow in workflows[:2]:
         decide.approve(workflow, by=people["reviewer"])
-    waited = timezone.now() - wakeups.FAIR_WAIT * 2
-    OrmQ.objects.filter(lock__gt=timezone.now() - wakeups.HEAD_START / 2).update(lock=waited)
+    waited = timezone.now() - queue.FAIR_WAIT * 2
+    OrmQ.objects.filter(lock__gt=timezone.now() - queue.HEAD_START / 2).update(lock=waited)
 
     names = taken_names(broker, 5)
 
@@ -106,7 +107,7 @@ def test_taking_a_wake_up_leaves_one_per_worker_queued_and_the_drain_runs_every_
 
     assert broker.drains_queued() == workers
     assert taken_names(broker, workers) == [f"run {workflow.pk}" for workflow in workflows[1 : 1 + workers]]
-    assert [row.task["name"] for row in OrmQ.objects.order_by("id") if row.task["func"] not in wakeups.DRAINS] == [
+    assert [row.task["name"] for row in OrmQ.objects.order_by("id") if row.task["func"] not in queue.DRAINS] == [
         f"notify {workflow.pk}" for workflow in workflows
     ]
     assert execution.drain(budget_seconds=30) == 12
@@ -139,7 +140,7 @@ def test_the_sweep_asks_for_a_drain_when_the_queue_is_full_of_other_tasks(people
         submit(people, f"inbox-{n}")  # notices only: no drain among them
     workflow = submit(people, "due")
     decide.approve(workflow, by=people["reviewer"])
-    OrmQ.objects.filter(pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] in wakeups.DRAINS]).delete()
+    OrmQ.objects.filter(pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] in queue.DRAINS]).delete()
     assert broker.queue_size() > settings.Q_CLUSTER["workers"] and broker.drains_queued() == 0
 
     assert worker.tick(broker) is True  # the step is due

@@ -17,12 +17,12 @@ import requests
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ImproperlyConfigured
 
-from durableconsole import env
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
 from tests.support import deciding as decide
 from tests.support.seeing import Client
 from tests.test_gates import gated_plan
+from workflows import env
 from workflows.engine import execution, gates
 from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
 from workflows.operations import plans

@@ -14,15 +14,15 @@ from django.db import transaction
 from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
 from tests.support import deciding as decide
 from tests.support.seeing import Client
-from workflows import actions, roles
+from workflows import actions, outbox, roles
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
 from workflows.operations import links, persons, policies, tokens
+from workflows.shapes import workflow_out
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
-from workflows.webhooks import events as webhook_events
 from workflows.webhooks.models import WebhookDelivery
 
 
@@ -282,7 +282,7 @@ def test_an_endpoint_hears_only_its_teams_plans(people, payments, api):
     plain_endpoint, _ = webhook_endpoints.create(by=people["operator"], url="https://hooks.example.com/plain")
     assert (pay_endpoint.team.name, plain_endpoint.team.name) == ("payments", Team.DEFAULT)
     paid = payments["agent"].submit(ticket_plan("paid"))
-    webhook_events.emit("workflow.revised", paid.pk)
+    outbox.emit("workflow.revised", paid.pk, shape=workflow_out)
     assert list(WebhookDelivery.objects.values_list("endpoint", flat=True)) == [pay_endpoint.pk]
     # Another team's endpoint cannot be chosen, nor seen.
     refused = ApiClient(people["operator"]).post(

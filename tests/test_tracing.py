@@ -16,11 +16,11 @@ import requests
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from durableconsole import telemetry
 from tests.conftest import ApiClient, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
 from tests.support import deciding as decide
 from tests.support.seeing import Client
+from workflows import telemetry
 from workflows.audit import redaction, secrets
 from workflows.models import Step
 from workflows.operations import plans

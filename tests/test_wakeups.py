@@ -13,8 +13,8 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from tests.conftest import wait_for_status
-from workflows.engine import wakeups
-from workflows.engine.wakeups import CHANNEL, ListeningBroker
+from workflows import queue
+from workflows.queue import CHANNEL, ListeningBroker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,8 +52,8 @@ def submitted(api, key="wake-1"):
 
 
 def test_postgresql_with_the_orm_broker_listens(postgresql, settings):
-    assert settings.Q_CLUSTER["broker_class"] == "workflows.engine.wakeups.ListeningBroker"
-    assert Conf.BROKER_CLASS == "workflows.engine.wakeups.ListeningBroker"
+    assert settings.Q_CLUSTER["broker_class"] == "workflows.queue.ListeningBroker"
+    assert Conf.BROKER_CLASS == "workflows.queue.ListeningBroker"
 
 
 def test_approval_commit_wakes_a_broker_waiting_on_listen(listening, api, monkeypatch):
@@ -91,7 +91,7 @@ def test_a_rolled_back_wake_up_wakes_nobody(listening, api, monkeypatch):
         pass
 
     with pytest.raises(Undo), transaction.atomic():
-        wakeups.enqueue("workflows.tasks.run_workflow", workflow_id, name=f"run {workflow_id}")
+        queue.enqueue("workflows.tasks.run_workflow", workflow_id, name=f"run {workflow_id}")
         raise Undo
 
     assert broker.dequeue() is None
@@ -147,8 +147,8 @@ def test_a_cluster_holds_one_listen_connection_and_a_notify_starts_its_step(post
 
 def test_sqlite_and_redis_do_not_listen(settings):
     if connection.vendor == "postgresql" and "orm" in settings.Q_CLUSTER:
-        assert settings.Q_CLUSTER["broker_class"] == "workflows.engine.wakeups.ListeningBroker"
+        assert settings.Q_CLUSTER["broker_class"] == "workflows.queue.ListeningBroker"
     elif "orm" in settings.Q_CLUSTER:
-        assert settings.Q_CLUSTER["broker_class"] == "workflows.engine.wakeups.QueueBroker"
+        assert settings.Q_CLUSTER["broker_class"] == "workflows.queue.QueueBroker"
     else:
         assert "broker_class" not in settings.Q_CLUSTER

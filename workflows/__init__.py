@@ -1,14 +1,22 @@
 """Durable Console: the app. One subpackage per concern, dependencies
-pointing one way (tests/test_layout.py keeps it so):
+pointing one way (tests/test_layout.py states the layer of every part and
+keeps it so), from the top:
 
-    ops, management/commands   bench, chaos soak, process helpers; the commands
-        -> web                 console views and URLs, the JSON API
-        -> operations          what people do: submit, approve, compensate, replay, resolve
-        -> engine              states moving, claims, the checkpoint protocol, recovery
-        -> actions, audit      the effects' interface; the audit trail, keys, redaction
-        -> models, states, roles, errors
+    management/commands, apps     the commands; the app's start-up
+    ops                           bench, chaos soak, demo, process helpers
+    web, api, tasks               console views and URLs, the JSON API, the queue's tasks
+    operations                    what people do: submit, approve, compensate, replay, resolve
+    engine, shapes                states moving, claims, the checkpoint protocol, recovery
+    actions                       the effects' interface
+    webhooks                      endpoints, their keys, sending the outbox's rows
+    outbox                        events written with the change they report
+    queue, telemetry              wake-ups and the brokers; tracing
+    audit, persons                the audit trail, keys, redaction, archives
+    models                        the tables
+    teams, roles, states, errors, env, db
 
 `tasks` holds the django-q2 entry points (stored by dotted path in queued
 rows, so it stays `workflows.tasks`); `ticketdesk` is the demo external
-system and imports nothing else of the project.
+system and imports nothing else of the project. Of durableconsole, only the
+proof verifier (`durableconsole.proof`) is imported here.
 """

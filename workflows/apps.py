@@ -25,7 +25,7 @@ class WorkflowsConfig(AppConfig):
         # Tracing, when OTEL_EXPORTER_OTLP_ENDPOINT asks for it: here, before
         # the web server loads its middleware (the Django instrumentation
         # adds its own); `qcluster` calls it again before forking workers.
-        from durableconsole import telemetry
+        from workflows import telemetry
 
         telemetry.setup()
 

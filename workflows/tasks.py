@@ -4,7 +4,7 @@ The queue only says "look now"; each task re-reads the database and does
 just what is due, so duplicated or late deliveries are harmless.
 """
 
-from durableconsole import telemetry
+from workflows import telemetry
 from workflows.engine import execution, previews
 from workflows.operations import bulk, notifications
 from workflows.webhooks import delivery

@@ -5,8 +5,8 @@ The one place a status changes (`transitions`, over the table in
 (`execution`) and what an outcome means (`outcomes`, `parking`,
 `compensating`), recovery and reconciliation (`recovery`), backoff
 (`retry`), `$from` references (`references`), the policy recheck and plan
-binding (`policy`, `binding`), deadlines (`expiry`), wake-ups (`wakeups`),
-failpoints, and the worker loop (`worker`).
+binding (`policy`, `binding`), deadlines (`expiry`), failpoints, and the
+worker loop (`worker`). Wake-ups go through the task queue (`workflows.queue`).
 
 May import actions, audit and the models; never operations, web or ops.
 """

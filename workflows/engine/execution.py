@@ -25,8 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
-from durableconsole import telemetry
-from workflows import actions
+from workflows import actions, queue, telemetry
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
@@ -43,7 +42,6 @@ from workflows.engine import (
     proofs,
     recovery,
     references,
-    wakeups,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
@@ -317,7 +315,7 @@ def drain(budget_seconds: float | None = None) -> int:
     # other clusters, whose loops find it due; a wake-up queued here could
     # only be taken by this cluster's own workers while they stop.
     if not claiming and not stopping and due_steps(window=1).exists():
-        wakeups.enqueue("workflows.tasks.drain", name="drain")
+        queue.enqueue("workflows.tasks.drain", name="drain")
     return done
 
 

@@ -31,8 +31,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from durableconsole import telemetry
-from workflows import actions
+from workflows import actions, telemetry
 from workflows.actions import Action, ActionError, Outcome, PerformContext
 from workflows.actions.context import performing
 from workflows.audit import journal

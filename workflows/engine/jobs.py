@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows.engine import wakeups
+from workflows import queue
 from workflows.engine.leases import LOCAL_PREFIX, process_alive
 from workflows.models import Job
 
@@ -42,6 +42,6 @@ def kick_stalled(now=None) -> int:
     for job in running.filter(Q(pk__in=stale.values("pk")) | Q(owner__in=dead)).only("pk", "batch", "owner"):
         # Touched first, under the batch number read: one kick per stall.
         if Job.objects.filter(pk=job.pk, batch=job.batch, owner=job.owner).update(owner="", updated_at=now):
-            wakeups.enqueue("workflows.tasks.advance_job", str(job.pk), job.batch, name=f"job {job.pk}")
+            queue.enqueue("workflows.tasks.advance_job", str(job.pk), job.batch, name=f"job {job.pk}")
             kicked += 1
     return kicked

@@ -13,8 +13,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from durableconsole import telemetry
-from workflows import actions
+from workflows import actions, telemetry
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text

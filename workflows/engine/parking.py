@@ -5,10 +5,11 @@ operator may then do with the entry (replay, discard) is
 `workflows.operations.deadletters`.
 """
 
+from workflows import outbox
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.models import Attempt, DeadLetter, Step, Trace
-from workflows.webhooks import events
+from workflows.shapes import workflow_out
 
 
 def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) -> DeadLetter:
@@ -51,7 +52,7 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
             "trace": str(trace.pk),
         },
     )
-    events.emit(
+    outbox.emit(
         "step.dead_lettered",
         step.workflow_id,
         {
@@ -63,5 +64,6 @@ def park(step: Step, attempt: Attempt | None, failure_class: str, error: str) ->
                 "attempt_count": dead_letter.attempt_count,
             }
         },
+        shape=workflow_out,
     )
     return dead_letter

@@ -3,7 +3,7 @@
 import random
 from datetime import datetime, timedelta
 
-from durableconsole.env import env_float, env_int
+from workflows.env import env_float, env_int
 
 BASE_SECONDS = env_float(
     "RETRY_BASE_SECONDS", 0.5, minimum=0.0, help="First retry delay of a step; doubled each attempt, with full jitter."

@@ -4,20 +4,21 @@
 update (the row must still be in the status the caller read), and appends
 the audit event in the same transaction, where a workflow's move is also
 announced to its waiters (`announcements`) and emits its webhook event
-(`workflows.webhooks.events`). A lost race returns False; an
+(`workflows.outbox`). A lost race returns False; an
 illegal move raises.
 """
 
 from django.db import transaction
 from django.utils import timezone
 
+from workflows import outbox
 from workflows.audit import journal
 from workflows.db import update_rows
 from workflows.engine import announcements
 from workflows.errors import WrongState
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
+from workflows.shapes import workflow_out
 from workflows.states import IllegalTransition, check
-from workflows.webhooks import events
 
 _KIND = {
     Workflow: "workflow",
@@ -82,7 +83,7 @@ def move(
         )
         if model is Workflow:
             announcements.workflows_moved([obj.pk], current, target)
-            events.workflows_moved([obj.pk], target)
+            outbox.workflows_moved([obj.pk], target, shape=workflow_out)
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -183,7 +184,7 @@ def move_many(
         log.extend(entries)
     if model is Workflow:
         announcements.workflows_moved([obj.pk for obj in moving], current, target)
-        events.workflows_moved([obj.pk for obj in moving], target)
+        outbox.workflows_moved([obj.pk for obj in moving], target, shape=workflow_out)
     return moving
 
 

@@ -21,13 +21,12 @@ from django.db.utils import DatabaseError
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.signals import pre_execute
-from django_q.tasks import async_task
 
+from workflows import outbox, queue
 from workflows.audit import checkpoints
-from workflows.engine import execution, expiry, jobs, recovery, wakeups
+from workflows.engine import execution, expiry, jobs, recovery
 from workflows.models import ReviewNotice, Step
 from workflows.states import StepStatus
-from workflows.webhooks import delivery
 
 log = logging.getLogger(__name__)
 
@@ -86,23 +85,20 @@ def tick(broker) -> bool:
         log.info("queued again the batch of a bulk job that stalled")
     due = work_is_due()
     if due:
-        # Drains already queued count, other tasks do not: those queue
-        # behind drains (wakeups.QueueBroker; Redis keeps one order).
-        queued = broker.drains_queued() if isinstance(broker, wakeups.QueueBroker) else broker.queue_size()
-        wanted = settings.Q_CLUSTER["workers"] - queued
+        wanted = settings.Q_CLUSTER["workers"] - queue.drains_queued(broker)
         for _ in range(max(0, wanted)):
-            async_task("workflows.tasks.drain", task_name="drain", broker=broker)
+            queue.send("workflows.tasks.drain", name="drain", broker=broker)
     # Webhooks whose retry came due, or whose worker died mid-call (its
     # lease ended), have no wake-up of their own.
-    if delivery.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
-        async_task("workflows.tasks.deliver_webhooks", task_name="deliver webhooks", broker=broker)
+    if outbox.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+        queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", broker=broker)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.
     if (
         ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists()
         and broker.queue_size() < settings.Q_CLUSTER["workers"]
     ):
-        async_task("workflows.tasks.send_review_notices", task_name="review notices", broker=broker)
+        queue.send("workflows.tasks.send_review_notices", name="review notices", broker=broker)
     return due
 
 

@@ -14,10 +14,10 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import binding, expiry, locks, policy, wakeups
+from workflows.engine import binding, expiry, locks, policy
 from workflows.engine.transitions import move
 from workflows.errors import PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
@@ -93,7 +93,7 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
             Step.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
     else:
         _unblock(locked, blocked, by, data)
-    wakeups.wake(locked)
+    queue.wake(locked)
 
 
 def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str, str]:
@@ -159,7 +159,7 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
             workflow_id=locked.pk,
             data={"steps": again},
         )
-        wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
+        queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
     return locked
 
 

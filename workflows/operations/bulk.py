@@ -37,10 +37,10 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from workflows import actions, roles
+from workflows import actions, queue, roles
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
-from workflows.engine import failpoints, recovery, wakeups
+from workflows.engine import failpoints, recovery
 from workflows.engine.leases import worker_id
 from workflows.errors import DomainError, NotAllowed, NotVisible, WrongState
 from workflows.models import DeadLetter, Job, JobItem
@@ -189,7 +189,7 @@ def _next_or_done(job: Job, now) -> None:
     """Inside the caller's transaction: queue the next batch while entries
     remain, otherwise mark the job DONE."""
     if job.items.filter(state=State.PENDING).exists():
-        wakeups.enqueue(TASK, str(job.pk), job.batch, name=f"job {job.pk}")
+        queue.enqueue(TASK, str(job.pk), job.batch, name=f"job {job.pk}")
         return
     if Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(
         status=Job.Status.DONE, finished_at=now, updated_at=now

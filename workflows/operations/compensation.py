@@ -16,10 +16,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from workflows import actions, persons, roles
+from workflows import actions, persons, queue, roles
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials, was_redacted
-from workflows.engine import binding, compensating, wakeups
+from workflows.engine import binding, compensating
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, ReasonRequired, StaleRevision, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
@@ -273,7 +273,7 @@ def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") ->
         if not comp.plan:  # only irreversible steps were chosen: nothing to run
             compensating.finish(workflow, comp)
         else:
-            wakeups.wake(workflow)
+            queue.wake(workflow)
     return comp
 
 

@@ -12,11 +12,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from workflows import roles
+from workflows import queue, roles
 from workflows.actions import Outcome
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import redact, redact_text, refuse_credentials
-from workflows.engine import compensating, policy, wakeups
+from workflows.engine import compensating, policy
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, NotVisible, ReasonRequired, WrongState
 from workflows.models import DeadLetter, Job, JobItem, Step, Workflow
@@ -109,7 +109,7 @@ def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
             compensation.resume(workflow, step, by=by, **context)
         elif workflow.status == WorkflowStatus.FAILED:
             move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=context)
-        wakeups.wake(workflow)
+        queue.wake(workflow)
     dead_letter.refresh_from_db()
     return dead_letter
 
@@ -224,11 +224,11 @@ def settle_applied(dead_letter: DeadLetter, found: Outcome, *, by, reason: str) 
         if step.lane:
             compensation.resume(workflow, step, by=by, **context)
             compensating.step_complete(workflow, step)
-            wakeups.wake(workflow)
+            queue.wake(workflow)
         elif workflow.status == WorkflowStatus.FAILED:
             move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=context)
             if workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
-                wakeups.wake(workflow)
+                queue.wake(workflow)
             else:
                 move(workflow, WorkflowStatus.COMPLETE, actor=by)
     dead_letter.refresh_from_db()

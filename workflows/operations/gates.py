@@ -13,9 +13,10 @@ from uuid import UUID
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from workflows import queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import binding, gates, locks, wakeups
+from workflows.engine import binding, gates, locks
 from workflows.engine.transitions import move
 from workflows.errors import WrongState
 from workflows.models import GateApproval, Step, Workflow
@@ -110,7 +111,7 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
         now = timezone.now()
         move(step, StepStatus.PENDING, actor=by, verb="gate.opened", data=data, gate_opened_at=now, next_attempt_at=now)
         move(locked, WorkflowStatus.RUNNING, actor=by, verb="workflow.gate_approved", data=data)
-        wakeups.wake(locked)
+        queue.wake(locked)
     return locked
 
 

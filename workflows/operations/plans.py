@@ -16,11 +16,11 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from workflows import actions, teams
+from workflows import actions, queue, teams
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.db import canonical_json, sha256_hex
-from workflows.engine import binding, policy, previews, wakeups
+from workflows.engine import binding, policy, previews
 from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
@@ -296,10 +296,10 @@ def submit(user, body: dict) -> Submission:
             if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
                 _schedule_notices(workflow, chosen)
             # Queued with the submission (same database): commits or rolls back with it.
-            wakeups.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+            queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
             if any(step.preview_state == PreviewState.PENDING for step in steps):
                 # A worker takes them: a remote read never runs in a web request.
-                wakeups.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
+                queue.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
     except IntegrityError:
         # A concurrent submission with the same key won the race.
         existing = _existing(user, body["submission_key"], submission_hash)

@@ -22,10 +22,10 @@ new answer while one waits replaces it.
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import persons, roles
+from workflows import persons, queue, roles
 from workflows.audit import journal
 from workflows.audit.redaction import CredentialRefused, credential_fields, refuse_credentials
-from workflows.engine import compensating, references, wakeups
+from workflows.engine import compensating, references
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
 from workflows.models import Step, Workflow
@@ -200,7 +200,7 @@ def _settle(step: Step, workflow: Workflow, *, by, evidence: dict, result, verb:
             move(workflow, WorkflowStatus.COMPLETE, actor=by)
         elif not workflow.steps.filter(status=StepStatus.IN_DOUBT).exists():
             move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
-            wakeups.wake(workflow)
+            queue.wake(workflow)
 
 
 def _result(step: Step, result: dict | None, external_ref: str) -> dict:
@@ -215,4 +215,4 @@ def _resume_compensation(workflow, step, by, decision, evidence) -> None:
     compensation.resume(workflow, step, by=by, **{k: evidence[k] for k in ("decision", "reason", "external_ref")})
     if decision == HAPPENED:
         compensating.step_complete(workflow, step)
-    wakeups.wake(workflow)
+    queue.wake(workflow)

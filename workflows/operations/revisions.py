@@ -18,15 +18,15 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, outbox, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
-from workflows.engine import binding, locks, previews, wakeups
+from workflows.engine import binding, locks, previews
 from workflows.errors import DomainError, StaleRevision, WrongState
 from workflows.models import PlanRevision, Step, Workflow
 from workflows.operations import deciding, plans
+from workflows.shapes import workflow_out
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
-from workflows.webhooks import events
 
 MISSING = object()
 
@@ -120,9 +120,11 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
             workflow_id=locked.pk,
             data={"revision": locked.revision, "plan_hash": locked.plan_hash, "comment": comment, "changes": changes},
         )
-        events.emit("workflow.revised", locked.pk, {"revision": locked.revision, "changes": changes})
+        outbox.emit(
+            "workflow.revised", locked.pk, {"revision": locked.revision, "changes": changes}, shape=workflow_out
+        )
         if any(step.preview_state == PreviewState.PENDING for step in changed):
-            wakeups.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
+            queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
     return locked
 
 

@@ -2,7 +2,7 @@
 
 Each page is written from what the code itself holds: the HTTP API from the
 OpenAPI schema, the settings from the catalog the settings helpers fill
-(`durableconsole.env.CATALOG`), the management commands from their parsers,
+(`workflows.env.CATALOG`), the management commands from their parsers,
 the states from `workflows.states`, the audit event kinds from
 `workflows.audit.kinds`. A hand-written copy drifts; these cannot, and
 `manage.py docs_reference --check` (run by the tests) says when a page on
@@ -25,8 +25,7 @@ from django.core.management import load_command_class
 from django.db import models
 from django.urls import reverse
 
-from durableconsole import env
-from workflows import states
+from workflows import env, states
 from workflows.actions import plugins, registry
 from workflows.audit.kinds import KINDS
 from workflows.engine import retry  # noqa: F401  (reads RETRY_* settings: they join the catalog)
@@ -176,7 +175,7 @@ def http_api() -> str:
 
 
 def settings_page() -> str:
-    out = [NOTICE.format(source="the settings helpers (`durableconsole.env`, `durableconsole/settings.py`)")]
+    out = [NOTICE.format(source="the settings helpers (`workflows.env`, `durableconsole/settings.py`)")]
     out.append(
         "# Settings {#settings}\n\nEvery setting comes from an environment variable, read once at start-up by a "
         "small helper that refuses a bad value with a message naming the variable. The same environment serves "

@@ -1586,9 +1586,9 @@ def list_audit_events(
 
 # --- webhooks ---------------------------------------------------------------
 
+from workflows.outbox import EVENT_TYPES  # noqa: E402
 from workflows.webhooks import delivery as webhook_delivery  # noqa: E402
 from workflows.webhooks import endpoints as webhook_endpoints  # noqa: E402
-from workflows.webhooks.events import EVENT_TYPES  # noqa: E402
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Signed outbound webhooks (Standard Webhooks, DESIGN §21.3).
 
-`events` writes one outbox row per (event, endpoint) in the transaction of
-the change it reports; `delivery` is run by the workers and sends each row
+`workflows.outbox` writes one row per (event, endpoint) in the transaction
+of the change it reports; `delivery` is run by the workers and sends each row
 at least once, signed with the keys of `keys`; `outbound` holds the address
 rules every call towards a URL that a plan or an operator named goes through.
 """

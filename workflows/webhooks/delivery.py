@@ -24,9 +24,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from workflows import queue
 from workflows.audit import journal
 from workflows.audit.redaction import redact_text, refuse_credentials
-from workflows.engine import wakeups
 from workflows.errors import ReasonRequired, WrongState
 from workflows.webhooks import keys, outbound
 from workflows.webhooks.models import WebhookDelivery
@@ -64,10 +64,6 @@ class Job:
     @property
     def ok(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
-
-
-def any_due() -> bool:
-    return WebhookDelivery.objects.due().exists()
 
 
 def claim(limit: int = BATCH) -> list[Job]:
@@ -203,6 +199,6 @@ def replay(delivery: WebhookDelivery, *, by, reason: str) -> WebhookDelivery:
             workflow_id=delivery.workflow_id,
             data={"event": delivery.event, "webhook_id": delivery.webhook_id, "reason": reason},
         )
-        wakeups.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
+        queue.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
     delivery.refresh_from_db()
     return delivery

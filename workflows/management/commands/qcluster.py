@@ -7,7 +7,7 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from durableconsole import telemetry
+from workflows import telemetry
 from workflows.audit import keys, signing
 from workflows.engine import draining, worker
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.audit import archive
+from workflows.audit import archive, archived
 
 
 class Command(BaseCommand):
@@ -18,7 +18,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, directory, workflow, jwks=None, **options):
         try:
-            restored = archive.restore(
+            restored = archived.restore(
                 Path(directory), workflow, by="manage.py restore", jwks=Path(jwks) if jwks else None
             )
         except archive.ArchiveError as exc:

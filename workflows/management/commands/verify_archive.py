@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.audit import archive
+from workflows.audit import archived
 
 SHOWN = 20
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, directory, jwks=None, **options):
-        result = archive.verify(Path(directory), jwks=Path(jwks) if jwks else None)
+        result = archived.verify(Path(directory), jwks=Path(jwks) if jwks else None)
         statement = result.statement
         if result.ok:
             self.stdout.write(

@@ -18,7 +18,7 @@ from datetime import timedelta
 from django.db.models import Count
 from django.utils import timezone
 
-from workflows.audit import archive
+from workflows.audit import archive, archived
 from workflows.models import ArchivedWorkflow, Attempt, Workflow
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import Fleet
@@ -93,7 +93,7 @@ class ArchivePart:
         if archived_live:
             raise BenchError(f"{archived_live} live plan(s) were archived")
         verifying = time.monotonic()
-        verified = archive.verify(directory)
+        verified = archived.verify(directory)
         if not verified.ok:
             raise BenchError(f"the archive does not verify: {verified.problems[:3]}")
         files = sum(path.stat().st_size for path in directory.iterdir())

@@ -1,23 +1,28 @@
 """The outbox: each event becomes one delivery row per receiver, written in
 the transaction of the change it reports, so an event is sent if and only
-if its change committed.
+if its change committed. The workers send the rows
+(`workflows.webhooks.delivery`); the engine and the operations only call
+down into this module, and it imports neither them nor the sending.
 
 An event type is declared by one line: in `WORKFLOW_STATUS_EVENTS` when
 it is a workflow reaching a status (emitted by `transitions.move`), or in
-`OTHER_EVENTS` when an operation emits it itself (`emit`).
+`OTHER_EVENTS` when an operation emits it itself (`emit`). The caller
+passes the `shape` that renders the workflow in the event's `data` (the
+API's, `workflows.shapes.workflow_out`): that shape reads the engine's
+gates, which sit above the outbox.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from workflows.engine import wakeups
+from workflows import queue
 from workflows.models import Workflow
-from workflows.shapes import workflow_out
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint
 
 WORKFLOW_STATUS_EVENTS = {
@@ -37,24 +42,33 @@ OTHER_EVENTS = (
 EVENT_TYPES = (*WORKFLOW_STATUS_EVENTS.values(), *OTHER_EVENTS)
 
 
-def workflows_moved(workflow_ids: list, status: str) -> int:
+Shape = Callable[[Workflow], dict]
+
+
+def workflows_moved(workflow_ids: list, status: str, *, shape: Shape) -> int:
     """Emit the event of this status (if it has one) for these workflows.
     Runs inside the transaction that moved them."""
     event = WORKFLOW_STATUS_EVENTS.get(status)
     if event is None:
         return 0
-    return _emit(event, workflow_ids)
+    return _emit(event, workflow_ids, shape)
 
 
-def emit(event: str, workflow_id, extra: dict | None = None) -> int:
+def emit(event: str, workflow_id, extra: dict | None = None, *, shape: Shape) -> int:
     """Emit `event` about one workflow; `extra` joins the workflow in `data`.
     Runs inside the transaction of the change it reports."""
     if event not in EVENT_TYPES:
         raise ValueError(f"undeclared webhook event {event!r}")
-    return _emit(event, [workflow_id], extra)
+    return _emit(event, [workflow_id], shape, extra)
 
 
-def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
+def any_due() -> bool:
+    """Whether a row waits to be sent: new, its retry come due, or its
+    sender's lease ended (the worker loop asks, `engine.worker`)."""
+    return WebhookDelivery.objects.due().exists()
+
+
+def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = None) -> int:
     # Each endpoint hears only the plans of its team (DESIGN §23).
     endpoints = defaultdict(list)
     for pk, team_id in WebhookEndpoint.objects.filter(enabled=True).values_list("pk", "team_id"):
@@ -79,7 +93,7 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
             {
                 "type": event,
                 "timestamp": now.isoformat().replace("+00:00", "Z"),
-                "data": {"workflow": workflow_out(workflow), **(extra or {})},
+                "data": {"workflow": shape(workflow), **(extra or {})},
             },
             cls=DjangoJSONEncoder,
             separators=(",", ":"),
@@ -104,5 +118,5 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
                 )
             )
     WebhookDelivery.objects.bulk_create(rows)
-    wakeups.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
+    queue.enqueue("workflows.tasks.deliver_webhooks", name="deliver webhooks")
     return len(rows)

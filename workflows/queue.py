@@ -1,5 +1,6 @@
-"""Wake-ups: asking the workers to look now. The queue carries only a task
-path and ids (`workflows.tasks`); the state it points at is in the tables.
+"""The task queue: asking the workers to look now (`enqueue`, `wake`), and
+the brokers that hand the tasks out. The queue carries only a task path and
+ids (`workflows.tasks`); the state it points at is in the tables.
 
 On PostgreSQL with the ORM broker (and `Q_LISTEN` on), a wake-up also sends
 `NOTIFY durableconsole_wake` in the caller's transaction, and each cluster's
@@ -23,7 +24,7 @@ from django_q.conf import Conf
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from durableconsole import telemetry
+from workflows import telemetry
 from workflows.models import Workflow
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,19 @@ FAIR_WAIT = timedelta(seconds=2)
 # How many surplus wake-ups one take drops at most (one statement); a larger
 # surplus is dropped over the next takes.
 COLLAPSE_BATCH = 1000
+
+
+def drains_queued(broker) -> int:
+    """Wake-ups of due work waiting in `broker`'s queue. Other tasks queue
+    behind drains (`QueueBroker`; Redis keeps one order), so only the drains
+    count; a broker that keeps no order counts every task."""
+    return broker.drains_queued() if isinstance(broker, QueueBroker) else broker.queue_size()
+
+
+def send(func: str, *, name: str, broker) -> None:
+    """Queue a task now, outside any transaction: the worker loop's own
+    wake-ups, for work that has none (a retry come due, an expired lease)."""
+    async_task(func, task_name=name, broker=broker)
 
 
 def _func(payload: str) -> str:
