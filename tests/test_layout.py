@@ -19,12 +19,14 @@ PACKAGE = ROOT / "workflows"
 # itself for the top-level ones.
 FLOOR = {"models", "states", "roles", "errors", "persons"}
 FORBIDDEN = {
-    "engine": {"operations", "web", "ops", "management", "tasks"},
-    "operations": {"web", "ops", "management", "tasks"},
-    "audit": {"engine", "operations", "web", "ops", "actions", "management", "tasks"},
-    "actions": {"engine", "operations", "web", "ops", "management", "tasks"},
-    "ticketdesk": {"engine", "operations", "web", "ops", "audit", "actions", "management", "tasks", *FLOOR},
-    **{name: {"engine", "operations", "web", "ops", "audit", "actions", "management", "tasks"} for name in FLOOR},
+    "engine": {"operations", "web", "api", "ops", "management", "tasks"},
+    "operations": {"web", "api", "ops", "management", "tasks"},
+    "audit": {"engine", "operations", "web", "api", "ops", "actions", "management", "tasks"},
+    "actions": {"engine", "operations", "web", "api", "ops", "management", "tasks"},
+    "ticketdesk": {"engine", "operations", "web", "api", "ops", "audit", "actions", "management", "tasks", *FLOOR},
+    **{
+        name: {"engine", "operations", "web", "api", "ops", "audit", "actions", "management", "tasks"} for name in FLOOR
+    },
 }
 # Only these may import the ops tooling.
 MAY_IMPORT_OPS = {"ops", "management"}
