@@ -4,7 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from workflows.admin import view_on_site
-from workflows.web.api import api
+from workflows.api import api
 
 urlpatterns = [
     path("api/v1/", api.urls),

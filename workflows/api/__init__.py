@@ -1,0 +1,32 @@
+"""The JSON API (DESIGN §12): agents submit plans; people decide over HTTP.
+One router per resource; the routes' paths are written out whole."""
+
+from workflows.api import (
+    actions,
+    audit,
+    claims,
+    compensations,
+    deadletters,
+    errors,
+    jobs,
+    policies,
+    steps,
+    webhooks,
+    workflows,
+)
+from workflows.api.auth import BearerToken
+from workflows.api.openapi import DurableAPI
+from workflows.web.jsonparse import DepthLimitedParser
+
+api = DurableAPI(
+    title="Durable Console API",
+    version="1",
+    auth=BearerToken(),
+    urls_namespace="api",
+    parser=DepthLimitedParser(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+)
+errors.install(api)
+for resource in (workflows, steps, claims, actions, deadletters, jobs, compensations, policies, audit, webhooks):
+    api.add_router("", resource.router)

@@ -1,0 +1,105 @@
+"""Every error answers with one shape: {"error": {"code", "message", "fields"?}}."""
+
+from functools import partial
+from typing import Any
+
+from django.http import Http404
+from ninja import Field, NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from workflows.errors import DomainError
+from workflows.operations import plans
+from workflows.web.jsonparse import BadJSON
+
+
+class CurrentOut(Schema):
+    revision: int | None = Field(None, description="the plan's current revision (absent for a compensation)")
+    plan_hash: str
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    fields: dict[str, str] | None = None
+    current: CurrentOut | None = Field(None, description="with `stale_revision`: what is current now")
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+def error(
+    api: NinjaAPI,
+    request,
+    status: int,
+    code: str,
+    message: str,
+    fields: dict | None = None,
+    details: dict | None = None,
+):
+    body: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    body.update(details or {})
+    return api.create_response(request, {"error": body}, status=status)
+
+
+def _field_path(loc) -> str:
+    parts = [str(p) for p in loc]
+    # ninja reports ("body", "<param name>", ...field path)
+    if len(parts) > 2 and parts[0] == "body":
+        parts = parts[2:]
+    elif parts and parts[0] in ("body", "query", "path"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def on_validation_error(api, request, exc: ValidationError):
+    fields = {}
+    for item in exc.errors:
+        fields.setdefault(_field_path(item.get("loc", ())), item.get("msg", "Invalid value."))
+    return error(api, request, 400, "invalid", "The request is not valid.", fields)
+
+
+def on_auth_error(api, request, exc):
+    return error(api, request, 401, "unauthorized", "A valid bearer token is required.")
+
+
+def on_domain_error(api, request, exc: DomainError):
+    return error(api, request, exc.status, exc.code, exc.message, exc.fields, exc.details)
+
+
+def on_plan_invalid(api, request, exc: plans.PlanInvalid):
+    return error(api, request, 400, "invalid", "The plan is not valid.", exc.fields)
+
+
+def on_conflict(api, request, exc):
+    return error(api, request, 409, "conflict", str(exc))
+
+
+def on_not_found(api, request, exc):
+    return error(api, request, 404, "not_found", "No such object.")
+
+
+def on_http_error(api, request, exc: HttpError):
+    code = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "error")
+    # ninja words every body the parser refused "Cannot parse request body"; the parser says why.
+    message = str(exc.__cause__) if isinstance(exc.__cause__, BadJSON) else str(exc)
+    return error(api, request, exc.status_code, code, message)
+
+
+HANDLERS = {
+    ValidationError: on_validation_error,
+    AuthenticationError: on_auth_error,
+    DomainError: on_domain_error,
+    plans.PlanInvalid: on_plan_invalid,
+    plans.SubmissionConflict: on_conflict,
+    Http404: on_not_found,
+    HttpError: on_http_error,
+}
+
+
+def install(api: NinjaAPI) -> None:
+    """Answer each of these errors in the one shape, rendered by `api`."""
+    for exc_class, handler in HANDLERS.items():
+        api.add_exception_handler(exc_class, partial(handler, api))
