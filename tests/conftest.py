@@ -13,16 +13,15 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from tests import redis_server
-from tests.desk import TicketDesk
-from tests.processes import Worker
-from tests.support import seeing
+from tests.support import redis_server, seeing
+from tests.support.desk import TicketDesk
+from tests.support.processes import Worker
 from workflows import roles
 from workflows.audit import keys
 from workflows.models import Workflow
 from workflows.operations import tokens
 
-pytest_plugins = ["tests.chromium"]
+pytest_plugins = ["tests.support.chromium"]
 
 PERSONAS = {
     "reviewer": [roles.REVIEWERS],

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests import plugin_packages
 from tests.conftest import manage, wait_for_status
+from tests.support import plugin_packages
 from workflows import actions
 from workflows.models import Attempt, Step
 

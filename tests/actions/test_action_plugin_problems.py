@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from tests import plugin_packages
 from tests.conftest import PASSWORD, manage
+from tests.support import plugin_packages
 from tests.support.seeing import Client
 from workflows import actions
 
-M = "tests.plugin_modules"
+M = "tests.support.plugin_modules"
 # (ACTION_MODULES entry, what the message must say)
 BAD = [
     (f"{M}.no_such_module", f"cannot be imported: ModuleNotFoundError: No module named '{M}.no_such_module'"),

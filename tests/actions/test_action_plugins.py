@@ -23,7 +23,7 @@ BUILTINS = {
     "email.send": "mail",
     "noop": "noop",
 }
-GREETING = "tests.plugin_modules.greeting"
+GREETING = "tests.support.plugin_modules.greeting"
 
 
 def listed(*args, **env) -> dict:

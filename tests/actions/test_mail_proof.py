@@ -1,5 +1,5 @@
 """The approval proof reaches email too (DESIGN §27): `email.send` hands a
-real SMTP server (tests.smtp) a message whose `Approval-Proof` and
+real SMTP server (tests.support.smtp) a message whose `Approval-Proof` and
 `Idempotency-Key` headers bind it to its approval; `htm` is SMTP, `htu` and
 `aud` the sorted recipients, `body_sha256` the text body as sent, and the
 receiver's verifier (`durableconsole.proof.verify`) accepts exactly that
@@ -9,8 +9,8 @@ import pytest
 
 from durableconsole import proof
 from tests.conftest import run_until
-from tests.smtp import SmtpReceiver
 from tests.support import deciding as decide
+from tests.support.smtp import SmtpReceiver
 from workflows.actions import PerformContext
 from workflows.actions.context import performing
 from workflows.actions.mail import EmailSend

@@ -13,7 +13,7 @@ import socket
 import pytest
 from django.core.management import call_command
 
-from tests.receiver import Receiver
+from tests.support.receiver import Receiver
 from workflows.actions import ActionError
 from workflows.actions.webhooks import HttpPost
 from workflows.webhooks import delivery, outbound

@@ -15,8 +15,8 @@ import requests
 from django.db import connection
 
 from tests.conftest import ticket_plan, wait_for_status
+from tests.engine.test_crash_matrix import crash_at
 from tests.support import deciding as decide
-from tests.test_crash_matrix import crash_at
 from workflows import actions, tasks
 from workflows.actions import Preview
 from workflows.engine import binding, failpoints, policy
@@ -259,7 +259,7 @@ def test_storing_previews_takes_the_workflow_row_first_as_a_decision_does(api, d
     take the step rows first (that order deadlocked an approval on PostgreSQL)."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has no row locks: a writer holds the whole database")
-    from tests.test_cancellation import holding, in_thread
+    from tests.operations.test_cancellation import holding, in_thread
 
     workflow = plans.submit(api["agent"].user, close_plan(open_ticket(desk)["id"])).workflow
     release = threading.Event()

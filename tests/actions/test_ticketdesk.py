@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 import requests
 
-from tests.desk import TicketDesk
+from tests.support.desk import TicketDesk
 
 pytestmark = pytest.mark.live
 

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from tests.conftest import wait_for_status
-from tests.receiver import Receiver
+from tests.support.receiver import Receiver
 from workflows.models import Workflow
 from workflows.webhooks import delivery
 from workflows.webhooks.models import WebhookDelivery, WebhookSecret

@@ -20,8 +20,8 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
-from tests.processes import PROJECT_DIR
 from tests.support import deciding as decide
+from tests.support.processes import PROJECT_DIR
 from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import Outcome

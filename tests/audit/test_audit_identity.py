@@ -11,10 +11,10 @@ import pytest
 from django.db import transaction
 from django.test import RequestFactory
 
+from tests.audit.test_audit_console import streamed, tamper
 from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
 from tests.support.seeing import Client
-from tests.test_audit_console import streamed, tamper
 from workflows.audit import identity, journal, keys
 from workflows.models import AuditEvent
 from workflows.operations import plans, tokens

@@ -21,7 +21,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.operations import AddField
 from django.utils import timezone
 
-from tests.processes import PROJECT_DIR
+from tests.support.processes import PROJECT_DIR
 from tests.support.seeing import Client
 from workflows.audit import journal, keys, signing
 from workflows.models import AuditCheckpoint, AuditEvent, AuditHead, sha256_hex

@@ -13,10 +13,10 @@ from django.db import connection
 from django.utils import timezone
 
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
-from tests.otlp_collector import Collector
+from tests.operations.test_resolution import MAIL
 from tests.support import deciding as decide
+from tests.support.otlp_collector import Collector
 from tests.support.seeing import Client
-from tests.test_resolution import MAIL
 from workflows import actions
 from workflows.audit import redaction, secrets
 from workflows.engine import execution, policy, recovery

@@ -5,8 +5,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support.chromium import SCREENSHOTS
 from workflows.models import Approval, Workflow
 from workflows.operations import plans
 

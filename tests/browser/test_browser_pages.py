@@ -14,9 +14,9 @@ from django.conf import settings
 from django.urls import resolve, reverse
 from django.urls.converters import UUIDConverter
 
-from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
+from tests.support.chromium import SCREENSHOTS
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
@@ -178,7 +178,7 @@ def pages(w):
 
 
 # Routes of the console that are not pages to look at: sign-in plumbing
-# (tests/test_browser_sso.py runs it in the browser), the detail page's own
+# (tests/browser/test_browser_sso.py runs it in the browser), the detail page's own
 # partial, files, and machine endpoints. Every other route is a page, checked
 # below, or a form's action, which answers a GET with 405.
 NOT_PAGES = {

@@ -4,9 +4,9 @@ carried (DESIGN §25): the signing key's id and the approvers it names."""
 import pytest
 from playwright.sync_api import expect
 
-from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.chromium import SCREENSHOTS
 from workflows.models import Attempt
 from workflows.operations import compensation, plans
 

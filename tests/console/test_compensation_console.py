@@ -5,9 +5,9 @@ everyone allowed can watch it run. Every refusal changes nothing."""
 import pytest
 
 from tests.conftest import run_until
+from tests.operations.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from tests.support import deciding as decide
 from tests.support.seeing import Client
-from tests.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from workflows.models import Compensation, Step
 from workflows.operations import compensation
 from workflows.web import views_compensation

@@ -21,9 +21,9 @@ from joserfc.jwk import OKPKey
 
 from durableconsole import proof
 from tests.conftest import console_jwks_file, manage, run_until, ticket_plan
-from tests.desk import TicketDesk, TicketDeskError
-from tests.receiver import Receiver
 from tests.support import deciding as decide
+from tests.support.desk import TicketDesk, TicketDeskError
+from tests.support.receiver import Receiver
 from workflows.actions import ActionError, PerformContext
 from workflows.actions.context import performing
 from workflows.actions.transport import call
@@ -31,7 +31,7 @@ from workflows.audit import signing
 from workflows.models import Attempt, DeadLetter
 from workflows.operations import compensation, deadletters, plans
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 DESK = "http://127.0.0.1:8100"
 URL = f"{DESK}/tickets"
 BODY = b'{"title":"Printer on fire"}'

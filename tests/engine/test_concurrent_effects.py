@@ -298,7 +298,7 @@ def test_a_saturated_slow_action_does_not_delay_other_actions(people, start_work
     steps are approved first, so they are first in line. noop steps and
     webhooks to a fast receiver, approved after them, still finish while
     nearly all the slow steps wait: they are not queued behind them."""
-    from tests.desk import TicketDesk
+    from tests.support.desk import TicketDesk
 
     limit(people, "ticket.create", max_in_flight=2)
     desk.fault(mode="latency", ms=3000)
@@ -331,7 +331,7 @@ def test_a_crash_at_each_checkpoint_with_16_effects_in_flight_recovers_each_with
     are claimed, requested and sent together, and the worker dies at the
     point with all of them in its hands. The desk ignores idempotency keys,
     so only reconciliation stands between the crash and a second ticket."""
-    from tests.test_crash_matrix import crash_at
+    from tests.engine.test_crash_matrix import crash_at
 
     desk.fault(mode="ignore_idempotency")
     workflows = approved_creates(people, 16, f"matrix-{point}")

@@ -75,7 +75,7 @@ def assert_exactly_once(workflow, desk):
     attempt carrying its operation key that started before it, and came
     with a valid approval proof that attempt was issued; chain intact.
     (That the attempt was committed before perform() ran, the timestamps
-    cannot show: tests/test_execution.py shows it from a second connection.)"""
+    cannot show: tests/engine/test_execution.py shows it from a second connection.)"""
     steps = list(Step.objects.filter(workflow=workflow))
     for step in steps:
         if step.action == "ticket.create":

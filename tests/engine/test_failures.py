@@ -124,7 +124,7 @@ def test_an_exhausted_deadline_dead_letters(people, desk):
 
 
 def test_connection_refused_is_dependency_unavailable_and_retried(people, desk, settings):
-    from tests.desk import free_port
+    from tests.support.desk import free_port
 
     settings.TICKET_DESK_URL = f"http://127.0.0.1:{free_port()}"
     policy.update("ticket.create", by="test", max_attempts=2)

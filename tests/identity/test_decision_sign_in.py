@@ -17,9 +17,9 @@ from django.contrib.auth.models import Group, User
 from django.urls import reverse
 
 from tests.conftest import PASSWORD, run_job, run_until, ticket_plan
+from tests.operations.test_resolution_confirmation import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from tests.support import deciding as decide
 from tests.support.seeing import Client
-from tests.test_resolution_confirmation import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from workflows import actions, roles
 from workflows.actions import ActionError
 from workflows.engine import binding, execution, gates, outcomes

@@ -1,5 +1,5 @@
 """Sign-in through an OpenID Connect provider (DESIGN §23), against a real
-provider process that can issue bad tokens (tests/oidc_provider.py): the
+provider process that can issue bad tokens (tests/support/oidc_provider.py): the
 code flow with state, nonce and PKCE; every bad ID token refused with its
 reason and no session; groups and teams from the maps at every sign-in;
 sessions the provider ends; LOCAL_LOGIN=0; decisions that need a recent
@@ -19,10 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole import env
 from tests.conftest import PASSWORD, run_until, ticket_plan
-from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
+from tests.operations.test_gates import gated_plan
 from tests.support import deciding as decide
+from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
 from tests.support.seeing import Client
-from tests.test_gates import gated_plan
 from workflows.engine import execution, gates
 from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
 from workflows.operations import plans

@@ -1,5 +1,5 @@
 """Sessions and tokens follow the person (DESIGN §27), against the real
-provider process (tests/oidc_provider.py): the provider's back-channel
+provider process (tests/support/oidc_provider.py): the provider's back-channel
 logout and a silent renewal it refuses end the person's sessions and stop
 their agents' tokens until re-enabled; sign-out ends the provider's session
 too; no session outlives SESSION_MAX_AGE; `next` stays on this site; no
@@ -19,9 +19,9 @@ from django.contrib.sessions.models import Session
 from django.core.management import call_command
 
 from tests.conftest import PASSWORD, ApiClient, ticket_plan
-from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
+from tests.identity.test_sso import ROLE_MAP, TEAM_MAP, sign_in, signed_in_user, start
+from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
 from tests.support.seeing import Client
-from tests.test_sso import ROLE_MAP, TEAM_MAP, sign_in, signed_in_user, start
 from workflows.models import ApiToken, AuditEvent
 from workflows.operations import persons, plans
 from workflows.web import sso

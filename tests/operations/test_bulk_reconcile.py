@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tests.conftest import PASSWORD, run_job, run_until, wait_for_status
+from tests.engine.test_crash_matrix import CRASH_ENV, _alive
 from tests.support import deciding as decide
 from tests.support.seeing import Client
-from tests.test_crash_matrix import CRASH_ENV, _alive
 from workflows.engine import failpoints, policy
 from workflows.models import AuditEvent, DeadLetter, Job, Step, Workflow
 from workflows.operations import bulk, plans

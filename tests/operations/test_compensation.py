@@ -3,8 +3,8 @@
 import pytest
 
 from tests.conftest import HttpApi, run_until, wait_for_status
+from tests.engine.test_crash_matrix import CRASH_ENV, crash_at
 from tests.support import deciding as decide
-from tests.test_crash_matrix import CRASH_ENV, crash_at
 from workflows.engine import policy
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import AuditEvent, Compensation, DeadLetter, Step

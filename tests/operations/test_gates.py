@@ -168,7 +168,7 @@ def test_an_operator_cancels_a_workflow_waiting_at_a_gate(api, desk):
 
 
 def test_the_agent_is_told_the_workflow_waits_at_a_gate(api, desk):
-    from tests.test_webhooks import secret_for
+    from tests.agents.test_webhooks import secret_for
 
     secret_for("agent")
     body = {**gated_plan(), "callback_url": "https://hooks.example.com/in"}

@@ -178,7 +178,7 @@ def test_signing_in_from_a_link_comes_back_to_it_and_never_leaves_the_site(peopl
 
 
 def test_links_never_reach_the_agents_callback(people, planned, api):
-    from tests.test_webhooks import secret_for
+    from tests.agents.test_webhooks import secret_for
     from workflows.webhooks.models import WebhookDelivery
 
     secret_for("agent")

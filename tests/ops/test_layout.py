@@ -11,7 +11,7 @@ actions and audit; then the floor (models, states, roles, errors).
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "workflows"
 
 # What each part of the tree may not import. A module's part is the first

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from tests.conftest import PASSWORD, ticket_plan
-from tests.processes import PROJECT_DIR
+from tests.support.processes import PROJECT_DIR
 from tests.support.seeing import Client
 from workflows.models import Workflow
 

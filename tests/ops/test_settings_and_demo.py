@@ -12,9 +12,9 @@ import pytest
 import requests
 from django.db import connection
 
-from tests.desk import free_port
-from tests.processes import PROJECT_DIR
 from tests.support import deciding as decide
+from tests.support.desk import free_port
+from tests.support.processes import PROJECT_DIR
 
 
 def test_the_database_is_set_up_for_durable_checkpoints(db, settings):

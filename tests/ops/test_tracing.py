@@ -18,8 +18,8 @@ from opentelemetry.trace import SpanKind
 
 from durableconsole import telemetry
 from tests.conftest import ApiClient, run_until, ticket_plan, wait_for_status
-from tests.otlp_collector import Collector
 from tests.support import deciding as decide
+from tests.support.otlp_collector import Collector
 from tests.support.seeing import Client
 from workflows.audit import redaction, secrets
 from workflows.models import Step

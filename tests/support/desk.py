@@ -37,7 +37,7 @@ import requests
 
 from workflows.ops.processes import free_port
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 MANAGE_PY = PROJECT_DIR / "manage.py"
 
 

@@ -289,8 +289,8 @@ class BadTokenProvider:
 
     def start(self) -> BadTokenProvider:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.oidc_provider", str(self.port)],
-            cwd=Path(__file__).resolve().parent.parent,
+            [sys.executable, "-m", "tests.support.oidc_provider", str(self.port)],
+            cwd=Path(__file__).resolve().parents[2],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,4 +1,4 @@
-"""The plugin distributions under tests/plugins/, built and installed by pip
+"""The plugin distributions under tests/support/plugins/, built and installed by pip
 as a team would install theirs: from source, with no network (no build
 isolation, no index), so their entry points are real installed metadata.
 """
@@ -24,7 +24,7 @@ def _pip(*args: str) -> None:
 
 
 def install(name: str, workdir: Path, *, target: Path | None = None) -> None:
-    """Install the distribution `tests/plugins/<name>` into this virtualenv,
+    """Install the distribution `tests/support/plugins/<name>` into this virtualenv,
     or into `target` (a directory to put on PYTHONPATH). It is built from a
     copy: a build writes `build/` and `*.egg-info` into its source tree."""
     source = workdir / name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from workflows.ops.processes import Cluster, database_url
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 # The workers this test process has running: a client that decides on what

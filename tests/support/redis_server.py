@@ -1,7 +1,7 @@
 """Find Redis, or start one: the one helper `.ci/run` and the tests share.
 
-    python3 tests/redis_server.py ping     # exit 0 when REDIS_URL (default 127.0.0.1:6379) answers PING
-    python3 tests/redis_server.py start    # `redis-server --daemonize yes` there, and wait until it answers
+    python3 tests/support/redis_server.py ping     # exit 0 when REDIS_URL (default 127.0.0.1:6379) answers PING
+    python3 tests/support/redis_server.py start    # `redis-server --daemonize yes` there, and wait until it answers
 
 `.ci/run` pings, installs redis-server when it is missing, and starts it;
 the tests' `redis_url` fixture (tests/conftest.py) pings the same URL and,

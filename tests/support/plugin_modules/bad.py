@@ -1,4 +1,4 @@
-"""Classes named one by one (`tests.plugin_modules.bad:NoName`), each with one problem."""
+"""Classes named one by one (`tests.support.plugin_modules.bad:NoName`), each with one problem."""
 
 from workflows.actions import Action, Outcome
 
