@@ -13,8 +13,10 @@ import pytest
 from django_q.models import OrmQ
 from pydantic import Field
 
-from tests.conftest import PERSONAS, ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.personas import PERSONAS
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from workflows import actions
 from workflows.actions import ArgsModel, FromRef, SecretRef
 from workflows.actions.webhooks import RESERVED_HEADERS

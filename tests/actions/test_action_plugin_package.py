@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import manage, wait_for_status
 from tests.support import plugin_packages
+from tests.support.processes import manage
+from tests.support.running import wait_for_status
 from workflows import actions
 from workflows.models import Attempt, Step
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import PASSWORD, manage
 from tests.support import plugin_packages
+from tests.support.personas import PASSWORD
+from tests.support.processes import manage
 from tests.support.seeing import Client
 from workflows import actions
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from tests.conftest import manage, wait_for_status
+from tests.support.processes import manage
+from tests.support.running import wait_for_status
 from workflows import actions
 from workflows.models import Step
 

@@ -13,10 +13,11 @@ import pytest
 from django.core import mail
 
 from durableconsole import proof
-from tests.actions.test_previews import approve_shown, wait_for_previews
-from tests.audit.test_secrets import every_row_as_text
-from tests.conftest import PASSWORD, run_until, wait_for_status
+from tests.support.database import every_row_as_text
+from tests.support.personas import PASSWORD
+from tests.support.previewing import approve_shown, wait_for_previews
 from tests.support.receiver import Receiver
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import actions, tasks
 from workflows.actions import Preview

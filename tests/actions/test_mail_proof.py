@@ -8,8 +8,8 @@ message and nothing altered."""
 import pytest
 
 from durableconsole import proof
-from tests.conftest import run_until
 from tests.support import deciding as decide
+from tests.support.running import run_until
 from tests.support.smtp import SmtpReceiver
 from workflows.actions import PerformContext
 from workflows.actions.context import performing

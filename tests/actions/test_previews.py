@@ -8,15 +8,16 @@ the new preview."""
 import hashlib
 import json
 import threading
-import time
 
 import pytest
 import requests
 from django.db import connection
 
-from tests.conftest import ticket_plan, wait_for_status
-from tests.engine.test_crash_matrix import crash_at
 from tests.support import deciding as decide
+from tests.support.crashing import crash_at
+from tests.support.plans import ticket_plan
+from tests.support.previewing import approve_shown, wait_for_previews
+from tests.support.running import wait_for_status
 from workflows import actions, tasks
 from workflows.actions import Preview
 from workflows.engine import binding, failpoints, policy
@@ -46,15 +47,6 @@ def close_plan(ticket_id, key="close-it") -> dict:
         "submission_key": key,
         "steps": [{"key": "close", "action": "ticket.close", "args": {"ticket_id": ticket_id}}],
     }
-
-
-def wait_for_previews(workflow_id, timeout=30.0) -> dict[str, Step]:
-    """Poll until no step of the workflow has its preview pending."""
-    deadline = time.monotonic() + timeout
-    while Step.objects.filter(workflow_id=workflow_id, preview_state="PENDING").exists():
-        assert time.monotonic() < deadline, "the worker never took the previews"
-        time.sleep(0.1)
-    return {step.key: step for step in Step.objects.filter(workflow_id=workflow_id)}
 
 
 def template(request: dict) -> dict:
@@ -259,7 +251,7 @@ def test_storing_previews_takes_the_workflow_row_first_as_a_decision_does(api, d
     take the step rows first (that order deadlocked an approval on PostgreSQL)."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has no row locks: a writer holds the whole database")
-    from tests.operations.test_cancellation import holding, in_thread
+    from tests.support.locking import holding, in_thread
 
     workflow = plans.submit(api["agent"].user, close_plan(open_ticket(desk)["id"])).workflow
     release = threading.Event()
@@ -364,7 +356,7 @@ def test_an_action_that_requires_its_preview_refuses_approval_until_it_exists(ap
 
 
 def test_the_console_explains_why_an_approval_waits_for_a_required_preview(people, client, desk, monkeypatch):
-    from tests.conftest import PASSWORD
+    from tests.support.personas import PASSWORD
 
     monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
     workflow = plans.submit(people["agent"], close_plan(open_ticket(desk)["id"])).workflow
@@ -411,15 +403,6 @@ def test_a_reviewer_has_the_previews_taken_again(api, desk):
 
 
 # --- a binding preview, taken again before the effect -------------------------------
-
-
-def approve_shown(client, workflow_id):
-    """Approve over the API with the previews the workflow shows now."""
-    shown = client.get(f"/workflows/{workflow_id}").json()
-    digests = {step["key"]: step["preview"]["digest"] for step in shown["steps"] if step["preview"]["digest"]}
-    answer = client.post(f"/workflows/{workflow_id}/approve", {"preview_digests": digests})
-    assert answer.status_code == 200, answer.json()
-    return digests
 
 
 @pytest.mark.live
@@ -490,7 +473,7 @@ def test_after_a_crash_mid_effect_the_binding_preview_is_not_taken_again(api, st
 def test_a_binding_step_that_takes_results_of_earlier_steps_runs_bound_to_its_request_template(api, desk):
     """Nothing to read of a ticket that does not exist yet: its preview is
     the template of the request alone, taken again unchanged before the effect."""
-    from tests.conftest import run_until
+    from tests.support.running import run_until
 
     workflow = plans.submit(api["agent"].user, ticket_plan()).workflow
     tasks.compute_previews(str(workflow.pk))

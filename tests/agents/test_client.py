@@ -21,7 +21,7 @@ from django.conf import settings
 
 from durableconsole import client as client_module
 from durableconsole.client import Conflict, Console, ConsoleError, Forbidden, Invalid, NotFound, Unavailable
-from tests.conftest import ticket_plan
+from tests.support.plans import ticket_plan
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import tokens
 from workflows.ops.processes import free_port

@@ -19,8 +19,9 @@ from django.conf import settings
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import plans, tokens
 from workflows.ops.processes import free_port

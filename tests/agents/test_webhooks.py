@@ -6,17 +6,16 @@ and replayed; secrets are shown once and stored encrypted."""
 import base64
 import hashlib
 import hmac
-import io
 import json
 import threading
 import time
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
-from tests.conftest import wait_for_status
 from tests.support.receiver import Receiver
+from tests.support.running import wait_for_status
+from tests.support.webhooks import secret_for
 from workflows.models import Workflow
 from workflows.webhooks import delivery
 from workflows.webhooks.models import WebhookDelivery, WebhookSecret
@@ -31,12 +30,6 @@ def verify(secret: str, headers: dict, body: bytes) -> bool:
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     offered = [part.split(",", 1)[1] for part in headers["webhook-signature"].split(" ") if part.startswith("v1,")]
     return any(hmac.compare_digest(expected, candidate) for candidate in offered)
-
-
-def secret_for(username: str, *options: str) -> str:
-    out = io.StringIO()
-    call_command("webhook_secret", username, *options, stdout=out, stderr=io.StringIO())
-    return out.getvalue().strip()
 
 
 def submit(api, url, key="hooked"):

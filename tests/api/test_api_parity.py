@@ -11,8 +11,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, ApiClient, run_job, run_until
 from tests.support import deciding as decide
+from tests.support.api import ApiClient
+from tests.support.personas import PASSWORD
+from tests.support.running import run_job, run_until
 from workflows.engine import execution, policy, recovery
 from workflows.models import AuditEvent, DeadLetter, Step
 from workflows.operations import plans

@@ -5,8 +5,9 @@ import threading
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import HttpApi, run_until
 from tests.support import deciding as decide
+from tests.support.api import HttpApi
+from tests.support.running import run_until
 from workflows.models import AuditEvent, DeadLetter, Step
 from workflows.operations import plans
 

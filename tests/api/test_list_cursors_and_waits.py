@@ -6,8 +6,8 @@ A real cursor still pages."""
 
 import pytest
 
-from tests.api.test_hostile_input import CONSOLE_LISTS, FORGED_CURSORS, ZERO_UUID, api_lists, console_lists
-from tests.conftest import ticket_plan
+from tests.support.hostile import CONSOLE_LISTS, FORGED_CURSORS, ZERO_UUID, api_lists, console_lists
+from tests.support.plans import ticket_plan
 from workflows.models import Workflow
 from workflows.operations import plans
 from workflows.web import waiting

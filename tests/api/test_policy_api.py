@@ -5,7 +5,7 @@ that changes nothing."""
 import pytest
 from django.contrib.auth.models import Group, User
 
-from tests.conftest import ApiClient
+from tests.support.api import ApiClient
 from workflows import roles
 from workflows.engine import policy
 from workflows.models import ActionPolicy, AuditEvent, PolicyChange

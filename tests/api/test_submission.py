@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import ticket_plan
+from tests.support.plans import ticket_plan
 from workflows.models import ApiToken, AuditEvent, Step, Workflow
 
 

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
-from tests.conftest import HttpApi
 from tests.support import deciding as decide
+from tests.support.api import HttpApi
 from workflows.engine import announcements
 from workflows.models import Workflow
 from workflows.operations import plans

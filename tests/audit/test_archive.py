@@ -19,9 +19,11 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, run_until, ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.processes import PROJECT_DIR
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import Outcome

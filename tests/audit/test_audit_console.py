@@ -12,10 +12,11 @@ from unittest import mock
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, transaction
+from django.db import transaction
 
-from tests.conftest import ticket_plan
 from tests.support import deciding as decide
+from tests.support.audit import streamed, tamper
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows.audit import journal, keys
 from workflows.models import AuditEvent, AuditVerification
@@ -81,29 +82,6 @@ def older_link(response) -> str | None:
         r'<a href="([^"]+)"\s+hx-get="[^"]+"\s+hx-target="#audit-results"[^>]*>Older…</a>', response.content.decode()
     )
     return match.group(1).replace("&amp;", "&") if match else None
-
-
-def streamed(response) -> str:
-    assert response.streaming is True
-    return b"".join(response.streaming_content).decode()
-
-
-def _raw(sql, params=()):
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def tamper(event, **changes):
-    """What an attacker with DBA rights would do: lift the guard, rewrite a row."""
-    table = AuditEvent._meta.db_table
-    if connection.vendor == "postgresql":
-        _raw(f"ALTER TABLE {table} DISABLE TRIGGER workflows_auditevent_append_only")
-    else:
-        _raw("DROP TRIGGER workflows_auditevent_no_update")
-    before = AuditEvent.objects.values(*changes).get(pk=event.pk)
-    for column, value in changes.items():
-        _raw(f"UPDATE {table} SET {column} = %s WHERE id = %s", [value, event.pk])
-    assert AuditEvent.objects.values(*changes).get(pk=event.pk) != before
 
 
 # --- who may see it ---------------------------------------------------------

@@ -11,9 +11,10 @@ import pytest
 from django.db import transaction
 from django.test import RequestFactory
 
-from tests.audit.test_audit_console import streamed, tamper
-from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
+from tests.support.audit import streamed, tamper
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows.audit import identity, journal, keys
 from workflows.models import AuditEvent

@@ -8,14 +8,17 @@ import logging
 from datetime import timedelta
 
 import pytest
-from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
-from tests.operations.test_resolution import MAIL
 from tests.support import deciding as decide
+from tests.support.api import HttpApi
+from tests.support.database import every_row_as_text
 from tests.support.otlp_collector import Collector
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.resolving import MAIL
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import actions
 from workflows.audit import redaction, secrets
@@ -120,34 +123,6 @@ def leaves(value) -> list[str]:
     if isinstance(value, list):
         return [text for item in value for text in leaves(item)]
     return [value] if isinstance(value, str) and len(value) > 8 else []
-
-
-def every_row_as_text() -> str:
-    """Every row of every table in the database, read raw; then every model
-    of every installed app read again through the ORM (pickled columns, as
-    django-q's task arguments and results, unpickled), with what Django and
-    django-q store encoded opened: sessions, and the signed task packages
-    waiting in the queue."""
-    from django.contrib.sessions.models import Session
-    from django_q.models import OrmQ
-
-    def readable(value):
-        return bytes(value) if isinstance(value, memoryview) else value
-
-    chunks = []
-    tables = set(connection.introspection.table_names())
-    with connection.cursor() as cursor:
-        for table in sorted(tables):
-            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
-            chunks.append(f"{table}: {[tuple(map(readable, row)) for row in cursor.fetchall()]!r}")
-    for model in apps.get_models(include_auto_created=True):
-        assert model._meta.db_table in tables, f"{model._meta.label} has no table: its rows were not read"
-        names = [f.attname for f in model._meta.concrete_fields]
-        rows = [tuple(map(readable, row)) for row in model._base_manager.values_list(*names)]
-        chunks.append(f"{model._meta.label}: {rows!r}")
-    chunks += [repr(session.get_decoded()) for session in Session.objects.all()]
-    chunks += [repr(queued.task) for queued in OrmQ.objects.all()]
-    return "\n".join(chunks)
 
 
 def project_rows() -> str:

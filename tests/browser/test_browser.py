@@ -5,8 +5,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import PASSWORD, ticket_plan
 from tests.support.chromium import SCREENSHOTS
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from workflows.models import Approval, Workflow
 from workflows.operations import plans
 

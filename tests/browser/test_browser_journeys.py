@@ -16,11 +16,13 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import PASSWORD, run_until, ticket_plan
-from tests.operations.test_compensation import failed_workflow
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.compensating import failed_workflow
 from tests.support.oidc_mock import running_provider, set_person
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows import roles, teams
 from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
@@ -416,7 +418,7 @@ def test_a_reviewer_edits_an_argument_and_another_approves_the_revision(browsing
 
 
 def test_a_reviewer_approves_a_gate_after_seeing_the_results_before_it(browsing, people, desk):
-    from tests.operations.test_gates import gated_plan
+    from tests.support.plans import gated_plan
 
     workflow = plans.submit(people["agent"], gated_plan("journey-gate")).workflow
     decide.approve(workflow, by=people["reviewer"])

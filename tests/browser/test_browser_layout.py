@@ -15,9 +15,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, run_until
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.personas import PASSWORD
+from tests.support.running import run_until
 from workflows import actions, tasks
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes, recovery

@@ -14,9 +14,10 @@ from django.conf import settings
 from django.urls import resolve, reverse
 from django.urls.converters import UUIDConverter
 
-from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from workflows import actions
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes

@@ -8,9 +8,10 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from tests.conftest import PASSWORD, wait_for_status
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.personas import PASSWORD
+from tests.support.running import wait_for_status
 from workflows import tasks
 from workflows.models import Approval, Step, Workflow
 from workflows.operations import approvals, plans

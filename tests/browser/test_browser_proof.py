@@ -4,9 +4,11 @@ carried (DESIGN §25): the signing key's id and the approvers it names."""
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows.models import Attempt
 from workflows.operations import compensation, plans
 

@@ -10,9 +10,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ticket_plan
 from tests.support.chromium import SCREENSHOTS
 from tests.support.oidc_mock import running_provider, set_person
+from tests.support.plans import ticket_plan
 from workflows.models import Approval, AuditEvent, ProviderIdentity
 from workflows.operations import plans
 from workflows.web import sso

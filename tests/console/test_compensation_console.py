@@ -4,9 +4,9 @@ everyone allowed can watch it run. Every refusal changes nothing."""
 
 import pytest
 
-from tests.conftest import run_until
-from tests.operations.test_compensation import closes_per_ticket, failed_workflow, three_steps
 from tests.support import deciding as decide
+from tests.support.compensating import closes_per_ticket, failed_workflow, three_steps
+from tests.support.running import run_until
 from tests.support.seeing import Client
 from workflows.models import Compensation, Step
 from workflows.operations import compensation

@@ -3,7 +3,8 @@ every decision works both as an htmx swap and as a plain form post."""
 
 import pytest
 
-from tests.conftest import PASSWORD, ticket_plan
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows.models import Approval, AuditEvent, Workflow
 from workflows.operations import plans

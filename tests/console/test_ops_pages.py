@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from tests.conftest import PASSWORD, run_until
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.running import run_until
 from workflows.operations import compensation, plans
 
 BAD = {

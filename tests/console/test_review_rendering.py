@@ -11,8 +11,10 @@ import re
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows import actions, tasks
 from workflows.audit import secrets
 from workflows.operations import plans

@@ -20,10 +20,12 @@ from django.core.management import call_command
 from joserfc.jwk import OKPKey
 
 from durableconsole import proof
-from tests.conftest import console_jwks_file, manage, run_until, ticket_plan
 from tests.support import deciding as decide
-from tests.support.desk import TicketDesk, TicketDeskError
+from tests.support.desk import TicketDesk, TicketDeskError, console_jwks_file
+from tests.support.plans import ticket_plan
+from tests.support.processes import manage
 from tests.support.receiver import Receiver
+from tests.support.running import run_until
 from workflows.actions import ActionError, PerformContext
 from workflows.actions.context import performing
 from workflows.actions.transport import call

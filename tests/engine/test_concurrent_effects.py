@@ -5,92 +5,27 @@ desk holding the requests with its latency fault, real SIGKILL and SIGSTOP."""
 import os
 import re
 import signal
-import time
 from collections import Counter
 
 import pytest
 from django.db import connection
 from django.db.models import Count
 
-from tests.support import deciding as decide
+from tests.support.effects import (
+    SLOW,
+    approved_creates,
+    assert_one_ticket_per_key,
+    wait_complete,
+    wait_for_desk_holding,
+    wait_for_in_flight,
+    wait_until,
+)
 from workflows.engine import failpoints
 from workflows.models import Attempt, Step, Workflow
-from workflows.operations import plans
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 pytestmark = pytest.mark.live
-
-# Effects slower than any lease, so that they are in flight long enough to
-# be counted and killed; the leases live on by the heartbeat. A lookup's
-# "not found" counts once a request can no longer land: ACTION_TIMEOUT +
-# grace after it was sent.
-SLOW = {
-    "STEP_LEASE_SECONDS": "3",
-    "ACTION_TIMEOUT_SECONDS": "6",
-    "RECONCILE_GRACE_SECONDS": "0.5",
-    "RETRY_BASE_SECONDS": "0.05",
-    "RETRY_CAP_SECONDS": "0.2",
-}
-
-
-def approved_creates(people, count: int, prefix: str, action: str = "ticket.create", args=None) -> list:
-    workflows = []
-    for n in range(count):
-        body = {
-            "name": f"{prefix} {n}",
-            "submission_key": f"{prefix}-{n}",
-            "steps": [{"key": "open", "action": action, "args": args or {"title": f"{prefix} {n}", "body": "x"}}],
-        }
-        workflows.append(decide.approve(plans.submit(people["agent"], body).workflow, by=people["reviewer"]))
-    return workflows
-
-
-def open_attempts(workflows):
-    return Attempt.objects.filter(step__workflow__in=workflows, status=AttemptStatus.REQUESTED)
-
-
-def wait_until(condition, timeout: float, explain):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, explain()
-        time.sleep(0.05)
-
-
-def wait_for_in_flight(workflows, count: int, timeout: float = 60.0, cluster=None) -> list:
-    """Until `count` attempts are REQUESTED at once (committed, their effect
-    sent, no outcome yet): the effects in flight, seen from the database."""
-    wait_until(
-        lambda: open_attempts(workflows).count() >= count,
-        timeout,
-        lambda: (
-            f"{open_attempts(workflows).count()} in flight, wanted {count}\n"
-            + (cluster.log()[-3000:] if cluster else "")
-        ),
-    )
-    return list(open_attempts(workflows))
-
-
-def wait_for_desk_holding(desk, count: int, kind: str = "POST /tickets", timeout: float = 30.0) -> None:
-    """Until the desk holds `count` such requests inside its latency fault:
-    sent, received, not yet answered."""
-    held = lambda: desk.concurrency()["in_flight"].get(kind, 0)  # noqa: E731
-    wait_until(lambda: held() >= count, timeout, lambda: f"the desk holds {held()} of {count}")
-
-
-def wait_complete(workflows, timeout: float = 90.0):
-    pks = [w.pk for w in workflows]
-    wait_until(
-        lambda: not Workflow.objects.filter(pk__in=pks).exclude(status=WorkflowStatus.COMPLETE).exists(),
-        timeout,
-        lambda: Counter(Workflow.objects.filter(pk__in=pks).values_list("status", flat=True)),
-    )
-
-
-def assert_one_ticket_per_key(workflows, desk):
-    keys = list(Step.objects.filter(workflow__in=workflows).values_list("operation_key", flat=True))
-    created = Counter(ticket["idempotency_key"] for ticket in desk.tickets())
-    assert {key: created[key] for key in keys} == {key: 1 for key in keys}, "one ticket per operation key"
 
 
 def test_one_worker_keeps_64_effects_in_flight_and_each_is_checkpointed(people, start_worker, desk):
@@ -331,7 +266,7 @@ def test_a_crash_at_each_checkpoint_with_16_effects_in_flight_recovers_each_with
     are claimed, requested and sent together, and the worker dies at the
     point with all of them in its hands. The desk ignores idempotency keys,
     so only reconciliation stands between the crash and a second ticket."""
-    from tests.engine.test_crash_matrix import crash_at
+    from tests.support.crashing import crash_at
 
     desk.fault(mode="ignore_idempotency")
     workflows = approved_creates(people, 16, f"matrix-{point}")

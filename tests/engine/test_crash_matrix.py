@@ -1,27 +1,18 @@
 """Kill a real worker with SIGKILL at every checkpoint boundary, restart it,
 and prove the work finishes with exactly one effect per operation."""
 
-import os
-import time
-
 import pytest
 
-from tests.conftest import ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.crashing import CRASH_ENV, crash_at
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from workflows.audit import journal
 from workflows.engine import failpoints, policy
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
 from workflows.operations import plans, resolution
 
 pytestmark = pytest.mark.live
-
-CRASH_ENV = {
-    "STEP_LEASE_SECONDS": "3",
-    "RETRY_BASE_SECONDS": "0.05",
-    "RETRY_CAP_SECONDS": "0.2",
-    "ACTION_TIMEOUT_SECONDS": "2",
-    "RECONCILE_GRACE_SECONDS": "0.5",
-}
 
 
 @pytest.fixture
@@ -36,38 +27,6 @@ def submit_and_approve(people, body):
     workflow = plans.submit(people["agent"], body).workflow
     decide.approve(workflow, by=people["reviewer"])
     return workflow
-
-
-def crash_at(start_worker, tmp_path, point, **env):
-    """Run a worker with `point` enabled, prove it died exactly there (the
-    failpoint's marker names the point, and the pid it names is gone), then
-    kill what is left of its cluster and start a clean one with the same
-    environment, failpoints aside."""
-    marker = tmp_path / "failpoints.log"
-    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV, **env)
-    deadline = time.monotonic() + 30
-    while not (marker.exists() and marker.read_text().strip()):
-        assert time.monotonic() < deadline, f"failpoint {point} never fired:\n{worker.log()}"
-        time.sleep(0.05)
-    pid, label = marker.read_text().split()[:2]
-    assert label == point
-    while _alive(int(pid)):
-        assert time.monotonic() < deadline, f"process {pid} survived its failpoint"
-        time.sleep(0.05)
-    worker.kill()
-    return start_worker(name="restarted", **CRASH_ENV, **env)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead too
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def assert_exactly_once(workflow, desk):
@@ -129,7 +88,7 @@ def test_a_crash_inside_a_replay_recovers(people, start_worker, desk, tmp_path):
     desk.fault(mode="error", status=503, count=1)
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
     decide.approve(workflow, by=people["reviewer"])
-    from tests.conftest import run_until
+    from tests.support.running import run_until
 
     run_until(workflow.pk, "FAILED")
     from workflows.operations import deadletters

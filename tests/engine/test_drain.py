@@ -8,7 +8,7 @@ import os
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.engine.test_concurrent_effects import (
+from tests.support.effects import (
     SLOW,
     approved_creates,
     assert_one_ticket_per_key,

@@ -6,8 +6,9 @@ import pytest
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
-from tests.conftest import ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from workflows.models import Attempt
 
 pytestmark = pytest.mark.live

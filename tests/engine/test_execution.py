@@ -14,8 +14,9 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tests.conftest import run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows import actions, tasks
 from workflows.actions import Outcome
 from workflows.engine import execution, inflight, leases, outcomes, recovery

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import run_until
 from tests.support import deciding as decide
+from tests.support.running import run_until
 from workflows.engine import policy, retry
 from workflows.models import Attempt, DeadLetter, Step
 from workflows.operations import plans
@@ -316,7 +316,7 @@ def test_replay_rechecks_policy_first(people, desk, api):
 
 
 def test_a_blocked_workflow_is_approved_again_from_the_console(people, desk, client):
-    from tests.conftest import PASSWORD
+    from tests.support.personas import PASSWORD
 
     workflow = start(people, one_ticket())
     people["reviewer"].groups.clear()
@@ -347,7 +347,7 @@ def test_a_retry_wait_survives_a_worker_restart(people, start_worker, desk):
     step = Step.objects.get(workflow=workflow)
     assert step.status == "WAITING_RETRY" and step.next_attempt_at is not None
     start_worker(name="restarted")
-    from tests.conftest import wait_for_status
+    from tests.support.running import wait_for_status
 
     wait_for_status(workflow.pk, "COMPLETE")
     first, second = Attempt.objects.filter(step=step).order_by("number")
@@ -356,7 +356,7 @@ def test_a_retry_wait_survives_a_worker_restart(people, start_worker, desk):
 
 
 def test_the_workflow_page_draws_a_timeline_of_attempts(people, desk, client):
-    from tests.conftest import PASSWORD
+    from tests.support.personas import PASSWORD
 
     desk.fault(mode="error", status=503, count=1)
     workflow = start(people, one_ticket())

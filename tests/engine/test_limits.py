@@ -11,8 +11,8 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from tests.conftest import run_until
 from tests.support import deciding as decide
+from tests.support.running import run_until
 from workflows.engine import execution, limits, policy
 from workflows.engine.transitions import move
 from workflows.models import ActionThrottle, Attempt, AuditEvent, DeadLetter, Step

@@ -15,8 +15,9 @@ from django.db.migrations.loader import MigrationLoader
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tests.conftest import run_until, ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until, wait_for_status
 from workflows import tasks
 from workflows.audit import keys
 from workflows.engine import binding, execution, policy

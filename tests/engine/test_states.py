@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from tests.conftest import ticket_plan
+from tests.support.plans import ticket_plan
 from workflows import states
 from workflows.audit import journal
 from workflows.engine.transitions import move

@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from tests.conftest import wait_for_status
+from tests.support.running import wait_for_status
 from workflows.engine import wakeups
 from workflows.engine.wakeups import CHANNEL, ListeningBroker
 

@@ -10,10 +10,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
-from tests.conftest import PASSWORD
-from tests.identity.test_sso import sign_in, signed_in_user
-from tests.identity.test_sso_sessions import provider, sso_on  # noqa: F401 (fixtures)
+from tests.support.personas import PASSWORD
 from tests.support.seeing import Client
+from tests.support.sso import sign_in, signed_in_user
 from workflows.models import AuditEvent
 
 BREAKGLASS_LOGIN = "/login/?breakglass=1"

@@ -16,9 +16,11 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.urls import reverse
 
-from tests.conftest import PASSWORD, run_job, run_until, ticket_plan
-from tests.operations.test_resolution_confirmation import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.resolving import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
+from tests.support.running import run_job, run_until
 from tests.support.seeing import Client
 from workflows import actions, roles
 from workflows.actions import ActionError

@@ -4,8 +4,9 @@ partials and the API alike."""
 import pytest
 from django.db import transaction
 
-from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows import actions
 from workflows.actions import ActionError

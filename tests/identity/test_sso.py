@@ -18,11 +18,13 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole import env
-from tests.conftest import PASSWORD, run_until, ticket_plan
-from tests.operations.test_gates import gated_plan
 from tests.support import deciding as decide
-from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH, BadTokenProvider
+from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OTHER_ISSUER_PATH
+from tests.support.personas import PASSWORD
+from tests.support.plans import gated_plan, ticket_plan
+from tests.support.running import run_until
 from tests.support.seeing import Client
+from tests.support.sso import sign_in, signed_in_user, start
 from workflows.engine import execution, gates
 from workflows.models import Approval, AuditEvent, GateApproval, ProviderIdentity, Team, Workflow
 from workflows.operations import plans
@@ -30,52 +32,6 @@ from workflows.ops.processes import free_port
 from workflows.states import StepStatus
 from workflows.web import sso
 from workflows.web.auth import SIGNED_IN_AT
-
-ROLE_MAP = {
-    "reviewers": ["idp-reviewers"],
-    "operators": ["idp-ops"],
-    "auditors": ["idp-audit"],
-    "payments-reviewers": ["idp-payments"],
-}
-TEAM_MAP = {"payments": ["idp-payments"], "default": ["idp-reviewers"]}
-
-
-@pytest.fixture(scope="module")
-def provider():
-    with BadTokenProvider() as running:
-        yield running
-
-
-@pytest.fixture
-def sso_on(settings, provider, db):
-    provider.control(mode="good", sub="alice", groups=["idp-reviewers"], auth_time=True, clear_log=True)
-    settings.OIDC_ISSUER = provider.issuer
-    settings.OIDC_CLIENT_ID = CLIENT_ID
-    settings.OIDC_CLIENT_SECRET = CLIENT_SECRET
-    settings.OIDC_ROLE_MAP = ROLE_MAP
-    settings.OIDC_TEAM_MAP = TEAM_MAP
-    sso.forget_provider()
-    yield provider
-    sso.forget_provider()
-
-
-def start(client, **query):
-    """The console's redirect to the provider, and the provider's answer."""
-    begin = client.get("/oidc/authenticate/", query)
-    assert begin.status_code == 302, begin.content
-    answer = requests.get(begin["Location"], allow_redirects=False, timeout=5)
-    assert answer.status_code == 302
-    return begin["Location"], urlsplit(answer.headers["Location"])
-
-
-def sign_in(client, **query):
-    _, back = start(client, **query)
-    assert back.path == "/oidc/callback/"
-    return client.get(f"{back.path}?{back.query}")
-
-
-def signed_in_user(client):
-    return client.session.get("_auth_user_id")
 
 
 def test_sign_in_runs_the_code_flow_with_state_nonce_and_pkce(sso_on):

@@ -12,10 +12,9 @@ import sys
 import pytest
 from django.contrib.auth.models import Group, User
 
-from tests.conftest import ticket_plan
-from tests.identity.test_sso import sign_in, signed_in_user
-from tests.identity.test_sso_sessions import provider, sso_on  # noqa: F401 (fixtures)
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
+from tests.support.sso import sign_in, signed_in_user
 from workflows import persons, roles, teams
 from workflows.models import AccountLink, AuditEvent, Team
 from workflows.operations import notifications, plans

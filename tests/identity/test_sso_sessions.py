@@ -18,45 +18,18 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
 
-from tests.conftest import PASSWORD, ApiClient, ticket_plan
-from tests.identity.test_sso import ROLE_MAP, TEAM_MAP, sign_in, signed_in_user, start
-from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, BadTokenProvider
+from tests.support.api import ApiClient
+from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
+from tests.support.sso import sign_in, signed_in_user, start
 from workflows.models import ApiToken, AuditEvent
 from workflows.operations import persons, plans
-from workflows.web import sso
 from workflows.web.auth import SESSION_STARTED
 
 BACKCHANNEL = "/oidc/backchannel-logout/"
 EVIL = ["//evil.example/", "/\\evil.example", "https:evil.example", "https://evil.example/x", "/\t/evil.example"]
-
-
-@pytest.fixture(scope="module")
-def provider():
-    with BadTokenProvider() as running:
-        yield running
-
-
-@pytest.fixture
-def sso_on(settings, provider, db):
-    provider.control(
-        mode="good",
-        sub="alice",
-        groups=["idp-reviewers"],
-        auth_time=True,
-        clear_log=True,
-        sid="provider-session-1",
-        email=None,
-        email_verified=None,
-    )
-    settings.OIDC_ISSUER = provider.issuer
-    settings.OIDC_CLIENT_ID = CLIENT_ID
-    settings.OIDC_CLIENT_SECRET = CLIENT_SECRET
-    settings.OIDC_ROLE_MAP = ROLE_MAP
-    settings.OIDC_TEAM_MAP = TEAM_MAP
-    sso.forget_provider()
-    yield provider
-    sso.forget_provider()
 
 
 @pytest.fixture

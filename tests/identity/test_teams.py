@@ -11,8 +11,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from tests.conftest import PASSWORD, ApiClient, run_job, run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.api import ApiClient
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import run_job, run_until
 from tests.support.seeing import Client
 from workflows import actions, roles
 from workflows.actions import ActionError

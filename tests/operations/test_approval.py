@@ -1,6 +1,6 @@
 """Reviewers decide; never on their own plans; never twice."""
 
-from tests.conftest import ticket_plan
+from tests.support.plans import ticket_plan
 from workflows.models import Approval, AuditEvent, Workflow
 
 

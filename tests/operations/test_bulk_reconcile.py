@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from tests.conftest import PASSWORD, run_job, run_until, wait_for_status
-from tests.engine.test_crash_matrix import CRASH_ENV, _alive
 from tests.support import deciding as decide
+from tests.support.crashing import CRASH_ENV, alive
+from tests.support.personas import PASSWORD
+from tests.support.running import run_job, run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows.engine import failpoints, policy
 from workflows.models import AuditEvent, DeadLetter, Job, Step, Workflow
@@ -263,7 +264,7 @@ def test_only_operators_reconcile_and_run_jobs(people, desk, api, persona):
 def test_a_job_stays_within_its_team(people, desk, api):
     from django.contrib.auth.models import Group, User
 
-    from tests.conftest import ApiClient
+    from tests.support.api import ApiClient
     from workflows.models import Team
 
     other = User.objects.create_user("pay-operator", password=PASSWORD)
@@ -371,7 +372,7 @@ def test_after_a_desk_outage_reconcile_and_replay_put_each_key_on_the_desk_once(
             time.sleep(0.05)
         pid, label = marker.read_text().split()[:2]
         assert label == failpoints.IN_BULK_BATCH
-        while _alive(int(pid)):
+        while alive(int(pid)):
             assert time.monotonic() < deadline, f"process {pid} survived its failpoint"
             time.sleep(0.05)
         doomed.kill()

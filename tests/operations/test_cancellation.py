@@ -6,10 +6,13 @@ import threading
 import time
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 
-from tests.conftest import PASSWORD, ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.locking import holding, in_thread
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from workflows import states
 from workflows.engine import execution, locks
 from workflows.engine.transitions import move
@@ -60,7 +63,7 @@ def test_once_approved_only_an_operator_may_cancel(people, api, persona, expecte
 
 def test_another_agents_plan_is_not_found_and_an_unknown_one_neither(people, api, django_user_model):
     workflow = planned(people)
-    from tests.conftest import ApiClient
+    from tests.support.api import ApiClient
 
     stranger = ApiClient(django_user_model.objects.create_user("stranger", password=PASSWORD))
     assert stranger.post(f"/workflows/{workflow.pk}/cancel", {"reason": "mine now"}).status_code == 404
@@ -152,37 +155,6 @@ def test_a_cancel_between_the_recheck_and_the_attempt_is_seen_under_the_lock(peo
 
     assert execution._request_attempt(step, step.fence) is None
     assert not step.attempts.exists()
-
-
-def in_thread(fn):
-    """Run `fn` on its own connection; returns the thread and a list that
-    receives its result."""
-    result = []
-
-    def run():
-        try:
-            result.append(fn())
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, result
-
-
-def holding(locks_taken, release):
-    """A transaction that takes `locks_taken()` and holds them until `release`."""
-    held = threading.Event()
-
-    def hold():
-        with transaction.atomic():
-            locks_taken()
-            held.set()
-            release.wait(30)
-
-    thread, _ = in_thread(hold)
-    assert held.wait(10)
-    return thread
 
 
 def postgresql_only():

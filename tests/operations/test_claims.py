@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, ticket_plan
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows.models import AuditEvent, Workflow
 from workflows.operations import claims, plans

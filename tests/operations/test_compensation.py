@@ -2,42 +2,15 @@
 
 import pytest
 
-from tests.conftest import HttpApi, run_until, wait_for_status
-from tests.engine.test_crash_matrix import CRASH_ENV, crash_at
 from tests.support import deciding as decide
+from tests.support.api import HttpApi
+from tests.support.compensating import closes_per_ticket, failed_workflow, three_steps
+from tests.support.crashing import CRASH_ENV, crash_at
+from tests.support.running import run_until, wait_for_status
 from workflows.engine import policy
 from workflows.errors import NotAllowed, WrongState
 from workflows.models import AuditEvent, Compensation, DeadLetter, Step
 from workflows.operations import compensation, deadletters, plans
-
-
-def three_steps(key="inc-1"):
-    """Two tickets, then a step that cannot succeed: the main use case."""
-    return {
-        "name": "Open two tickets, then note on a missing one",
-        "submission_key": key,
-        "steps": [
-            {"key": "first", "action": "ticket.create", "args": {"title": "First", "body": "1"}},
-            {"key": "second", "action": "ticket.create", "args": {"title": "Second", "body": "2"}},
-            {"key": "third", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
-        ],
-    }
-
-
-def failed_workflow(people, body=None):
-    workflow = plans.submit(people["agent"], body or three_steps()).workflow
-    decide.approve(workflow, by=people["reviewer"])
-    run_until(workflow.pk, "FAILED")
-    return workflow
-
-
-def closes_per_ticket(desk):
-    counts = {}
-    for entry in desk.ledger():
-        if entry["path"].endswith("/close"):
-            ticket = entry["path"].split("/")[2]
-            counts[ticket] = counts.get(ticket, 0) + 1
-    return counts
 
 
 @pytest.mark.live

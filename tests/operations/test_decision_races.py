@@ -27,9 +27,9 @@ from functools import partial
 
 import pytest
 
-from tests.conftest import wait_for_status
 from tests.support import deciding as decide
 from tests.support.racing import Console, Person, at_once, decision_form, status_shown, web_password
+from tests.support.running import wait_for_status
 from workflows.audit import journal
 from workflows.engine import policy
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow

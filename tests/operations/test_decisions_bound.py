@@ -13,8 +13,10 @@ from django.core.management import call_command
 from django.test import Client as PlainClient
 from django.urls import reverse
 
-from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until
 from workflows.engine import policy
 from workflows.errors import NotAllowed
 from workflows.models import Approval, Compensation, GateApproval, Workflow

@@ -11,34 +11,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, run_until, wait_for_status
+from tests.support.personas import PASSWORD
+from tests.support.plans import gated_plan
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows.engine import binding, expiry, gates
 from workflows.engine import policy as policies
 from workflows.models import AuditEvent, GateApproval, Step, Workflow
 from workflows.states import StepStatus
 from workflows.webhooks.models import WebhookDelivery
-
-
-def gated_plan(key="gated-1", approvals=1, note="Check the ticket before closing it"):
-    return {
-        "name": "Open a ticket, then close it once a person looked",
-        "submission_key": key,
-        "steps": [
-            {
-                "key": "open",
-                "action": "ticket.create",
-                "args": {"title": "Printer on fire"},
-                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
-            },
-            {
-                "key": "close",
-                "action": "ticket.close",
-                "args": {"ticket_id": {"$from": "open.result.id"}},
-                "gate": {"approvals": approvals, "note": note},
-            },
-        ],
-    }
 
 
 def approved(api, **options) -> str:
@@ -168,7 +149,7 @@ def test_an_operator_cancels_a_workflow_waiting_at_a_gate(api, desk):
 
 
 def test_the_agent_is_told_the_workflow_waits_at_a_gate(api, desk):
-    from tests.agents.test_webhooks import secret_for
+    from tests.support.webhooks import secret_for
 
     secret_for("agent")
     body = {**gated_plan(), "callback_url": "https://hooks.example.com/in"}

@@ -6,8 +6,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from django.core import mail
 
-from tests.conftest import ticket_plan
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
 from workflows import tasks
 from workflows.models import AuditEvent
 from workflows.operations import plans

@@ -5,21 +5,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, run_until
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.resolving import MAIL
+from tests.support.running import run_until
 from workflows.engine import execution, recovery
 from workflows.errors import DomainError, NotAllowed
 from workflows.models import AuditEvent, Step
 from workflows.operations import plans, resolution
-
-MAIL = {
-    "name": "notify",
-    "submission_key": "mail",
-    "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-        {"key": "after", "action": "noop", "args": {}},
-    ],
-}
 
 
 @pytest.fixture

@@ -6,42 +6,21 @@ NEEDS_ATTENTION, and the later steps do not run. An answer no later step
 reads takes effect at once."""
 
 import time
-from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.utils import timezone
 
-from tests.conftest import PASSWORD, ApiClient, run_until, wait_for_status
 from tests.support import deciding as decide
+from tests.support.api import ApiClient
+from tests.support.personas import PASSWORD
+from tests.support.resolving import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import roles
 from workflows.engine import execution, recovery
 from workflows.errors import NotAllowed
 from workflows.models import AuditEvent, Step, Workflow
-from workflows.operations import plans, resolution
-
-# The mail's result is what the next step is told: it reads it by $from.
-READ_BY_NEXT = {
-    "name": "notify, then record",
-    "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-        {"key": "record", "action": "noop", "args": {"subject": {"$from": "mail.result.subject"}}},
-    ],
-}
-READ_BY_NONE = {
-    "name": "notify, then something else",
-    "steps": [
-        {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
-        {"key": "after", "action": "noop", "args": {"note": "unrelated"}},
-    ],
-}
-SAW = {
-    "decision": "happened",
-    "external_ref": "smtp:250-ab12",
-    "result": {"subject": "s (seen in the relay)"},
-    "reason": "in the mail log",
-}
+from workflows.operations import resolution
 
 
 @pytest.fixture(autouse=True)
@@ -55,21 +34,6 @@ def operator2(people):
     user = User.objects.create_user("operator2", password=PASSWORD)
     user.groups.add(Group.objects.get_or_create(name=roles.OPERATORS)[0])
     return user
-
-
-def in_doubt(people, body, key="doubt") -> Step:
-    """The plan's first step, an email whose worker died after the REQUESTED
-    checkpoint: email has no lookup, so the step waits for a person."""
-    workflow = plans.submit(people["agent"], {**body, "submission_key": key}).workflow
-    decide.approve(workflow, by=people["reviewer"])
-    step = execution.claim(workflow.pk)
-    execution._request_attempt(step, step.fence)
-    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
-    execution.run_workflow(workflow.pk)
-    step.refresh_from_db()
-    workflow.refresh_from_db()
-    assert (step.status, workflow.status) == ("IN_DOUBT", "NEEDS_ATTENTION")
-    return step
 
 
 def answered(people, body=READ_BY_NEXT, key="doubt", by="operator") -> Step:

@@ -15,8 +15,9 @@ from django.core import mail, signing
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.conftest import PASSWORD, ticket_plan
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
 from workflows import tasks
 from workflows.models import Approval, UsedReviewLink, Workflow
@@ -178,7 +179,7 @@ def test_signing_in_from_a_link_comes_back_to_it_and_never_leaves_the_site(peopl
 
 
 def test_links_never_reach_the_agents_callback(people, planned, api):
-    from tests.agents.test_webhooks import secret_for
+    from tests.support.webhooks import secret_for
     from workflows.webhooks.models import WebhookDelivery
 
     secret_for("agent")

@@ -13,8 +13,9 @@ from django.contrib.auth.models import Group
 from django.core import mail
 from django.utils import timezone
 
-from tests.conftest import ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from workflows.models import AuditEvent, ReviewNotice, Team, Workflow
 from workflows.operations import notifications, plans
 

@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from tests.agents.test_webhooks import secret_for
-from tests.conftest import PASSWORD, ticket_plan, wait_for_status
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
+from tests.support.running import wait_for_status
 from tests.support.seeing import Client
+from tests.support.webhooks import secret_for
 from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, PlanRevision, Step, Workflow
 from workflows.webhooks.models import WebhookDelivery

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import PASSWORD, run_until
 from tests.support import deciding as decide
+from tests.support.personas import PASSWORD
+from tests.support.running import run_until
 from workflows.models import Attempt, Step
 from workflows.operations import plans
 from workflows.states import StepStatus

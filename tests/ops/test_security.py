@@ -8,7 +8,8 @@ import sys
 import pytest
 from django.core.management import call_command
 
-from tests.conftest import PASSWORD, ticket_plan
+from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from tests.support.processes import PROJECT_DIR
 from tests.support.seeing import Client
 from workflows.models import Workflow

@@ -33,7 +33,7 @@ def test_the_database_is_set_up_for_durable_checkpoints(db, settings):
 def test_a_long_effect_keeps_its_lease_through_the_heartbeat(people, desk, settings):
     """With a 1 s lease and a 2.5 s effect, only the heartbeat stops recovery
     from handing the step to another worker mid-effect."""
-    from tests.conftest import ticket_plan
+    from tests.support.plans import ticket_plan
     from workflows.engine import execution, recovery
     from workflows.models import Attempt, AuditEvent
     from workflows.operations import plans

@@ -17,9 +17,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from durableconsole import telemetry
-from tests.conftest import ApiClient, run_until, ticket_plan, wait_for_status
 from tests.support import deciding as decide
+from tests.support.api import ApiClient
 from tests.support.otlp_collector import Collector
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows.audit import redaction, secrets
 from workflows.models import Step

@@ -25,6 +25,7 @@ desk fails to start.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -228,3 +229,25 @@ class TicketDesk:
     def reset(self) -> None:
         """Wipe tickets, ledger and faults."""
         self._json("POST", "/_reset", (200,))
+
+
+def fresh_desk(desk_process, settings):
+    desk_process.clear_faults()
+    deadline = time.monotonic() + 60
+    while any(desk_process.concurrency()["in_flight"].values()):
+        assert time.monotonic() < deadline, "the desk still holds an earlier test's requests"
+        time.sleep(0.05)
+    desk_process.reset()
+    settings.TICKET_DESK_URL = desk_process.url
+    return desk_process
+
+
+def console_jwks_file(path) -> Path:
+    """The console's published key set (`/.well-known/jwks.json`), written
+    to a file a desk can be given: the workers the tests start sign with
+    the same key set (DEBUG's, in VAR_DIR)."""
+    from workflows.audit import signing
+
+    path = Path(path)
+    path.write_text(json.dumps(signing.jwks()))
+    return path

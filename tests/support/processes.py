@@ -3,6 +3,9 @@ process group, pointed at the test database."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from workflows.ops.processes import Cluster, database_url
@@ -28,3 +31,15 @@ class Worker(Cluster):
     def stop(self, *args, **kwargs) -> None:
         RUNNING.discard(self)
         super().stop(*args, **kwargs)
+
+
+def manage(*args: str, cwd=None, python=(sys.executable,), **env: str) -> subprocess.CompletedProcess:
+    """`python manage.py ARGS` in a process of its own, as an operator runs it."""
+    return subprocess.run(
+        [*python, "manage.py", *args],
+        cwd=cwd or PROJECT_DIR,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
