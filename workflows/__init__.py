@@ -1,5 +1,5 @@
 """Durable Console: the app. One subpackage per concern, dependencies
-pointing one way (tests/test_layout.py keeps it so):
+pointing one way (tests/ops/test_layout.py keeps it so):
 
     ops, management/commands   bench, chaos soak, process helpers; the commands
         -> web                 console views and URLs, the JSON API

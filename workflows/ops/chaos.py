@@ -24,7 +24,7 @@ an operator), the desk's ledger must hold each effect at most once, every
 effect must follow a REQUESTED attempt of its operation key, no step may
 have two SUCCEEDED attempts, and the audit trail must verify.
 
-Used by `manage.py chaos` and tests/test_chaos.py.
+Used by `manage.py chaos` and tests/ops/test_chaos.py.
 """
 
 from __future__ import annotations
