@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.support import plugin_packages
-from tests.support.processes import manage
+from tests.support.processes import PROJECT_DIR, manage
 from tests.support.running import wait_for_status
 from workflows import actions
 from workflows.models import Attempt, Step
@@ -83,7 +83,7 @@ def test_a_refund_whose_answer_is_lost_is_found_by_its_lookup_not_repeated(refun
 
 
 def test_the_readme_s_worked_example_is_the_package_these_tests_install():
-    readme = (plugin_packages.SOURCES.parent.parent / "README.md").read_text()
+    readme = (PROJECT_DIR / "README.md").read_text()
     example = readme[readme.index("### A worked example") : readme.index("### Rules of discovery")]
     toml, python = (block.split("\n", 1)[1] for block in example.split("```")[1::2][:2])
     package = plugin_packages.SOURCES / "durableconsole-refunds"
