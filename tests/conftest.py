@@ -1,38 +1,21 @@
-import json
 import os
 import secrets
-import subprocess
-import sys
-import time
 import warnings
-from pathlib import Path
 
 import pytest
-import requests
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from tests import redis_server
-from tests.desk import TicketDesk
-from tests.processes import Worker
-from tests.support import seeing
-from workflows import roles
+from tests.support import redis_server, seeing
+from tests.support.api import ApiClient, HttpApi
+from tests.support.desk import TicketDesk, console_jwks_file, fresh_desk
+from tests.support.personas import PASSWORD, PERSONAS
+from tests.support.processes import Worker
 from workflows.audit import keys
-from workflows.models import Workflow
 from workflows.operations import tokens
 
-pytest_plugins = ["tests.chromium"]
-
-PERSONAS = {
-    "reviewer": [roles.REVIEWERS],
-    "reviewer2": [roles.REVIEWERS],
-    "operator": [roles.OPERATORS],
-    "auditor": [roles.AUDITORS],
-    "agent": [],
-    "admin": [roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS],
-}
-PASSWORD = "correct horse battery staple"
+pytest_plugins = ["tests.support.chromium"]
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -84,43 +67,9 @@ def people(db):
     return users
 
 
-class ApiClient:
-    """Calls the JSON API in-process as one persona, with a real bearer token."""
-
-    def __init__(self, user):
-        self.user = user
-        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(user)}")
-
-    def get(self, path, **params):
-        return self.client.get(f"/api/v1{path}", params)
-
-    def post(self, path, body=None):
-        body = seeing.json_body(path, body if body is not None else {})
-        return self.client.post(f"/api/v1{path}", body, content_type="application/json")
-
-    def patch(self, path, body=None):
-        return self.client.patch(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
-
-
 @pytest.fixture
 def api(people):
     return {name: ApiClient(user) for name, user in people.items()}
-
-
-class HttpApi:
-    """Calls the JSON API over real HTTP as one persona."""
-
-    def __init__(self, base_url, user):
-        self.base = f"{base_url}/api/v1"
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {tokens.issue(user)}"
-
-    def get(self, path, **params):
-        return self.session.get(f"{self.base}{path}", params=params, timeout=10)
-
-    def post(self, path, body=None):
-        body = seeing.json_body(path, body if body is not None else {})
-        return self.session.post(f"{self.base}{path}", json=body, timeout=10)
 
 
 @pytest.fixture
@@ -142,17 +91,6 @@ def desk(desk_process, settings):
     return fresh_desk(desk_process, settings)
 
 
-def console_jwks_file(path) -> Path:
-    """The console's published key set (`/.well-known/jwks.json`), written
-    to a file a desk can be given: the workers the tests start sign with
-    the same key set (DEBUG's, in VAR_DIR)."""
-    from workflows.audit import signing
-
-    path = Path(path)
-    path.write_text(json.dumps(signing.jwks()))
-    return path
-
-
 @pytest.fixture(scope="session")
 def proof_desk_process(tmp_path_factory):
     """A desk that requires an approval proof on every write (DESIGN §25),
@@ -168,17 +106,6 @@ def proof_desk(proof_desk_process, settings):
     return fresh_desk(proof_desk_process, settings)
 
 
-def fresh_desk(desk_process, settings):
-    desk_process.clear_faults()
-    deadline = time.monotonic() + 60
-    while any(desk_process.concurrency()["in_flight"].values()):
-        assert time.monotonic() < deadline, "the desk still holds an earlier test's requests"
-        time.sleep(0.05)
-    desk_process.reset()
-    settings.TICKET_DESK_URL = desk_process.url
-    return desk_process
-
-
 @pytest.fixture
 def rediscover(settings):
     """Discover the actions again in this process, as start-up does, under
@@ -188,18 +115,6 @@ def rediscover(settings):
     previous = registry.current()
     yield plugins.discover
     registry.install(previous)
-
-
-def manage(*args: str, cwd=None, python=(sys.executable,), **env: str) -> subprocess.CompletedProcess:
-    """`python manage.py ARGS` in a process of its own, as an operator runs it."""
-    return subprocess.run(
-        [*python, "manage.py", *args],
-        cwd=cwd or django_settings.BASE_DIR,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="session")
@@ -238,69 +153,6 @@ def start_worker(transactional_db, desk, tmp_path):
     yield start
     for worker in started:
         worker.stop()
-
-
-def wait_for_status(workflow_id, statuses, timeout=30.0):
-    """Poll the database until the workflow reaches one of `statuses`."""
-    if isinstance(statuses, str):
-        statuses = {statuses}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True).first()
-        if status in statuses:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"workflow {workflow_id} stayed {status}, expected one of {sorted(statuses)}")
-
-
-def run_until(workflow_id, statuses, timeout=30.0):
-    """Drive the engine in-process (as a worker's loop and tasks would) until
-    the workflow reaches one of `statuses`."""
-    from workflows.engine import execution, recovery
-
-    if isinstance(statuses, str):
-        statuses = {statuses}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        recovery.recover_expired_leases()
-        execution.drain(budget_seconds=1)
-        status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True).first()
-        if status in statuses:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"workflow {workflow_id} stayed {status}, expected one of {sorted(statuses)}")
-
-
-def ticket_plan(key="plan-1", **extra):
-    """The three-step plan of the main use case: later steps use $from."""
-    return {
-        "name": "Open, comment on and close a ticket",
-        "submission_key": key,
-        "steps": [
-            {"key": "open", "action": "ticket.create", "args": {"title": "Printer on fire", "body": "Floor 3"}},
-            {
-                "key": "note",
-                "action": "ticket.comment",
-                "args": {"ticket_id": {"$from": "open.result.id"}, "body": "Extinguisher on its way"},
-            },
-            {"key": "close", "action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
-        ],
-        **extra,
-    }
-
-
-def run_job(job_id, limit=1000):
-    """Advance a bulk job in-process, batch after batch, as worker tasks
-    would (`workflows.tasks.advance_job`), until it is no longer RUNNING."""
-    from workflows.models import Job
-    from workflows.operations import bulk
-
-    for _ in range(limit):
-        job = Job.objects.get(pk=job_id)
-        if job.status != Job.Status.RUNNING:
-            return job
-        bulk.advance(job.pk, job.batch)
-    raise AssertionError(f"job {job_id} did not finish in {limit} batches")
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Durable Console: the app. One subpackage per concern, dependencies
-pointing one way (tests/test_layout.py states the layer of every part and
+pointing one way (tests/ops/test_layout.py states the layer of every part and
 keeps it so), from the top:
 
     management/commands, apps     the commands; the app's start-up

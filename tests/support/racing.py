@@ -17,7 +17,7 @@ import time
 import requests
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from tests.conftest import PASSWORD
+from tests.support.personas import PASSWORD
 from workflows.operations import tokens
 
 TIMEOUT = 30

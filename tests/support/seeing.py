@@ -16,7 +16,7 @@ import time
 from django.test import Client as DjangoClient
 from django.test.client import MULTIPART_CONTENT
 
-from tests import processes
+from tests.support import processes
 from workflows.models import Compensation, Step, Workflow
 from workflows.operations import compensation
 from workflows.operations.deciding import Seen

@@ -1,7 +1,7 @@
 """Every kind of audit event (its `verb`), with what it records.
 
 The one list of them: `manage.py docs_reference` writes
-docs/reference/audit-events.md from it, and tests/test_docs.py fails when
+docs/reference/audit-events.md from it, and tests/ops/test_docs.py fails when
 code writes a kind that is missing here. A status change made by
 `workflows.engine.transitions.move` without a verb of its own is recorded
 as `<object>.<new status, lower case>`; those kinds are derived from the

@@ -25,7 +25,7 @@ effect must follow a REQUESTED attempt of its operation key, no step may
 have two SUCCEEDED attempts, and the audit trail must verify.
 
 What it found is a `SoakResult` (`workflows.ops.chaos_results`). Used by
-`manage.py chaos` and tests/test_chaos.py.
+`manage.py chaos` and tests/ops/test_chaos.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,261 @@
+"""Tracing and structured logs (DESIGN §24): one approval's trace runs from
+the reviewer's request into the worker and out to the remote call; spans
+and JSON log lines carry the step's fields and never a query string, a
+header value, an SQL parameter or an argument; with tracing off nothing of
+it is installed."""
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import requests
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from tests.support import deciding as decide
+from tests.support.api import ApiClient
+from tests.support.otlp_collector import Collector
+from tests.support.plans import ticket_plan
+from tests.support.running import run_until, wait_for_status
+from tests.support.seeing import Client
+from workflows import telemetry
+from workflows.audit import redaction, secrets
+from workflows.models import Step
+from workflows.operations import plans
+
+OWN_SPANS = {
+    "durable.claim",
+    "durable.policy_recheck",
+    "durable.request",
+    "durable.perform",
+    "durable.record",
+    "durable.verify",
+}
+FIELDS = {"durable.workflow_id", "durable.step_key", "durable.operation_key", "durable.attempt"}
+
+
+@pytest.fixture
+def collector():
+    with Collector() as running:
+        yield running
+
+
+def traced_worker(start_worker, collector, **env):
+    # A tick far apart: the worker loop's own sweep would otherwise race
+    # the approval's wake-up for the claim (a sweep's drain carries no trace).
+    return start_worker(
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="100", WORKER_TICK_SECONDS="30", **env
+    )
+
+
+def test_one_approvals_trace_runs_from_the_request_to_the_remote_call(spans, collector, people, start_worker, desk):
+    traced_worker(start_worker, collector)
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    answer = ApiClient(people["reviewer"]).post(f"/workflows/{workflow.pk}/approve", {"comment": "go"})
+    assert answer.status_code == 200, answer.content[:300]
+
+    request = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
+    assert len(request) == 1 and "approve" in request[0].name
+    trace_id = format(request[0].context.trace_id, "032x")
+
+    wait_for_status(workflow.pk, "COMPLETE")
+    keys = {step.key: step.operation_key for step in Step.objects.filter(workflow=workflow)}
+    worker_spans = collector.wait_for(
+        lambda found: (
+            {(s["name"], s["attributes"].get("durable.step_key")) for s in found}
+            >= {("durable.verify", key) for key in keys}
+        )
+    )
+    ours = [s for s in worker_spans if s["name"].startswith("durable.")]
+    # Every span of ours for this workflow's steps is in the approval's trace,
+    # with the step's fields, and every phase of every step is there.
+    assert {s["trace_id"] for s in ours if s["attributes"]["durable.workflow_id"] == str(workflow.pk)} == {trace_id}
+    for key, operation_key in keys.items():
+        of_step = [s for s in ours if s["attributes"]["durable.step_key"] == key]
+        assert {s["name"] for s in of_step} >= OWN_SPANS, key
+        assert all(set(s["attributes"]) >= FIELDS for s in of_step)
+        assert {s["attributes"]["durable.operation_key"] for s in of_step} == {operation_key}
+        assert {s["attributes"]["durable.attempt"] for s in of_step} == {1}
+    claims = [s for s in ours if s["name"] == "durable.claim"]
+    assert {s["parent_span_id"] for s in claims} == {format(request[0].context.span_id, "016x")}
+
+    # Out to the remote call: each POST the desk recorded names the requests
+    # instrumentation's span, a child of that step's perform span.
+    by_id = {s["span_id"]: s for s in worker_spans}
+    ledger = desk.ledger()
+    assert len(ledger) == 3
+    for entry in ledger:
+        version, trace_part, span_part, flags = entry["traceparent"].split("-")
+        assert trace_part == trace_id
+        call = by_id[span_part]
+        assert call["scope"].endswith("requests") and call["kind"] == "SPAN_KIND_CLIENT"
+        perform = by_id[call["parent_span_id"]]
+        assert perform["name"] == "durable.perform"
+        assert perform["attributes"]["durable.operation_key"] == entry["idempotency_key"]
+    # On PostgreSQL the worker's statements are spans too (psycopg instrumentation).
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        statements = [s for s in worker_spans if s["scope"].endswith("psycopg")]
+        assert statements and all("parameters" not in key for s in statements for key in s["attributes"])
+
+
+def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settings):
+    """In-process, on the effect threads of one worker: each remote call is
+    a child of its step's perform span, in the approval's trace."""
+    workflow = plans.submit(people["agent"], ticket_plan("threads")).workflow
+    with telemetry.tracer().start_as_current_span("approval") as approval:
+        decide.approve(workflow, by=people["reviewer"])
+        carried = telemetry.carrier()
+    assert carried["trace"]["traceparent"].split("-")[1] == format(approval.get_span_context().trace_id, "032x")
+    with telemetry.continuing(workflow.pk, carried["trace"]):
+        run_until(workflow.pk, "COMPLETE")
+    finished = spans.get_finished_spans()
+    performs = {s.context.span_id: s for s in finished if s.name == "durable.perform"}
+    calls = [s for s in finished if s.kind == SpanKind.CLIENT and s.instrumentation_scope.name.endswith("requests")]
+    calls = [call for call in calls if call.parent is not None and call.parent.span_id in performs]
+    assert len(performs) == 3 and len(calls) == 3
+    assert {s.context.trace_id for s in [*performs.values(), *calls]} == {approval.get_span_context().trace_id}
+    assert {e["traceparent"].split("-")[2] for e in desk.ledger()} == {format(c.context.span_id, "016x") for c in calls}
+
+
+def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, desk):
+    """A worker died after its effect landed: the next worker's lookup (on an
+    effect thread) and the settling are `durable.reconcile` spans of the step,
+    and the lookup's call names their trace."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import tasks
+    from workflows.engine import execution, recovery
+
+    workflow = plans.submit(people["agent"], ticket_plan("reconcile")).workflow
+    decide.approve(workflow, by=people["reviewer"])
+    step = execution.claim(workflow.pk)
+    execution._request_attempt(step, step.fence)
+    desk.request("POST", "/tickets", json={"title": "Printer on fire"}, headers={"Idempotency-Key": step.operation_key})
+    recovery.recover_expired_leases(now=timezone.now() + timedelta(hours=1))
+    spans.clear()
+    tasks.run_workflow(str(workflow.pk))
+    finished = spans.get_finished_spans()
+    reconciles = [s for s in finished if s.name == "durable.reconcile"]
+    assert len(reconciles) == 2  # the lookup, and recording what it found
+    assert {(s.attributes["durable.step_key"], s.attributes["durable.operation_key"]) for s in reconciles} == {
+        ("open", step.operation_key)
+    }
+    assert len({s.context.trace_id for s in reconciles}) == 1
+    lookups = [
+        s
+        for s in finished
+        if s.kind == SpanKind.CLIENT
+        and s.parent is not None
+        and s.parent.span_id in {r.context.span_id for r in reconciles}
+    ]
+    assert (
+        len(lookups) == 1
+        and lookups[0].attributes.get("http.method", lookups[0].attributes.get("http.request.method")) == "GET"
+    )
+    assert not [s for s in finished if s.name == "durable.perform" and s.attributes["durable.step_key"] == "open"]
+
+
+def test_spans_carry_no_query_string_header_value_sql_parameter_or_argument(spans, people, desk, monkeypatch):
+    marker = "q7Zr2m9XkL4p"
+    monkeypatch.setenv("SECRET_DESK_TOKEN", "desk-7Qp2-Zx9w-Lm4k-Rt8v")
+    secrets.value_of("DESK_TOKEN")
+    reviewer = Client(HTTP_X_PROBE=marker)
+    reviewer.force_login(people["reviewer"])
+    assert reviewer.get("/workflows/", {"q": marker}).status_code == 200
+    requests.get(f"{desk.url}/tickets", params={"idempotency_key": marker}, headers={"X-Probe": marker}, timeout=5)
+    requests.get(f"{desk.url}/tickets/desk-7Qp2-Zx9w-Lm4k-Rt8v", timeout=5)
+    workflow = plans.submit(people["agent"], ticket_plan(marker, name=f"n {marker}")).workflow
+    decide.approve(workflow, by=people["reviewer"], comment=marker)
+    run_until(workflow.pk, "COMPLETE")
+
+    finished = spans.get_finished_spans()
+    kinds = {s.instrumentation_scope.name.rsplit(".", 1)[-1] for s in finished}
+    assert {"django", "requests", "durableconsole"} <= kinds
+    text = "\n".join(s.to_json() for s in finished)
+    assert marker not in text
+    assert "desk-7Qp2-Zx9w-Lm4k-Rt8v" not in text and "[REDACTED secret:DESK_TOKEN]" in text
+    urls = [value for s in finished for key, value in s.attributes.items() if key in ("http.url", "url.full")]
+    assert urls and not any("?" in url for url in urls)
+    assert not [key for s in finished for key in s.attributes if "header" in key or key == "url.query"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sql_parameters_stay_out_of_database_spans(spans, people):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the psycopg instrumentation traces PostgreSQL connections")
+    connection.close()  # a new connection, made through the instrumented connect
+    marker = "Zq81-parameter-value"
+    plans.submit(people["agent"], ticket_plan("sql", name=marker))
+    statements = [s for s in spans.get_finished_spans() if s.instrumentation_scope.name.endswith("psycopg")]
+    assert any("INSERT" in s.attributes.get("db.statement", "") for s in statements)
+    assert marker not in "\n".join(s.to_json() for s in statements)
+    assert not [key for s in statements for key in s.attributes if "parameter" in key]
+
+
+def test_json_log_lines_carry_the_trace_and_step_fields_and_are_scrubbed(spans, people):
+    workflow = plans.submit(people["agent"], ticket_plan("logs")).workflow
+    step = Step.objects.get(workflow=workflow, key="open")
+    step.attempts_made = 0  # as a claim counts them
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(redaction.RedactingFilter())
+    handler.setFormatter(telemetry.JsonFormatter())
+    logger = logging.getLogger("workflows.test.json")
+    logger.addHandler(handler)
+    try:
+        with telemetry.step_span("durable.perform", step) as span:
+            logger.warning("calling with Authorization: Bearer %s", "4f9a8b7c6d5e4f3a2b1c")
+        logger.info("outside any step")
+    finally:
+        logger.removeHandler(handler)
+    inside, outside = (json.loads(line) for line in out.getvalue().splitlines())
+    assert inside["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    assert inside["span_id"] == format(span.get_span_context().span_id, "016x")
+    assert (inside["workflow_id"], inside["step_key"], inside["operation_key"], inside["attempt"]) == (
+        str(workflow.pk),
+        "open",
+        step.operation_key,
+        1,
+    )
+    assert "4f9a8b7c6d5e4f3a2b1c" not in inside["message"] and "[REDACTED]" in inside["message"]
+    assert inside["level"] == "WARNING" and inside["logger"] == "workflows.test.json"
+    assert "workflow_id" not in outside and "trace_id" not in outside
+
+
+def test_with_tracing_off_nothing_is_installed(people):
+    """No endpoint: no tracer provider, no instrumentation, no trace in the
+    wake-up, and the engine's helpers hand back one shared no-op."""
+    import requests as requests_module
+
+    assert not telemetry.setup()
+    assert not telemetry.ENABLED
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert not hasattr(requests_module.Session.send, "__wrapped__")
+    assert telemetry.carrier() == {}
+    step = Step(key="s", operation_key="k")
+    assert telemetry.step_span("durable.perform", step) is telemetry.step_span("durable.record", step)
+    fn = object()
+    assert telemetry.in_thread("durable.perform", step, fn) is fn
+
+
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", "OTEL_EXPORTER_OTLP_ENDPOINT must be an http"),
+    ],
+)
+def test_bad_tracing_and_log_settings_stop_start_up(name, value, says):
+    env = {**os.environ, "DEBUG": "1", name: value}
+    done = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and says in done.stderr

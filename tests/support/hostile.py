@@ -1,0 +1,56 @@
+"""Hostile list input: cursors no page gave out, and every list that reads
+a cursor, in the API's published schema and in the console."""
+
+import base64
+import json
+import re
+
+
+def cursor_of(*values) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+FORGED_CURSORS = {
+    "garbage": "garbage!",
+    "not base64 of JSON": base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+    "a JSON object": base64.urlsafe_b64encode(b'{"a": 1}').decode(),
+    "non-UUID id": cursor_of("2024-01-01T00:00:00+00:00", "not-a-uuid"),
+    "NUL id": cursor_of("2024-01-01T00:00:00+00:00", "\x00"),
+    "time past the calendar in UTC": cursor_of("9999-12-31T23:59:59-23:59", ZERO_UUID),
+    "time before the calendar in UTC": cursor_of("0001-01-01T00:00:00+23:59", ZERO_UUID),
+    "naive time": cursor_of("2024-01-01T00:00:00", ZERO_UUID),
+    "Arabic-Indic digit": cursor_of("٣"),
+    "superscript digit": cursor_of("²"),
+    "5,000 digits": cursor_of("9" * 5000),
+    "beyond 64 bits": cursor_of("9" * 30),
+    "negative": cursor_of("-1"),
+    "NUL": cursor_of("\x00"),
+}
+
+
+# The console's lists that page with a cursor; `console_lists` checks that no other view reads one.
+CONSOLE_LISTS = ["/", "/workflows/", "/dead-letters/", "/compensations/", "/audit/"]
+
+
+def api_lists(admin_api) -> list[str]:
+    """Every API operation that reads a `cursor`, from the published schema."""
+    schema = admin_api.get("/api/v1/openapi.json").json()
+    return sorted(
+        path
+        for path, methods in schema["paths"].items()
+        if any(p["name"] == "cursor" for p in methods.get("get", {}).get("parameters", []))
+    )
+
+
+def console_lists() -> list[str]:
+    """Every console page whose view reads a cursor (itself, or through `list_page`)."""
+    import inspect
+
+    from workflows.web import urls
+
+    return sorted(
+        "/" + str(p.pattern)
+        for p in urls.urlpatterns
+        if re.search(r'"cursor"|list_page\(', inspect.getsource(p.callback))
+    )
