@@ -1,5 +1,5 @@
 """The web process in production: `gunicorn durableconsole.asgi -k asgi`
-(README: Serving). Django runs as under WSGI, on a fixed pool of
+(docs/deploying.md#serving-the-console). Django runs as under WSGI, on a fixed pool of
 `WEB_THREADS` threads; waiters of the wait endpoint are held as coroutines
 (workflows.web.front)."""
 

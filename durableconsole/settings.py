@@ -1,4 +1,9 @@
-"""Settings, all read from the environment (see README: Configuration)."""
+"""Settings, all read from the environment (docs/reference/settings.md#settings).
+
+Two blocks live apart, imported below: logging and tracing
+(durableconsole.settings_telemetry) and outbound webhooks
+(durableconsole.settings_webhooks). Variables read outside the settings are
+listed in workflows.env."""
 
 from datetime import timedelta
 from pathlib import Path
@@ -6,9 +11,21 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from durableconsole.settings_telemetry import (  # noqa: F401  (settings: read through django.conf)
+    LOG_FORMAT,
+    LOG_LEVEL,
+    LOGGING,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+)
+from durableconsole.settings_webhooks import (  # noqa: F401  (settings: read through django.conf)
+    WEBHOOK_ALLOW_PRIVATE,
+    WEBHOOK_MAX_ATTEMPTS,
+    WEBHOOK_RETRY_SECONDS,
+    WEBHOOK_ROTATION_HOURS,
+    WEBHOOK_SECRET_KEYS,
+)
 from workflows.audit.secrets import parse_policy
 from workflows.env import (
-    describe,
     env_bool,
     env_float,
     env_group_map,
@@ -58,7 +75,7 @@ SIGNING_KEYS_FILE = env_str(
 if not DEBUG:
     for _name, _value in (("AUDIT_KEYS", AUDIT_KEYS), ("SIGNING_KEYS_FILE", SIGNING_KEYS_FILE)):
         if not _value:
-            raise ImproperlyConfigured(f"{_name} must be set when DEBUG is off (see README: Configuration)")
+            raise ImproperlyConfigured(f"{_name} must be set when DEBUG is off (see docs/deploying.md#what-runs)")
 if AUDIT_KEYS:
     from workflows.audit.keys import parse as _parse_audit_keys
 
@@ -477,41 +494,6 @@ SECRETS_DIR = env_str(
 # durableconsole.actions, the built-ins included) and from these import paths
 # (workflows.actions.plugins). Strict: a bad plugin stops start-up; otherwise
 # it is left out and shown to operators.
-# Signed outbound webhooks (workflows.webhooks): signing secrets are stored
-# encrypted under these Fernet keys (comma-separated; the first encrypts, all
-# decrypt). With DEBUG=1 and none set, a random key is generated into VAR_DIR.
-WEBHOOK_SECRET_KEYS = env_list(
-    "WEBHOOK_SECRET_KEYS", [], help="Fernet keys that encrypt stored webhook secrets; the first encrypts, all decrypt."
-)
-if WEBHOOK_SECRET_KEYS:
-    from workflows.webhooks.cipher import parse_fernet_keys as _parse_fernet_keys
-
-    _parse_fernet_keys(WEBHOOK_SECRET_KEYS)
-# How long a rotated-out secret keeps signing beside the new one.
-WEBHOOK_ROTATION_HOURS = env_float(
-    "WEBHOOK_ROTATION_HOURS",
-    24.0,
-    minimum=0.0,
-    help="How long a rotated-out webhook secret keeps signing beside the new one.",
-)
-# Webhooks and http.post refuse loopback, private, link-local and metadata
-# addresses unless this is on (a development desk on 127.0.0.1, tests).
-WEBHOOK_ALLOW_PRIVATE = env_bool(
-    "WEBHOOK_ALLOW_PRIVATE",
-    False,
-    help="Let webhooks and `http.post` reach loopback, private and link-local addresses (development, tests).",
-)
-# A delivery is tried this many times, waiting WEBHOOK_RETRY_SECONDS doubled
-# at each failure (with jitter, at most an hour), then dead-lettered.
-WEBHOOK_MAX_ATTEMPTS = env_int(
-    "WEBHOOK_MAX_ATTEMPTS", 10, minimum=1, help="Deliveries of one webhook event before it is dead-lettered."
-)
-WEBHOOK_RETRY_SECONDS = env_float(
-    "WEBHOOK_RETRY_SECONDS",
-    5.0,
-    minimum=0.01,
-    help="First wait between webhook delivery attempts; doubled each time, with jitter, at most an hour.",
-)
 ACTION_MODULES = env_list(
     "ACTION_MODULES", [], help="Import paths of modules whose actions are installed besides the entry points."
 )
@@ -573,48 +555,6 @@ if Q_BROKER == "orm":
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 
-LOG_LEVEL = env_str("LOG_LEVEL", "INFO", help="Level of the root logger.")
-# "text" (one readable line each) or "json" (one JSON object per line, with
-# the trace and step fields: workflows.telemetry.JsonFormatter).
-LOG_FORMAT = (
-    env_str(
-        "LOG_FORMAT", "text", help="`text` (one readable line each) or `json` (one object per line, with trace fields)."
-    )
-    .strip()
-    .lower()
-)
-if LOG_FORMAT not in ("text", "json"):
-    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "workflows.audit.redaction.RedactingFilter"}},
-    "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "workflows.telemetry.JsonFormatter"},
-    },
-    # The filter runs before the formatter: both formats see scrubbed records.
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact"]}},
-    "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {
-        # django-q2 logs under "django-q".
-        "django-q": {
-            "level": env_str("Q_LOG_LEVEL", "WARNING", help="Level of django-q2's own logger."),
-            "propagate": True,
-        },
-        "axes": {"level": "WARNING", "propagate": True},
-    },
-}
-
-# Tracing (workflows.telemetry): spans go by OTLP over HTTP to this
-# collector (e.g. http://127.0.0.1:4318); unset or empty, tracing is off and
-# nothing of it is installed.
-OTEL_EXPORTER_OTLP_ENDPOINT = (
-    env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "", help="OTLP/HTTP collector for traces; unset, tracing is off.") or ""
-).strip()
-if OTEL_EXPORTER_OTLP_ENDPOINT and not OTEL_EXPORTER_OTLP_ENDPOINT.startswith(("http://", "https://")):
-    raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL (OTLP over HTTP)")
-
 # The longest any session lasts from its sign-in, local or SSO, renewed or
 # not (workflows.web.sessions); the cookie and the stored session expire too.
 SESSION_MAX_AGE = env_int(
@@ -645,29 +585,3 @@ if not DEBUG:
     # /healthz answers over plain HTTP so load balancers can probe it.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-
-# Read where they are used, by code that runs without these settings (the
-# agent-side MCP server, the desk, worker start-up); recorded here so that the
-# settings reference lists every variable the project reads.
-describe("SECRET_<NAME>", "secret", "(unset)", "The value of the secret NAME, read by the worker at perform time.")
-describe("Q_CLUSTER_NAME", "string", "(unset)", "Names a django-q2 cluster and its queue (`qcluster --cluster-name`).")
-describe(
-    "WORKER_HEARTBEAT_FILE", "path", "(unset)", "File a worker touches as its liveness signal (`drain`, supervisors)."
-)
-describe(
-    "REQUESTS_CA_BUNDLE", "path", "(unset)", "CA bundle for outbound HTTPS (webhooks); CURL_CA_BUNDLE is the fallback."
-)
-describe("CURL_CA_BUNDLE", "path", "(unset)", "CA bundle for outbound HTTPS when REQUESTS_CA_BUNDLE is unset.")
-describe(
-    "DURABLE_CONSOLE_URL",
-    "string",
-    "(unset)",
-    "The console's URL, for the MCP server (`python -m durableconsole.mcp`).",
-)
-describe("DURABLE_CONSOLE_TOKEN", "secret", "(unset)", "The agent's API token, for the MCP server.")
-describe("MCP_HTTP_TOKEN", "secret", "(unset)", "Bearer token the MCP server requires in `--http` mode.")
-describe("TICKETDESK_VERBOSE", "boolean", "0", "The ticket desk logs every request.")
-describe(
-    "FAILPOINTS", "comma-separated list", "(unset)", "Fault injection for the crash tests: the named failpoints fire."
-)
-describe("FAILPOINT_MARKER", "path", "(unset)", "Fault injection: a file a failpoint writes when it fires, as proof.")

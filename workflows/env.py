@@ -4,7 +4,8 @@ A bad value stops start-up with a message naming the variable, instead of
 running with a silently different configuration. Each reader also records
 the setting (name, type, default, one line of help) in CATALOG, from which
 `manage.py docs_reference` writes docs/reference/settings.md: the settings
-reference cannot drift from what the code reads.
+reference cannot drift from what the code reads. READ_ELSEWHERE records the
+variables read without these readers.
 """
 
 import ipaddress
@@ -34,6 +35,50 @@ def describe(name: str, type: str, default: str, help: str) -> None:
     """Record a setting; the first description of a name stands. Also for a
     variable read outside these helpers (where Django settings are not loaded)."""
     CATALOG.setdefault(name, Setting(name, type, default, help))
+
+
+# Read where they are used, by code that runs without the settings (the
+# agent-side MCP server, the desk, worker start-up); listed here so that the
+# settings reference names every variable the project reads.
+READ_ELSEWHERE = (
+    Setting("SECRET_<NAME>", "secret", "(unset)", "The value of the secret NAME, read by the worker at perform time."),
+    Setting(
+        "Q_CLUSTER_NAME", "string", "(unset)", "Names a django-q2 cluster and its queue (`qcluster --cluster-name`)."
+    ),
+    Setting(
+        "WORKER_HEARTBEAT_FILE",
+        "path",
+        "(unset)",
+        "File a worker touches as its liveness signal (`drain`, supervisors).",
+    ),
+    Setting(
+        "REQUESTS_CA_BUNDLE",
+        "path",
+        "(unset)",
+        "CA bundle for outbound HTTPS (webhooks); CURL_CA_BUNDLE is the fallback.",
+    ),
+    Setting("CURL_CA_BUNDLE", "path", "(unset)", "CA bundle for outbound HTTPS when REQUESTS_CA_BUNDLE is unset."),
+    Setting(
+        "DURABLE_CONSOLE_URL",
+        "string",
+        "(unset)",
+        "The console's URL, for the MCP server (`python -m durableconsole.mcp`).",
+    ),
+    Setting("DURABLE_CONSOLE_TOKEN", "secret", "(unset)", "The agent's API token, for the MCP server."),
+    Setting("MCP_HTTP_TOKEN", "secret", "(unset)", "Bearer token the MCP server requires in `--http` mode."),
+    Setting("TICKETDESK_VERBOSE", "boolean", "0", "The ticket desk logs every request."),
+    Setting(
+        "FAILPOINTS",
+        "comma-separated list",
+        "(unset)",
+        "Fault injection for the crash tests: the named failpoints fire.",
+    ),
+    Setting(
+        "FAILPOINT_MARKER", "path", "(unset)", "Fault injection: a file a failpoint writes when it fires, as proof."
+    ),
+)
+for _setting in READ_ELSEWHERE:
+    describe(_setting.name, _setting.type, _setting.default, _setting.help)
 
 
 def _shown(value) -> str:

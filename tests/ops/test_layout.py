@@ -82,12 +82,14 @@ LAYERS = {
     # 11. Operating tools: bench, chaos soak, demo, seeding, processes.
     "workflows.ops": 11,
     # 12. What wires it all: the commands, the app's start-up, the settings
-    # (they check keys and policies with the parsers of the parts that use
-    # them, and import no models: below), the URLs and the servers' entry
-    # points.
+    # and the blocks of them kept apart (they check keys and policies with
+    # the parsers of the parts that use them, and import no models: below),
+    # the URLs and the servers' entry points.
     "workflows.management": 12,
     "workflows.apps": 12,
     "durableconsole.settings": 12,
+    "durableconsole.settings_telemetry": 12,
+    "durableconsole.settings_webhooks": 12,
     "durableconsole.urls": 12,
     "durableconsole.wsgi": 12,
     "durableconsole.asgi": 12,
@@ -110,7 +112,7 @@ MODELS_MODULES = ("workflows.models", "workflows.webhooks.models")
 MAX_LINES = 600
 # Over MAX_LINES still, each being split on its own branch; an entry goes
 # when its split merges (and fails here once the file is split or gone).
-NOT_YET_SPLIT = {"durableconsole/settings.py"}
+NOT_YET_SPLIT: set[str] = set()
 
 
 def module_names() -> dict[str, Path]:

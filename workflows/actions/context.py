@@ -7,8 +7,8 @@ find it and attach a fresh `Approval-Proof` to every write they send,
 signed over the exact request: method, full URL, SHA-256 of the body bytes
 and the Idempotency-Key. An action that calls no HTTP API gets the same
 context from `perform_context()` and passes `context.proof(...)` on in its
-own way (see the README's plugin section). Reads (GET, HEAD, OPTIONS) carry
-none: only writes change anything.
+own way (docs/guides/action-authors.md#the-public-interface). Reads (GET,
+HEAD, OPTIONS) carry none: only writes change anything.
 
 Signing is one Ed25519 signature per write, made on the effect thread with
 the key the engine picked when it wrote the REQUESTED attempt (the attempt

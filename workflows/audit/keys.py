@@ -68,7 +68,9 @@ def audit_keys() -> tuple[AuditKey, ...]:
     if keys:
         return tuple(keys)
     if not settings.DEBUG:
-        raise ImproperlyConfigured("AUDIT_KEYS must be set when DEBUG is off (kid:secret, see README)")
+        raise ImproperlyConfigured(
+            "AUDIT_KEYS must be set when DEBUG is off (kid:secret, see docs/deploying.md#what-runs)"
+        )
     return (_development_key(),)
 
 

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 # worker's thread and the database about as much for a few answers as for
 # thirty: when several workers share a slow host, each gets back few answers
 # a moment, and a short wait left their groups so small that the commits took
-# the CPU the effects needed (README, Performance, "(g), a longer gather").
+# the CPU the effects needed (docs/performance.md#g-a-longer-gather).
 GATHER_SECONDS = 0.25
 
 _pool: ThreadPoolExecutor | None = None

@@ -92,7 +92,7 @@ class DeskProcess:
 
 
 class WebServer:
-    """The web process as production starts it (README: Serving):
+    """The web process as production starts it (docs/deploying.md#serving-the-console):
     `gunicorn durableconsole.asgi -k asgi`, in its own process group."""
 
     def __init__(self, name: str, workdir: Path, env: dict[str, str], *, workers: int = 1):

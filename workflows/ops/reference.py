@@ -175,7 +175,7 @@ def http_api() -> str:
 
 
 def settings_page() -> str:
-    out = [NOTICE.format(source="the settings helpers (`workflows.env`, `durableconsole/settings.py`)")]
+    out = [NOTICE.format(source="the settings helpers (`workflows.env`, `durableconsole/settings*.py`)")]
     out.append(
         "# Settings {#settings}\n\nEvery setting comes from an environment variable, read once at start-up by a "
         "small helper that refuses a bad value with a message naming the variable. The same environment serves "

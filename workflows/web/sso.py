@@ -1,5 +1,5 @@
 """Sign-in with the company's identity provider: OpenID Connect through
-mozilla-django-oidc (DESIGN §23; README: Sign-in).
+mozilla-django-oidc (DESIGN §23; docs/deploying.md#sign-in-sso).
 
 The library runs the authorization-code flow with state, nonce and PKCE
 (S256), and renews an SSO session's ID token at the provider when it is due
@@ -150,7 +150,7 @@ def signing_key(token: str, alg: str):
 
 
 def _setting(name: str, *default):
-    """mozilla-django-oidc's setting names, answered from ours (README: Configuration)."""
+    """mozilla-django-oidc's setting names, answered from ours (docs/reference/settings.md#settings)."""
     ours = {
         "OIDC_RP_CLIENT_ID": lambda: settings.OIDC_CLIENT_ID,
         "OIDC_RP_CLIENT_SECRET": lambda: settings.OIDC_CLIENT_SECRET,

@@ -38,7 +38,7 @@ def cipher() -> MultiFernet:
     if not settings.DEBUG:
         raise ImproperlyConfigured(
             "WEBHOOK_SECRET_KEYS must be set to make or use webhook secrets when DEBUG is "
-            "off (comma-separated Fernet keys, see README: Webhooks)"
+            "off (comma-separated Fernet keys, see docs/guides/operators.md#rotate-keys-and-secrets)"
         )
     return parse_fernet_keys([_development_key()], name=str(settings.VAR_DIR / "webhook-key"))
 
