@@ -400,6 +400,7 @@ class WorkflowOut(Schema):
     status: str
     plan_hash: str
     submitted_by: str
+    team: str = Field(..., description="The team whose plan it is: its people review and operate it")
     deadline: datetime
     created_at: datetime
     updated_at: datetime
@@ -456,7 +457,7 @@ class ApprovalIn(DecisionIn):
 def visible_workflows(user):
     return (
         Workflow.objects.visible_to(user)
-        .select_related("submitted_by", "claimed_by")
+        .select_related("submitted_by", "claimed_by", "team")
         .prefetch_related("steps__attempts", "steps__compensates", "revisions__by")
     )
 

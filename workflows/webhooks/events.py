@@ -72,7 +72,7 @@ def _emit(event: str, workflow_ids: list, extra: dict | None = None) -> int:
     rows = []
     for workflow in (
         Workflow.objects.filter(pk__in=listened)
-        .select_related("submitted_by")
+        .select_related("submitted_by", "team")
         .prefetch_related("steps__attempts", "steps__compensates")
     ):
         body = json.dumps(
