@@ -16,6 +16,7 @@ from django.urls.converters import UUIDConverter
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
+from tests.desk import free_port
 from tests.support import deciding as decide
 from workflows import actions
 from workflows.actions import ActionError
@@ -23,6 +24,10 @@ from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans
 from workflows.web import urls as console_urls
+from workflows.webhooks import delivery as webhook_delivery
+from workflows.webhooks import endpoints as webhook_endpoints
+from workflows.webhooks import events as webhook_events
+from workflows.webhooks.models import WebhookDelivery
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -101,7 +106,7 @@ def axe_source():
 
 
 @pytest.fixture
-def world(people, desk):
+def world(people, desk, settings):
     """Something on every page: a plan awaiting review with long and nested
     arguments, a failed run with a dead letter, a compensation awaiting its
     authorization, failed attempts of several classes."""
@@ -143,12 +148,20 @@ def world(people, desk):
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo it")
     dead = DeadLetter.objects.get(workflow=failed)
     job, _ = bulk.reconcile(people["admin"], {"ids": [dead.pk]}, shown_filter={"ids": [str(dead.pk)]}, dry_run=True)
+    # A webhook endpoint nobody listens on, and its one delivery, dead after one try.
+    settings.WEBHOOK_MAX_ATTEMPTS = 1
+    endpoint, _ = webhook_endpoints.create(by=people["operator"], url=f"http://127.0.0.1:{free_port()}/hook")
+    webhook_events.emit("workflow.failed", failed.pk)
+    for attempt in webhook_delivery.claim():
+        webhook_delivery.record(webhook_delivery.send(attempt))
     return {
         "planned": planned.pk,
         "failed": failed.pk,
         "comp": comp.pk,
         "dead": dead.pk,
         "job": job.pk,
+        "endpoint": endpoint.pk,
+        "delivery": WebhookDelivery.objects.get(endpoint=endpoint).pk,
         # The confirmation page of a review link sent to the admin, who signs in for the pages.
         "link": links.make(planned, people["admin"], "approve"),
     }
@@ -168,6 +181,11 @@ def pages(w):
         "/dead-letters/",
         f"/dead-letters/{w['dead']}/",
         f"/jobs/{w['job']}/",
+        "/jobs/",
+        "/webhooks/",
+        f"/webhooks/{w['endpoint']}/",
+        "/webhook-deliveries/",
+        f"/webhook-deliveries/{w['delivery']}/",
         f"/review/link/{w['link']}/",
         "/attention/",
         "/dashboard/",

@@ -13,6 +13,7 @@ from workflows.web import (
     views_links,
     views_ops,
     views_policies,
+    views_webhooks,
 )
 
 urlpatterns = [
@@ -89,4 +90,18 @@ urlpatterns = [
     path(".well-known/jwks.json", views_audit.jwks, name="jwks"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views_ops.metrics, name="metrics"),
+    path("webhooks/", views_webhooks.webhook_list, name="webhook_list"),
+    path("webhooks/<uuid:endpoint_id>/", views_webhooks.webhook_detail, name="webhook_detail"),
+    path("webhook-deliveries/", views_webhooks.webhook_delivery_list, name="webhook_delivery_list"),
+    path(
+        "webhook-deliveries/<uuid:delivery_id>/",
+        views_webhooks.webhook_delivery_detail,
+        name="webhook_delivery_detail",
+    ),
+    path(
+        "webhook-deliveries/<uuid:delivery_id>/replay",
+        views_webhooks.webhook_delivery_replay,
+        name="webhook_delivery_replay",
+    ),
+    path("jobs/", views_jobs.job_list, name="job_list"),
 ]
