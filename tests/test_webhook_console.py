@@ -42,7 +42,8 @@ def dead(people, settings):
     endpoint, _ = webhook_endpoints.create(
         by=people["operator"], url=f"http://127.0.0.1:{free_port()}/hook", description=f"ops {SCRIPT}"
     )
-    body = {"name": f"Hooked {SCRIPT}", "submission_key": "hooked", "steps": [{"key": "one", "action": "noop", "args": {}}]}
+    step = {"key": "one", "action": "noop", "args": {}}
+    body = {"name": f"Hooked {SCRIPT}", "submission_key": "hooked", "steps": [step]}
     workflow = plans.submit(people["agent"], body).workflow
     decide.reject(workflow, by=people["reviewer"])
     for job in delivery.claim():

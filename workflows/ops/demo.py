@@ -195,7 +195,7 @@ def _users() -> dict:
             user.set_password(PASSWORD)
             user.is_staff = user.is_superuser = username == "admin"
             user.save()
-        user.groups.add(*Group.objects.filter(name__in=groups))
+        user.groups.add(*(Group.objects.get_or_create(name=group)[0] for group in groups))
         people[username] = user
     return people
 
