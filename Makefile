@@ -7,6 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
+# Where `make run` serves the console and the ticket desk: `make run PORT=9000 DESK_PORT=9100`,
+# or the same from the environment.
+PORT ?= 8000
+DESK_PORT ?= 8100
 
 .PHONY: setup setup-browser-checks run test test-sqlite test-postgres bench lint format docs screenshots clean
 
@@ -28,7 +32,7 @@ $(NODE_STAMP): package.json package-lock.json
 setup-browser-checks: $(NODE_STAMP)
 
 run: setup
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo --web 127.0.0.1:$(PORT) --desk-port $(DESK_PORT)
 
 # The two database legs run side by side (most of their time is spent
 # waiting on real worker, desk and browser processes); each leg's output is

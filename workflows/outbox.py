@@ -86,7 +86,7 @@ def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = Non
     rows = []
     for workflow in (
         Workflow.objects.filter(pk__in=listened)
-        .select_related("submitted_by")
+        .select_related("submitted_by", "team")
         .prefetch_related("steps__attempts", "steps__compensates")
     ):
         body = json.dumps(

@@ -110,6 +110,7 @@ def workflow_out(workflow: Workflow) -> dict:
         "revision": workflow.revision,
         "revisions": _revisions_out(workflow),
         "submitted_by": workflow.submitted_by.get_username(),
+        "team": workflow.team.name,
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,

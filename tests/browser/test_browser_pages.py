@@ -16,14 +16,19 @@ from django.urls.converters import UUIDConverter
 
 from tests.support import deciding as decide
 from tests.support.chromium import SCREENSHOTS
+from tests.support.desk import free_port
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
-from workflows import actions
+from workflows import actions, outbox
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans
+from workflows.shapes import workflow_out
 from workflows.web import urls as console_urls
+from workflows.webhooks import delivery as webhook_delivery
+from workflows.webhooks import endpoints as webhook_endpoints
+from workflows.webhooks.models import WebhookDelivery
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -102,7 +107,7 @@ def axe_source():
 
 
 @pytest.fixture
-def world(people, desk):
+def world(people, desk, settings):
     """Something on every page: a plan awaiting review with long and nested
     arguments, a failed run with a dead letter, a compensation awaiting its
     authorization, failed attempts of several classes."""
@@ -144,12 +149,20 @@ def world(people, desk):
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo it")
     dead = DeadLetter.objects.get(workflow=failed)
     job, _ = bulk.reconcile(people["admin"], {"ids": [dead.pk]}, shown_filter={"ids": [str(dead.pk)]}, dry_run=True)
+    # A webhook endpoint nobody listens on, and its one delivery, dead after one try.
+    settings.WEBHOOK_MAX_ATTEMPTS = 1
+    endpoint, _ = webhook_endpoints.create(by=people["operator"], url=f"http://127.0.0.1:{free_port()}/hook")
+    outbox.emit("workflow.failed", failed.pk, shape=workflow_out)
+    for attempt in webhook_delivery.claim():
+        webhook_delivery.record(webhook_delivery.send(attempt))
     return {
         "planned": planned.pk,
         "failed": failed.pk,
         "comp": comp.pk,
         "dead": dead.pk,
         "job": job.pk,
+        "endpoint": endpoint.pk,
+        "delivery": WebhookDelivery.objects.get(endpoint=endpoint).pk,
         # The confirmation page of a review link sent to the admin, who signs in for the pages.
         "link": links.make(planned, people["admin"], "approve"),
     }
@@ -169,6 +182,11 @@ def pages(w):
         "/dead-letters/",
         f"/dead-letters/{w['dead']}/",
         f"/jobs/{w['job']}/",
+        "/jobs/",
+        "/webhooks/",
+        f"/webhooks/{w['endpoint']}/",
+        "/webhook-deliveries/",
+        f"/webhook-deliveries/{w['delivery']}/",
         f"/review/link/{w['link']}/",
         "/attention/",
         "/dashboard/",

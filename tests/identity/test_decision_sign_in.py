@@ -14,9 +14,11 @@ from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.test import override_settings
 from django.urls import reverse
 
 from tests.support import deciding as decide
+from tests.support.desk import free_port
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.resolving import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
@@ -38,6 +40,8 @@ from workflows.models import (
 from workflows.operations import bulk, compensation, plans, policies, resolution
 from workflows.web import urls as console_urls
 from workflows.web.auth import SIGNED_IN_AT
+from workflows.webhooks import delivery as webhook_delivery
+from workflows.webhooks import endpoints as webhook_endpoints
 
 # POST routes that decide nothing: who handles a plan, previews, a preview
 # of a bulk replay, a check of the audit chain; and the review link, which
@@ -103,6 +107,16 @@ def _failed(people):
 
 def _dead(people):
     return DeadLetter.objects.get(workflow=_failed(people))
+
+
+def _dead_delivery(people):
+    """The events of a plan that failed, to an endpoint nobody listens on: dead after one try."""
+    endpoint, _ = webhook_endpoints.create(by=people["operator"], url=f"http://127.0.0.1:{free_port()}/hook")
+    _failed(people)
+    with override_settings(WEBHOOK_MAX_ATTEMPTS=1):
+        for job in webhook_delivery.claim():
+            webhook_delivery.record(webhook_delivery.send(job))
+    return endpoint.deliveries.filter(status="DEAD").first()
 
 
 def _at_gate(people):
@@ -257,6 +271,14 @@ def _decision(name, people):
     if name in ("policy_change_authorize", "policy_change_decline"):
         change = _loosening(people)
         return "operator2", reverse(name, args=[change.pk]), {"reason": "ok"}, reverse("policy_detail", args=["noop"])
+    if name == "webhook_delivery_replay":
+        dead = _dead_delivery(people)
+        return (
+            "operator",
+            reverse(name, args=[dead.pk]),
+            {"reason": "the receiver is back"},
+            reverse("webhook_delivery_detail", args=[dead.pk]),
+        )
     raise AssertionError(f"no decision set up for {name}")
 
 
@@ -282,6 +304,7 @@ DECISIONS = [
     "policy_detail",
     "policy_change_authorize",
     "policy_change_decline",
+    "webhook_delivery_replay",
 ]
 
 

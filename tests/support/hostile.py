@@ -30,7 +30,7 @@ FORGED_CURSORS = {
 
 
 # The console's lists that page with a cursor; `console_lists` checks that no other view reads one.
-CONSOLE_LISTS = ["/", "/workflows/", "/dead-letters/", "/compensations/", "/audit/"]
+CONSOLE_LISTS = ["/", "/workflows/", "/dead-letters/", "/compensations/", "/audit/", "/jobs/", "/webhook-deliveries/"]
 
 
 def api_lists(admin_api) -> list[str]:

@@ -19,7 +19,7 @@ def require(request, *allowed) -> None:
 def visible_workflows(user):
     return (
         Workflow.objects.visible_to(user)
-        .select_related("submitted_by", "claimed_by")
+        .select_related("submitted_by", "claimed_by", "team")
         .prefetch_related("steps__attempts", "steps__compensates", "revisions__by")
     )
 

@@ -122,6 +122,7 @@ class WorkflowOut(Schema):
     status: str
     plan_hash: str
     submitted_by: str
+    team: str = Field(..., description="The team whose plan it is: its people review and operate it")
     deadline: datetime
     created_at: datetime
     updated_at: datetime

@@ -17,6 +17,7 @@ from workflows.web.views import (
     probes,
     revisions,
     steps,
+    webhooks,
 )
 
 urlpatterns = [
@@ -89,4 +90,18 @@ urlpatterns = [
     path(".well-known/jwks.json", audit.jwks, name="jwks"),
     path("healthz", probes.healthz, name="healthz"),
     path("metrics", probes.metrics, name="metrics"),
+    path("webhooks/", webhooks.webhook_list, name="webhook_list"),
+    path("webhooks/<uuid:endpoint_id>/", webhooks.webhook_detail, name="webhook_detail"),
+    path("webhook-deliveries/", webhooks.webhook_delivery_list, name="webhook_delivery_list"),
+    path(
+        "webhook-deliveries/<uuid:delivery_id>/",
+        webhooks.webhook_delivery_detail,
+        name="webhook_delivery_detail",
+    ),
+    path(
+        "webhook-deliveries/<uuid:delivery_id>/replay",
+        webhooks.webhook_delivery_replay,
+        name="webhook_delivery_replay",
+    ),
+    path("jobs/", jobs.job_list, name="job_list"),
 ]

@@ -8,16 +8,19 @@ effect lands that a person did not approve.
 """
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from workflows.ops import demo
 from workflows.ops.demo import PASSWORD, USERS
 
 
@@ -61,6 +64,45 @@ def demo_commands(web: str, desk_port: int) -> dict[str, list[str]]:
             f"http://127.0.0.1:{desk_port}",
         ],
     }
+
+
+def shell_command(*args: str) -> str:
+    """`manage.py ARGS` as a person types it at the repository's root in a
+    fresh shell: this interpreter (the project's .venv) and what this
+    process was told that picks the database and lets it start (DEBUG,
+    VAR_DIR, a DATABASE_URL without a password: one with a password is
+    left for the person to set, never printed)."""
+    python = sys.executable
+    relative = os.path.relpath(python, settings.BASE_DIR)
+    if not relative.startswith(os.pardir):
+        python = relative
+    env = ["DEBUG=1"] if settings.DEBUG else []
+    for name in ("VAR_DIR", "DATABASE_URL"):
+        value = os.environ.get(name)
+        if value and not (name == "DATABASE_URL" and urllib.parse.urlsplit(value).password):
+            env.append(f"{name}={shlex.quote(value)}")
+    return " ".join([*env, shlex.join([python, "manage.py", *args])])
+
+
+def banner(web: str, desk_port: int) -> str:
+    """What the demo prints once everything runs: where things are, who
+    signs in, what waits for each role, and commands that run as printed
+    (each after a `$ `)."""
+    url = f"http://{web}"
+    lines = [
+        f"  console      {url}/",
+        f"  API          {url}/api/v1/  (schema: /api/v1/openapi.json, docs: /api/v1/docs)",
+        f"  ticket desk  http://127.0.0.1:{desk_port}/tickets",
+        f"  logins       {', '.join(USERS)}  (password: {PASSWORD})",
+        "  waiting for you:",
+    ]
+    lines += [f"    {role:<10} {what}: {url}{path}" for role, what, path in demo.tasks()]
+    lines += [
+        f"  API token    $ {shell_command('issue_token', 'agent', '--name', 'demo')}",
+        f"               then: curl -H 'Authorization: Bearer <token>' {url}/api/v1/workflows",
+        f"  audit chain  $ {shell_command('verify_audit')}",
+    ]
+    return "\n".join(lines)
 
 
 class Command(BaseCommand):
@@ -122,11 +164,7 @@ class Command(BaseCommand):
 
     def _announce(self, web, desk_port):
         self.stdout.write(self.style.SUCCESS("\nDurable Console is running"))
-        self.stdout.write(f"  console      http://{web}/")
-        self.stdout.write(f"  API          http://{web}/api/v1/  (schema: /api/v1/openapi.json, docs: /api/v1/docs)")
-        self.stdout.write(f"  ticket desk  http://127.0.0.1:{desk_port}/tickets")
-        self.stdout.write(f"  logins       {', '.join(USERS)}  (password: {PASSWORD})")
-        self.stdout.write("  API token    python manage.py issue_token agent")
+        self.stdout.write(banner(web, desk_port))
         self.stdout.write("Press Ctrl-C to stop all of it.\n")
 
     def _stop_all(self, children):

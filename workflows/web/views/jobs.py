@@ -13,18 +13,20 @@ from uuid import UUID
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
 from workflows.errors import DomainError, NotAllowed, NotVisible
-from workflows.models import Job
+from workflows.models import Job, JobItem
 from workflows.operations import bulk, deadletters
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act
-from workflows.web.views.dead_letters import DeadLetterFilter, list_url, posted_ids
+from workflows.web.pages import act, list_page
+from workflows.web.views.dead_letters import PAGE_SIZE, DeadLetterFilter, list_url, posted_ids
 
 
 def _get_job_for_user(request: HttpRequest, job_id: UUID, *, act_on: bool = False) -> Job:
@@ -147,3 +149,18 @@ def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
         return redirect(_job_url(job))
     messages.success(request, f"Replaying {replay.items.count()} dead letters ({only}).")
     return redirect(_job_url(replay))
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def job_list(request: HttpRequest) -> HttpResponse:
+    """The bulk jobs the user may see, newest first, with their progress."""
+    if not (roles.is_operator(request.user) or roles.is_auditor(request.user)):
+        raise PermissionDenied("Operators and auditors only.")
+    jobs = (
+        Job.objects.visible_to(request.user)
+        .select_related("created_by")
+        .annotate(total=Count("items"), remaining=Count("items", filter=Q(items__state=JobItem.State.PENDING)))
+    )
+    return list_page(request, jobs, "workflows/job_list.html", rows="jobs", page_size=PAGE_SIZE, context={})
