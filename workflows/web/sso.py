@@ -146,6 +146,20 @@ def signing_key(token: str, alg: str):
     raise SignInRefused("The ID token's signing key is not in the provider's key set: its signature cannot be checked.")
 
 
+def refusal(exc: jwt.PyJWTError, token: str) -> str:
+    """Why a token the provider signed failed its check, in words; `token`
+    names it ("ID token", "logout token")."""
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return f"The {token}'s signature does not verify with the provider's keys."
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return f"The {token} was issued for another client (wrong audience)."
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return f"The {token} was issued by another issuer."
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"The {token} lacks the {exc.claim!r} claim."
+    return f"The {token} is not valid: {type(exc).__name__}."
+
+
 # --- settings as mozilla-django-oidc reads them -------------------------------------
 
 
@@ -242,20 +256,12 @@ class ProviderSignIn(OIDCAuthenticationBackend):
                 leeway=LEEWAY_SECONDS,
                 options={"require": ["iss", "sub", "aud", "exp", "iat"]},
             )
-        except jwt.InvalidSignatureError:
-            raise SignInRefused("The ID token's signature does not verify with the provider's keys.") from None
-        except jwt.InvalidAudienceError:
-            raise SignInRefused("The ID token was issued for another client (wrong audience).") from None
-        except jwt.InvalidIssuerError:
-            raise SignInRefused("The ID token was issued by another issuer.") from None
         except jwt.ExpiredSignatureError:
             raise SignInRefused("The ID token has expired.") from None
         except jwt.ImmatureSignatureError:
             raise SignInRefused("The ID token is not valid yet (issued in the future).") from None
-        except jwt.MissingRequiredClaimError as exc:
-            raise SignInRefused(f"The ID token lacks the {exc.claim!r} claim.") from None
         except jwt.PyJWTError as exc:
-            raise SignInRefused(f"The ID token is not valid: {type(exc).__name__}.") from None
+            raise SignInRefused(refusal(exc, "ID token")) from None
         audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
         if len(audiences) > 1 and claims.get("azp") != settings.OIDC_CLIENT_ID:
             raise SignInRefused("The ID token names several audiences but not this client as its authorized party.")
