@@ -146,6 +146,28 @@ def signing_key(token: str, alg: str):
     raise SignInRefused("The ID token's signing key is not in the provider's key set: its signature cannot be checked.")
 
 
+def accepted(alg) -> bool:
+    """Whether a token signed with `alg` may be checked at all: an asymmetric
+    algorithm this client knows, and one the provider says it signs with."""
+    offered = discovery().get("id_token_signing_alg_values_supported") or ["RS256"]
+    return alg in ALGORITHMS and alg in offered
+
+
+def decode(token: str, alg: str, required: list[str]) -> dict:
+    """The claims of a token the provider signed with `alg`, once its
+    signature, audience (this client), issuer, times and `required` claims
+    are checked; jwt's error says what failed (SignInRefused: no key)."""
+    return jwt.decode(
+        token,
+        signing_key(token, alg),
+        algorithms=[alg],
+        audience=settings.OIDC_CLIENT_ID,
+        issuer=settings.OIDC_ISSUER,
+        leeway=LEEWAY_SECONDS,
+        options={"require": required},
+    )
+
+
 def refusal(exc: jwt.PyJWTError, token: str) -> str:
     """Why a token the provider signed failed its check, in words; `token`
     names it ("ID token", "logout token")."""
@@ -239,23 +261,13 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         except jwt.PyJWTError:
             raise SignInRefused("The ID token is not a valid JWT.") from None
         alg = header.get("alg")
-        offered = discovery().get("id_token_signing_alg_values_supported") or ["RS256"]
-        if alg not in ALGORITHMS or alg not in offered:
+        if not accepted(alg):
             raise SignInRefused(
                 f"The ID token is signed with {str(alg)[:20]!r}, which is not accepted "
                 f"(accepted: the provider's asymmetric algorithms)."
             )
-        key = signing_key(token, alg)
         try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                audience=settings.OIDC_CLIENT_ID,
-                issuer=settings.OIDC_ISSUER,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["iss", "sub", "aud", "exp", "iat"]},
-            )
+            claims = decode(token, alg, ["iss", "sub", "aud", "exp", "iat"])
         except jwt.ExpiredSignatureError:
             raise SignInRefused("The ID token has expired.") from None
         except jwt.ImmatureSignatureError:
