@@ -159,13 +159,12 @@ def settle(step: Step, ok: bool, fence: int) -> None:
             ):
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
-            release(
+            in_doubt(
+                workflow,
                 step,
-                StepStatus.IN_DOUBT,
                 fence,
                 data={"reason": "the recorded outcome did not pass verification"},
             )
-            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
 
 
 def complete(steps: list[Step]) -> None:
@@ -211,6 +210,13 @@ def release(step: Step, target: str, fence: int, **fields) -> bool:
     lease; `fields` (and `data` for the audit entry) go with the move.
     False, changing nothing, when the claim no longer holds the step."""
     return move(step, target, actor=WORKER, guard={"fence": fence}, lease_expires_at=None, **fields)
+
+
+def in_doubt(workflow: Workflow, step: Step, fence: int, **fields) -> None:
+    """The claim leaves the step IN_DOUBT for an operator (`fields` go with
+    the move), and its workflow's run stops for attention."""
+    release(step, StepStatus.IN_DOUBT, fence, **fields)
+    workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
 
 
 def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
@@ -267,14 +273,13 @@ def record_failure(
         )
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if err.outcome_unknown and not action.is_safe_to_repeat(step.args):
-            release(
+            in_doubt(
+                workflow,
                 step,
-                StepStatus.IN_DOUBT,
                 fence,
                 failure_class=err.failure_class,
                 data={"failure_class": err.failure_class, "attempt": attempt.number},
             )
-            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             return
         retryable = err.failure_class in RETRYABLE_CLASSES or (
             err.failure_class == FailureClass.TIMEOUT and action.is_safe_to_repeat(step.args)

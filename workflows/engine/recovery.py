@@ -25,10 +25,10 @@ from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.engine import retry
 from workflows.engine.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
-from workflows.engine.outcomes import deadline_of, release, verify, workflow_to
+from workflows.engine.outcomes import deadline_of, in_doubt, release, verify
 from workflows.engine.transitions import move
 from workflows.models import Step, Workflow
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.states import AttemptStatus, FailureClass, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +74,13 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
             workflow = Workflow.objects.get(pk=step.workflow_id)
             due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
             if due is None:
-                release(
+                in_doubt(
+                    workflow,
                     step,
-                    StepStatus.IN_DOUBT,
                     fence,
                     failure_class=err.failure_class,
                     data={"reason": "reconciliation lookup kept failing"},
                 )
-                workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             else:
                 release(
                     step,
@@ -153,14 +152,13 @@ def settle_without_lookup(step: Step, action, fence: int, open_attempts: list) -
             if attempt.status == AttemptStatus.REQUESTED:
                 move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now())
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        release(
+        in_doubt(
+            workflow,
             step,
-            StepStatus.IN_DOUBT,
             fence,
             failure_class=FailureClass.UNKNOWN,
             data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"},
         )
-        workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
     return True
 
 
