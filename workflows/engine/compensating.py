@@ -4,11 +4,10 @@ recorded the outcome. Requesting, authorizing and resuming a compensation
 are operations (`workflows.operations.compensation`).
 """
 
+from workflows.engine.leases import WORKER
 from workflows.engine.transitions import move
 from workflows.models import Compensation, Step, Workflow
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
-
-WORKER = "worker"
 
 
 def step_complete(workflow: Workflow, step: Step) -> None:

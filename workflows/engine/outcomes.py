@@ -149,7 +149,7 @@ def settle(step: Step, ok: bool, fence: int) -> None:
         assert_lease(step, fence, StepStatus.VERIFYING)
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if ok:
-            move(step, StepStatus.COMPLETE, actor=WORKER, guard={"fence": fence}, lease_expires_at=None)
+            release(step, StepStatus.COMPLETE, fence)
             Step.objects.ready_after([step])
             if step.lane:
                 compensating.step_complete(workflow, step)
@@ -159,15 +159,12 @@ def settle(step: Step, ok: bool, fence: int) -> None:
             ):
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
-            move(
+            in_doubt(
+                workflow,
                 step,
-                StepStatus.IN_DOUBT,
-                actor=WORKER,
-                guard={"fence": fence},
-                lease_expires_at=None,
+                fence,
                 data={"reason": "the recorded outcome did not pass verification"},
             )
-            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
 
 
 def complete(steps: list[Step]) -> None:
@@ -208,6 +205,20 @@ def complete_held(steps: list[Step], log: list) -> None:
     move_many(finished, WorkflowStatus.COMPLETE, actor=WORKER, log=log)
 
 
+def release(step: Step, target: str, fence: int, **fields) -> bool:
+    """The claim holding `fence` moves the step to `target` and gives up its
+    lease; `fields` (and `data` for the audit entry) go with the move.
+    False, changing nothing, when the claim no longer holds the step."""
+    return move(step, target, actor=WORKER, guard={"fence": fence}, lease_expires_at=None, **fields)
+
+
+def in_doubt(workflow: Workflow, step: Step, fence: int, **fields) -> None:
+    """The claim leaves the step IN_DOUBT for an operator (`fields` go with
+    the move), and its workflow's run stops for attention."""
+    release(step, StepStatus.IN_DOUBT, fence, **fields)
+    workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
+
+
 def workflow_to(workflow: Workflow, step: Step, target: str, **data) -> None:
     """Stop the workflow's run after `step` failed or went in doubt. A
     compensation's step halts the compensation instead."""
@@ -225,13 +236,11 @@ def block(step: Step, fence: int, problems: list[str], **fields) -> None:
     approval. `fields` are written with the block (a preview taken again)."""
     with transaction.atomic(), planning.by_key():
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        moved = move(
+        moved = release(
             step,
             StepStatus.BLOCKED,
-            actor=WORKER,
-            guard={"fence": fence},
+            fence,
             failure_class=FailureClass.POLICY_FAILED,
-            lease_expires_at=None,
             data={"failure_class": FailureClass.POLICY_FAILED, "problems": problems},
             **fields,
         )
@@ -264,16 +273,13 @@ def record_failure(
         )
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
         if err.outcome_unknown and not action.is_safe_to_repeat(step.args):
-            move(
+            in_doubt(
+                workflow,
                 step,
-                StepStatus.IN_DOUBT,
-                actor=WORKER,
-                guard={"fence": fence},
+                fence,
                 failure_class=err.failure_class,
-                lease_expires_at=None,
                 data={"failure_class": err.failure_class, "attempt": attempt.number},
             )
-            workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             return
         retryable = err.failure_class in RETRYABLE_CLASSES or (
             err.failure_class == FailureClass.TIMEOUT and action.is_safe_to_repeat(step.args)
@@ -284,14 +290,12 @@ def record_failure(
                 now, attempt.number - step.retry_base, deadline_of(step), err.retry_after, max_attempts=max_attempts
             )
         if due is not None:
-            move(
+            release(
                 step,
                 StepStatus.WAITING_RETRY,
-                actor=WORKER,
-                guard={"fence": fence},
+                fence,
                 next_attempt_at=due,
                 failure_class=err.failure_class,
-                lease_expires_at=None,
                 data={
                     "failure_class": err.failure_class,
                     "attempt": attempt.number,
@@ -299,13 +303,11 @@ def record_failure(
                 },
             )
             return
-        move(
+        release(
             step,
             StepStatus.DEAD_LETTERED,
-            actor=WORKER,
-            guard={"fence": fence},
+            fence,
             failure_class=err.failure_class,
-            lease_expires_at=None,
             data={"failure_class": err.failure_class, "attempts": attempt.number},
         )
         attempt.refresh_from_db()

@@ -25,10 +25,10 @@ from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.engine import retry
 from workflows.engine.leases import LOCAL_PREFIX, WORKER, LeaseLost, assert_lease, process_alive, worker_id
-from workflows.engine.outcomes import deadline_of, verify, workflow_to
+from workflows.engine.outcomes import deadline_of, in_doubt, release, verify
 from workflows.engine.transitions import move
 from workflows.models import Step, Workflow
-from workflows.states import AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.states import AttemptStatus, FailureClass, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,25 +74,20 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
             workflow = Workflow.objects.get(pk=step.workflow_id)
             due = retry.next_attempt_at(timezone.now(), len(open_attempts), deadline_of(step), err.retry_after)
             if due is None:
-                move(
+                in_doubt(
+                    workflow,
                     step,
-                    StepStatus.IN_DOUBT,
-                    actor=WORKER,
-                    guard={"fence": fence},
+                    fence,
                     failure_class=err.failure_class,
-                    lease_expires_at=None,
                     data={"reason": "reconciliation lookup kept failing"},
                 )
-                workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
             else:
-                move(
+                release(
                     step,
                     StepStatus.WAITING_RETRY,
-                    actor=WORKER,
-                    guard={"fence": fence},
+                    fence,
                     next_attempt_at=due,
                     failure_class=err.failure_class,
-                    lease_expires_at=None,
                     data={"reason": "reconciliation lookup failed", "failure_class": err.failure_class},
                 )
         return True
@@ -103,13 +98,11 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
         # flight at the remote. Look again when its time is up.
         with transaction.atomic():
             assert_lease(step, fence, StepStatus.RUNNING)
-            move(
+            release(
                 step,
                 StepStatus.WAITING_RETRY,
-                actor=WORKER,
-                guard={"fence": fence},
+                fence,
                 next_attempt_at=settled_at,
-                lease_expires_at=None,
                 data={"reason": "an earlier request may still be in flight; reconciling when it cannot land"},
             )
         return True
@@ -159,16 +152,13 @@ def settle_without_lookup(step: Step, action, fence: int, open_attempts: list) -
             if attempt.status == AttemptStatus.REQUESTED:
                 move(attempt, AttemptStatus.UNKNOWN, actor=WORKER, finished_at=timezone.now())
         workflow = Workflow.objects.select_for_update().get(pk=step.workflow_id)
-        move(
+        in_doubt(
+            workflow,
             step,
-            StepStatus.IN_DOUBT,
-            actor=WORKER,
-            guard={"fence": fence},
-            lease_expires_at=None,
+            fence,
             failure_class=FailureClass.UNKNOWN,
             data={"reason": "an earlier attempt may have taken effect and the action cannot be looked up"},
         )
-        workflow_to(workflow, step, WorkflowStatus.NEEDS_ATTENTION)
     return True
 
 

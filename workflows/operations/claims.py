@@ -81,6 +81,14 @@ def _held_elsewhere(locked: Workflow, by) -> str:
     )
 
 
+def _hold(locked: Workflow, reviewer, *, by, verb: str, data: dict) -> None:
+    """Inside the caller's transaction, on the locked plan: `reviewer` holds it
+    from now (None: nobody does), audited as `verb` by `by`."""
+    locked.claimed_by, locked.claimed_at = reviewer, timezone.now() if reviewer else None
+    locked.save(update_fields=["claimed_by", "claimed_at"])
+    journal.append(actor=by, verb=verb, obj_type="workflow", obj_id=locked.pk, workflow_id=locked.pk, data=data)
+
+
 def claim(workflow: Workflow, *, by) -> Workflow:
     """`by` takes the plan ("I'm on it"). Claiming one's own claim again renews it."""
     if not _may_review(workflow, by):
@@ -90,16 +98,7 @@ def claim(workflow: Workflow, *, by) -> Workflow:
         current = holder(locked)
         if current is not None and current.pk != by.pk:
             raise WrongState(_held_elsewhere(locked, by))
-        locked.claimed_by, locked.claimed_at = by, timezone.now()
-        locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(
-            actor=by,
-            verb="workflow.claimed",
-            obj_type="workflow",
-            obj_id=locked.pk,
-            workflow_id=locked.pk,
-            data={"renewed": current is not None},
-        )
+        _hold(locked, by, by=by, verb="workflow.claimed", data={"renewed": current is not None})
     return locked
 
 
@@ -117,16 +116,7 @@ def release(workflow: Workflow, *, by) -> Workflow:
                 f"Only {current.get_username()}, who holds this plan, can release it; "
                 f"their claim lapses after {settings.REVIEW_CLAIM_MINUTES} minutes without activity."
             )
-        locked.claimed_by, locked.claimed_at = None, None
-        locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(
-            actor=by,
-            verb="workflow.claim_released",
-            obj_type="workflow",
-            obj_id=locked.pk,
-            workflow_id=locked.pk,
-            data={},
-        )
+        _hold(locked, None, by=by, verb="workflow.claim_released", data={})
     return locked
 
 
@@ -151,14 +141,11 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
         current = holder(locked)
         if current is not None and current.pk != by.pk:
             raise WrongState(_held_elsewhere(locked, by))
-        locked.claimed_by, locked.claimed_at = target, timezone.now()
-        locked.save(update_fields=["claimed_by", "claimed_at"])
-        journal.append(
-            actor=by,
+        _hold(
+            locked,
+            target,
+            by=by,
             verb="workflow.assigned",
-            obj_type="workflow",
-            obj_id=locked.pk,
-            workflow_id=locked.pk,
             data={"to": target.get_username(), "from": current.get_username() if current else None},
         )
     return locked

@@ -104,21 +104,14 @@ def check(token: str, user, *, deciding_now: bool = False) -> Link:
         raise refused
     if UsedReviewLink.objects.filter(nonce=claims.get("n")).exists():
         raise LinkRefused("This link was used already: each link decides once.")
-    if deciding_now:
-        return Link(
-            workflow=workflow,
-            decision=claims["d"],
-            nonce=claims["n"],
-            expires=expires,
-            seen=Seen(revision=claims.get("v"), plan_hash=claims.get("h")),
-        )
-    if claims.get("v") != workflow.revision or claims.get("h") != workflow.plan_hash:
-        raise LinkRefused(
-            f"The plan changed since this link was sent (it is now revision {workflow.revision}): "
-            "review the current revision in the console."
-        )
-    if workflow.status != WorkflowStatus.PLANNED:
-        raise LinkRefused(f"This plan is {workflow.status}: it no longer awaits a decision.")
+    if not deciding_now:
+        if claims.get("v") != workflow.revision or claims.get("h") != workflow.plan_hash:
+            raise LinkRefused(
+                f"The plan changed since this link was sent (it is now revision {workflow.revision}): "
+                "review the current revision in the console."
+            )
+        if workflow.status != WorkflowStatus.PLANNED:
+            raise LinkRefused(f"This plan is {workflow.status}: it no longer awaits a decision.")
     return Link(
         workflow=workflow,
         decision=claims["d"],

@@ -146,6 +146,42 @@ def signing_key(token: str, alg: str):
     raise SignInRefused("The ID token's signing key is not in the provider's key set: its signature cannot be checked.")
 
 
+def accepted(alg) -> bool:
+    """Whether a token signed with `alg` may be checked at all: an asymmetric
+    algorithm this client knows, and one the provider says it signs with."""
+    offered = discovery().get("id_token_signing_alg_values_supported") or ["RS256"]
+    return alg in ALGORITHMS and alg in offered
+
+
+def decode(token: str, alg: str, required: list[str]) -> dict:
+    """The claims of a token the provider signed with `alg`, once its
+    signature, audience (this client), issuer, times and `required` claims
+    are checked; jwt's error says what failed (SignInRefused: no key)."""
+    return jwt.decode(
+        token,
+        signing_key(token, alg),
+        algorithms=[alg],
+        audience=settings.OIDC_CLIENT_ID,
+        issuer=settings.OIDC_ISSUER,
+        leeway=LEEWAY_SECONDS,
+        options={"require": required},
+    )
+
+
+def refusal(exc: jwt.PyJWTError, token: str) -> str:
+    """Why a token the provider signed failed its check, in words; `token`
+    names it ("ID token", "logout token")."""
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return f"The {token}'s signature does not verify with the provider's keys."
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return f"The {token} was issued for another client (wrong audience)."
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return f"The {token} was issued by another issuer."
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"The {token} lacks the {exc.claim!r} claim."
+    return f"The {token} is not valid: {type(exc).__name__}."
+
+
 # --- settings as mozilla-django-oidc reads them -------------------------------------
 
 
@@ -225,37 +261,19 @@ class ProviderSignIn(OIDCAuthenticationBackend):
         except jwt.PyJWTError:
             raise SignInRefused("The ID token is not a valid JWT.") from None
         alg = header.get("alg")
-        offered = discovery().get("id_token_signing_alg_values_supported") or ["RS256"]
-        if alg not in ALGORITHMS or alg not in offered:
+        if not accepted(alg):
             raise SignInRefused(
                 f"The ID token is signed with {str(alg)[:20]!r}, which is not accepted "
                 f"(accepted: the provider's asymmetric algorithms)."
             )
-        key = signing_key(token, alg)
         try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                audience=settings.OIDC_CLIENT_ID,
-                issuer=settings.OIDC_ISSUER,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["iss", "sub", "aud", "exp", "iat"]},
-            )
-        except jwt.InvalidSignatureError:
-            raise SignInRefused("The ID token's signature does not verify with the provider's keys.") from None
-        except jwt.InvalidAudienceError:
-            raise SignInRefused("The ID token was issued for another client (wrong audience).") from None
-        except jwt.InvalidIssuerError:
-            raise SignInRefused("The ID token was issued by another issuer.") from None
+            claims = decode(token, alg, ["iss", "sub", "aud", "exp", "iat"])
         except jwt.ExpiredSignatureError:
             raise SignInRefused("The ID token has expired.") from None
         except jwt.ImmatureSignatureError:
             raise SignInRefused("The ID token is not valid yet (issued in the future).") from None
-        except jwt.MissingRequiredClaimError as exc:
-            raise SignInRefused(f"The ID token lacks the {exc.claim!r} claim.") from None
         except jwt.PyJWTError as exc:
-            raise SignInRefused(f"The ID token is not valid: {type(exc).__name__}.") from None
+            raise SignInRefused(refusal(exc, "ID token")) from None
         audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
         if len(audiences) > 1 and claims.get("azp") != settings.OIDC_CLIENT_ID:
             raise SignInRefused("The ID token names several audiences but not this client as its authorized party.")

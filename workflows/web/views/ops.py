@@ -41,6 +41,11 @@ def _steps_of(user):
     return Step.objects.filter(workflow__in=Workflow.objects.visible_to(user))
 
 
+def _section(anchor: str, title: str, rows, kind: str) -> dict:
+    """One list of the attention page: how many (capped) and the first LIST_SIZE rows."""
+    return {"id": anchor, "title": title, "count": capped(rows), "rows": rows[:LIST_SIZE], "kind": kind}
+
+
 def attention_context(user) -> dict:
     """What needs an operator, in `user`'s teams."""
     dead = DeadLetter.objects.visible_to(user).open().select_related("workflow").order_by("-created_at")
@@ -60,41 +65,11 @@ def attention_context(user) -> dict:
     failed = comps.filter(status=CompensationStatus.FAILED).select_related("workflow").order_by("-updated_at")
     return {
         "sections": [
-            {
-                "id": "dead-letters",
-                "title": "Dead letters",
-                "count": capped(dead),
-                "rows": dead[:LIST_SIZE],
-                "kind": "dead_letter",
-            },
-            {
-                "id": "in-doubt",
-                "title": "In-doubt steps",
-                "count": capped(in_doubt),
-                "rows": in_doubt[:LIST_SIZE],
-                "kind": "step",
-            },
-            {
-                "id": "blocked",
-                "title": "Blocked steps (need a fresh approval)",
-                "count": capped(blocked),
-                "rows": blocked[:LIST_SIZE],
-                "kind": "step",
-            },
-            {
-                "id": "compensations",
-                "title": "Compensations awaiting authorization",
-                "count": capped(awaiting),
-                "rows": awaiting[:LIST_SIZE],
-                "kind": "compensation",
-            },
-            {
-                "id": "compensations-failed",
-                "title": "Compensations that failed",
-                "count": capped(failed),
-                "rows": failed[:LIST_SIZE],
-                "kind": "compensation",
-            },
+            _section("dead-letters", "Dead letters", dead, "dead_letter"),
+            _section("in-doubt", "In-doubt steps", in_doubt, "step"),
+            _section("blocked", "Blocked steps (need a fresh approval)", blocked, "step"),
+            _section("compensations", "Compensations awaiting authorization", awaiting, "compensation"),
+            _section("compensations-failed", "Compensations that failed", failed, "compensation"),
         ],
         # This process's own (each process logs its own at start-up).
         "plugin_problems": registry.problems(),
