@@ -44,6 +44,7 @@ LAYERS = {
     "workflows.roles": 0,
     "workflows.env": 0,
     "workflows.db": 0,
+    "workflows.ages": 0,
     "workflows.webhooks.addresses": 0,
     "durableconsole.proof": 0,
     "durableconsole.client": 0,

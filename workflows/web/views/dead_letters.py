@@ -7,7 +7,6 @@ the entries, show the preview and report the outcome.
 """
 
 from collections import defaultdict
-from datetime import timedelta
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -23,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
+from workflows.ages import AgeInvalid, parse_age
 from workflows.errors import DomainError
 from workflows.models import DeadLetter
 from workflows.operations import deadletters
@@ -31,8 +31,29 @@ from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
 
 PAGE_SIZE = 50
-AGES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
 ALL_STATUSES = "all"
+
+
+class AgeField(forms.ChoiceField):
+    """Offers a few ages, and takes any other of the one grammar (a link
+    may carry `age=90d`): it is then offered too, so the page shows the
+    filter it applies."""
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            choices=[("", "Any age")] + [(age, f"Older than {age}") for age in ("5m", "1h", "1d")], **kwargs
+        )
+
+    def validate(self, value):
+        if value:
+            try:
+                parse_age(value)
+            except AgeInvalid as exc:
+                raise forms.ValidationError(exc.message) from None
+
+    def offer(self, value) -> None:
+        if value and value not in dict(self.choices):
+            self.choices = [*self.choices, (value, f"Older than {value}")]
 
 
 class DeadLetterFilter(forms.Form):
@@ -48,21 +69,14 @@ class DeadLetterFilter(forms.Form):
     failure_class = forms.ChoiceField(
         required=False, label="Failure class", choices=[("", "Any")] + FailureClass.choices
     )
-    age = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", "Any age"),
-            ("5m", "Older than 5 minutes"),
-            ("1h", "Older than 1 hour"),
-            ("1d", "Older than 1 day"),
-        ],
-    )
+    age = AgeField(required=False)
 
     def __init__(self, data, user):
         super().__init__(data, label_suffix="")
         present = DeadLetter.objects.visible_to(user).order_by("action").values_list("action", flat=True).distinct()
         self.fields["action"].choices = [("", "Any")] + [(name, name) for name in present]
         self.is_valid()
+        self.fields["age"].offer(self.cleaned_data.get("age"))
 
     def value(self, name: str) -> str:
         """The cleaned value; an invalid one counts as unset (its error is shown)."""
@@ -80,7 +94,7 @@ class DeadLetterFilter(forms.Form):
         return {
             "action": self.value("action"),
             "failure_class": self.value("failure_class"),
-            "older_than": AGES.get(self.value("age")),
+            "older_than": parse_age(self.value("age")) if self.value("age") else None,
         }
 
     def apply(self, entries):
