@@ -11,8 +11,9 @@ from workflows import actions
 from workflows.actions import ActionError
 from workflows.ages import MESSAGE as AGE_MESSAGE
 from workflows.engine import execution, outcomes
-from workflows.models import DeadLetter
+from workflows.models import AuditEvent, DeadLetter
 from workflows.operations import plans
+from workflows.reasons import MAX_LENGTH, REQUIRED, TOO_LONG
 
 
 @pytest.fixture
@@ -70,3 +71,49 @@ def test_an_age_reads_the_same_in_the_api_the_console_and_both_commands(people, 
         assert str(refused.value) == AGE_MESSAGE
     assert not (tmp_path / "archive").exists()
 
+
+# --- one reason validator --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason, message", [("", REQUIRED), ("   ", REQUIRED), ("x" * (MAX_LENGTH + 1), TOO_LONG)])
+def test_a_reason_is_refused_in_the_same_words_by_the_api_the_console_and_the_command(
+    people, api, as_user, reason, message
+):
+    entry = park(people["agent"], people["reviewer"], "plan-why")
+    events = AuditEvent.objects.count()
+
+    answer = api["operator"].post(f"/dead-letters/{entry.pk}/replay", {"reason": reason})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {"code": "invalid", "message": message, "fields": {"reason": message}}
+
+    console = as_user("operator")
+    page = console.post(f"/dead-letters/{entry.pk}/replay", {"reason": reason}, HTTP_HX_REQUEST="true")
+    assert message in page.content.decode()
+    bulk = console.post("/dead-letters/bulk/replay", {"ids": [str(entry.pk)], "reason": reason})
+    assert message in bulk.content.decode()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("replay_dead_letters", "--id", str(entry.pk), "--yes", "--reason", reason, "--as", "operator")
+    assert str(refused.value) == message
+
+    assert AuditEvent.objects.count() == events
+    assert DeadLetter.objects.get(pk=entry.pk).status == "OPEN"
+
+
+def test_a_reason_at_the_limit_is_recorded_as_written(people, api):
+    entry = park(people["agent"], people["reviewer"], "plan-long")
+    reason = "y" * MAX_LENGTH
+    assert api["operator"].post(f"/dead-letters/{entry.pk}/discard", {"reason": reason}).status_code == 200
+    assert DeadLetter.objects.get(pk=entry.pk).resolution_reason == reason
+
+
+def test_a_too_long_reason_to_authorize_a_policy_change_is_refused_not_cut(people, api):
+    """An optional reason, too: refused when too long (it was cut to fit before)."""
+    api["operator"].patch("/actions/ticket.create/policy", {"max_in_flight": 2, "reason": "tighten"})
+    asked = api["operator"].patch("/actions/ticket.create/policy", {"max_in_flight": 10, "reason": "scaled"}).json()
+    events = AuditEvent.objects.count()
+    answer = api["admin"].post(f"/policy-changes/{asked['id']}/authorize", {"reason": "z" * (MAX_LENGTH + 1)})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == TOO_LONG
+    assert AuditEvent.objects.count() == events
+    assert api["admin"].get("/actions/ticket.create/policy").json()["pending"][0]["id"] == asked["id"]

@@ -164,7 +164,7 @@ class BulkReplayIn(Schema):
         "all: replay each",
     )
     dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
-    reason: str = Field("", max_length=2000, description="Required unless dry_run")
+    reason: str = Field("", description="Required unless dry_run")
 
 
 class RefusalOut(Schema):

@@ -17,7 +17,7 @@ router = Router()
 
 
 class DecisionReasonIn(Schema):
-    reason: str = Field("", max_length=2000)
+    reason: str = ""
 
 
 class PolicyChangeOut(Schema):
@@ -90,7 +90,7 @@ class PolicyPatchIn(Schema):
             "or clearing one waits for a second operator"
         ),
     )
-    reason: str = Field(..., max_length=2000)
+    reason: str
     version: StrictInt | None = Field(None, description="The version you looked at: 409 if the policy changed since")
 
 

@@ -15,12 +15,13 @@ from django.utils import timezone
 from workflows import queue, roles
 from workflows.actions import Outcome
 from workflows.audit import journal, secrets
-from workflows.audit.redaction import redact, redact_text, refuse_credentials
+from workflows.audit.redaction import redact, redact_text
 from workflows.engine import compensating, policy
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, NotVisible, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, NotVisible, WrongState
 from workflows.models import DeadLetter, Job, JobItem, Step, Workflow
 from workflows.operations import compensation
+from workflows.reasons import clean_reason
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 MAX_BULK = 500
@@ -64,14 +65,6 @@ def _check_operator(user, dead_letter: DeadLetter | None = None) -> None:
         raise NotAllowed("Only operators can resolve dead letters.")
     if dead_letter is not None and not DeadLetter.objects.visible_to(user).filter(pk=dead_letter.pk).exists():
         raise NotVisible("No such dead letter.")
-
-
-def clean_reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
 
 
 def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:

@@ -27,11 +27,11 @@ from django.utils import timezone
 
 from workflows import actions, roles
 from workflows.audit import journal
-from workflows.audit.redaction import refuse_credentials
 from workflows.engine import policy as engine_policy
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import ActionPolicy, PolicyChange
+from workflows.reasons import clean_reason
 from workflows.states import PolicyChangeStatus
 
 EDITABLE = engine_policy.EDITABLE
@@ -171,14 +171,6 @@ def _check_operator(user) -> None:
         raise NotAllowed("Only operators can change an action's policy.")
 
 
-def _reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
-
-
 def change(action: str, *, by, reason: str, changes: dict, version: int | None = None) -> Result:
     """Apply a tightening now, or record a loosening for a second operator.
     `version`: the policy version the operator was looking at; if the policy
@@ -189,7 +181,7 @@ def change(action: str, *, by, reason: str, changes: dict, version: int | None =
     changes = clean(changes)
     if not changes:
         raise PolicyInvalid({"body": "Name at least one policy field to change."})
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         current = ActionPolicy.objects.select_for_update().get(action=action)
         if version is not None and version != current.version:
@@ -232,8 +224,7 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
     """A second operator applies a loosening, as a new policy version, if the
     policy is still at the version the request was made against."""
     _check_decider(request, by)
-    reason = (reason or "").strip()[:2000]
-    refuse_credentials(reason=reason)
+    reason = clean_reason(reason, required=False)
     with transaction.atomic():
         request = PolicyChange.objects.select_for_update(of=("self",)).select_related("requested_by").get(pk=request.pk)
         if request.status != PolicyChangeStatus.PENDING:
@@ -268,7 +259,7 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
 
 def decline(request: PolicyChange, *, by, reason: str) -> PolicyChange:
     _check_decider(request, by)
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         request = PolicyChange.objects.select_for_update(of=("self",)).select_related("requested_by").get(pk=request.pk)
         if request.status != PolicyChangeStatus.PENDING:

@@ -96,7 +96,7 @@ def compensation_request(request: HttpRequest, workflow_id: UUID) -> HttpRespons
     if request.method == "GET":
         return render(request, "workflows/compensation_request.html", _request_context(workflow))
     chosen = request.POST.getlist("steps")
-    reason = request.POST.get("reason", "")[:2000]
+    reason = request.POST.get("reason", "")
     try:
         if not chosen:
             # An empty list would mean "every completed step" to `compensation.request`.
@@ -163,7 +163,7 @@ def _decide(request: HttpRequest, compensation_id: UUID, decision, done: str) ->
     shown = seen.from_form(request)
     return act(
         request,
-        lambda: decision(comp, by=request.user, seen=shown, reason=request.POST.get("reason", "")[:2000]),
+        lambda: decision(comp, by=request.user, seen=shown, reason=request.POST.get("reason", "")),
         done=f"{done}: compensation of {comp.workflow.name}",
         back=reverse("compensation_detail", kwargs={"compensation_id": comp.pk}),
         partial=live,

@@ -26,6 +26,7 @@ from workflows.ages import AgeInvalid, parse_age
 from workflows.errors import DomainError
 from workflows.models import DeadLetter
 from workflows.operations import deadletters
+from workflows.reasons import clean_reason
 from workflows.states import FailureClass
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
@@ -265,10 +266,11 @@ def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        # Checked here as well, so a missing reason is reported once rather than once per entry.
-        messages.error(request, "A reason is required.")
+    try:
+        # Checked before the entries, so a refused reason is reported once rather than once per entry.
+        reason = clean_reason(request.POST.get("reason"))
+    except DomainError as exc:
+        messages.error(request, exc.message)
         return _render_bulk_preview(request, entries, back)
     try:
         done, refused = deadletters.replay_many(entries, by=request.user, reason=reason)

@@ -140,7 +140,7 @@ def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
             {"job": job.pk},
             shown_filter={"job": str(job.pk)},
             only=only,
-            reason=request.POST.get("reason", "")[:2000],
+            reason=request.POST.get("reason", ""),
         )
     except DomainError as exc:
         messages.error(request, exc.message)

@@ -48,7 +48,8 @@ class PolicyForm(forms.Form):
         label="Reviewer group",
         help_text="Only its members may approve a plan using this action; empty: any reviewer of the plan's team.",
     )
-    reason = forms.CharField(max_length=2000)
+    # Checked by the operation, with the words every reason is refused in.
+    reason = forms.CharField(required=False, strip=False)
     version = forms.IntegerField(widget=forms.HiddenInput)
 
 
@@ -150,7 +151,7 @@ def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpR
 
     return act(
         request,
-        lambda: decision(change, by=request.user, reason=request.POST.get("reason", "")[:2000]),
+        lambda: decision(change, by=request.user, reason=request.POST.get("reason", "")),
         done=f"{done}: policy change of {change.action}",
         back=reverse("policy_detail", kwargs={"name": change.action}),
         partial=pending,
