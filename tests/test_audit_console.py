@@ -18,9 +18,9 @@ from tests.conftest import ticket_plan
 from tests.support import deciding as decide
 from tests.support.seeing import Client
 from workflows.audit import journal, keys
+from workflows.audit.reading import FIELDS
 from workflows.models import AuditEvent, AuditVerification
 from workflows.operations import plans
-from workflows.web.views.audit import FIELDS
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SCRIPT = "<script>alert(1)</script>"

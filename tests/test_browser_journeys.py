@@ -22,11 +22,11 @@ from tests.oidc_mock import running_provider, set_person
 from tests.support import deciding as decide
 from tests.test_compensation import failed_workflow
 from workflows import roles, teams
+from workflows.audit.reading import FIELDS
 from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import plans
 from workflows.web import sso
-from workflows.web.views.audit import FIELDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -11,9 +11,9 @@ from pydantic import ConfigDict
 from workflows import roles
 from workflows.api import lookup
 from workflows.audit import journal
+from workflows.audit.reading import event_row, select_events
 from workflows.models import Workflow
 from workflows.web.pagination import page_by_id
-from workflows.web.views.audit import event_row, select_events
 
 router = Router()
 

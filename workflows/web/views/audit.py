@@ -9,7 +9,7 @@ in chunks instead of loading the trail into memory.
 import csv
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -27,6 +27,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
 from workflows.audit import journal, signing
+from workflows.audit.reading import FIELDS, event_row, select_events
 from workflows.db import canonical_json
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, AuditVerification, Workflow
@@ -34,64 +35,8 @@ from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100
 EXPORT_CHUNK = 2000
-FIELDS = (
-    "id",
-    "stream",
-    "seq",
-    "at",
-    "actor",
-    "verb",
-    "object_type",
-    "object_id",
-    "workflow_id",
-    "data",
-    "prev_hash",
-    "hash",
-    "hash_alg",
-    "key_id",
-    *journal.IDENTITY_FIELDS,
-)
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def select_events(
-    user,
-    *,
-    actor: str = "",
-    verb: str = "",
-    workflow: UUID | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-):
-    """The audit events `user` may see that match the filter: `since`
-    inclusive, `until` exclusive, naive times read as UTC."""
-    events = AuditEvent.objects.visible_to(user)
-    if actor:
-        events = events.filter(actor=actor)
-    if verb:
-        events = events.filter(verb=verb)
-    if workflow:
-        events = events.filter(workflow_id=workflow)
-    if since:
-        events = events.filter(at__gte=_utc(since))
-    if until:
-        events = events.filter(at__lt=_utc(until))
-    return events
-
-
-def _utc(moment: datetime) -> datetime:
-    """The moment in UTC. ISO 8601 allows offsets up to ±23:59 and
-    PostgreSQL only ±15:59, so an aware moment is converted, not passed on;
-    one whose UTC form falls outside the calendar lies before or after every
-    event, like the calendar's first or last instant."""
-    if timezone.is_naive(moment):
-        return timezone.make_aware(moment, UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        edge = datetime.max if moment.year == datetime.max.year else datetime.min
-        return edge.replace(tzinfo=UTC)
 
 
 class AuditFilter(forms.Form):
@@ -210,29 +155,6 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
         return render(request, "workflows/audit_list.html#chain", _chain_context(request, workflow))
     query = urlencode({"workflow": workflow}) if workflow else ""
     return redirect(reverse("audit_list") + (f"?{query}" if query else ""))
-
-
-def event_row(event: AuditEvent) -> dict:
-    """One event as exports and the API give it: `at` in full ISO-8601 UTC
-    (microseconds kept), so anyone can recompute the hash chain from it."""
-    return {
-        "id": event.pk,
-        "stream": event.stream,
-        "seq": event.seq,
-        "at": event.at.astimezone(UTC).isoformat(),
-        "actor": event.actor,
-        "verb": event.verb,
-        "object_type": event.object_type,
-        "object_id": event.object_id,
-        "workflow_id": str(event.workflow_id) if event.workflow_id else None,
-        "data": event.data,
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-        "hash_alg": event.hash_alg,
-        "key_id": event.key_id,
-        # Who was behind the actor (hashed with the event when present).
-        **{name: getattr(event, name) for name in journal.IDENTITY_FIELDS},
-    }
 
 
 class _Echo:
