@@ -88,7 +88,7 @@ def list_dead_letters(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
-    entries = lookup.visible_dead_letters(request.user).select_related("resolved_by")
+    entries = DeadLetter.objects.visible_to(request.user).select_related("resolved_by")
     if workflow:
         entries = entries.filter(workflow_id=workflow)
     if status:
@@ -300,8 +300,8 @@ def get_dead_letter(request, dead_letter_id: UUID):
     summary="Exactly what a replay would run, and the policy checks as they stand now",
 )
 def preview_dead_letter(request, dead_letter_id: UUID):
-    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     return deadletters.preview([entry])[0].as_dict()
 
 
@@ -311,8 +311,8 @@ def preview_dead_letter(request, dead_letter_id: UUID):
     summary="Replay with the original operation key (operators)",
 )
 def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
-    lookup.require(request, roles.OPERATORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS)
     entry = deadletters.replay(entry, by=request.user, reason=payload.reason)
     return Status(202, dead_letter_out(entry))
 
@@ -323,6 +323,6 @@ def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
     summary="Close without running anything (operators); the step stays DEAD_LETTERED",
 )
 def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
-    lookup.require(request, roles.OPERATORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS)
     return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))

@@ -8,14 +8,15 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import teams
+from workflows import roles, teams
 from workflows.models.plans import Attempt, Step, Workflow
 from workflows.states import CompensationStatus, FailureClass
 
 
 class CompensationQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Those of the workflows of the user's teams; agents see none."""
+        """Those of the workflows of the user's teams, for every role;
+        agents see none (they are in no team: `teams.team_ids`)."""
         if teams.is_global(user):
             return self
         return self.filter(workflow__team_id__in=teams.team_ids(user))
@@ -84,10 +85,14 @@ class DeadLetterQuerySet(models.QuerySet):
         return self.filter(status=DeadLetter.Status.OPEN)
 
     def visible_to(self, user):
-        """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`)."""
+        """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`),
+        for operators and auditors and for the agent that submitted them;
+        none for a reviewer (they decide plans, operators mend failures)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
+            if not roles.sees_recovery(user):
+                return self.none()
             return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
         return self.filter(workflow__submitted_by=user, **teams.token_team(user, "workflow__"))
 

@@ -75,12 +75,16 @@ class Result:
     applied: bool = False
 
 
-def get(action: str) -> ActionPolicy:
+def get(action: str, *, reader) -> ActionPolicy:
     """The policy of an installed action (or of one that has a policy
-    already); 404 for any other name."""
+    already), as `reader` may see it (`ActionPolicy.objects.visible_to`);
+    404 for any other name, or for a reader who does not read policies."""
     if actions.find(action) is None and not ActionPolicy.objects.filter(action=action).exists():
         raise UnknownAction(f"No action named {action[:64]!r}.")
-    return engine_policy.policy_for(action)
+    rules = engine_policy.policy_for(action)
+    if not ActionPolicy.objects.visible_to(reader).filter(pk=rules.pk).exists():
+        raise UnknownAction(f"No action named {action[:64]!r}.")
+    return rules
 
 
 def pending(action: str):
@@ -177,7 +181,7 @@ def change(action: str, *, by, reason: str, changes: dict, version: int | None =
     changed since, nothing happens (409), so a form never reverts a change
     its sender did not see."""
     _check_operator(by)
-    get(action)
+    get(action, reader=by)
     changes = clean(changes)
     if not changes:
         raise PolicyInvalid({"body": "Name at least one policy field to change."})

@@ -95,6 +95,10 @@ def _with_data_text(events: list[AuditEvent]) -> list[AuditEvent]:
 
 
 def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
+    """The chain's checks and the button to check it now: an auditor's (the
+    page itself answers anyone, with the events they see: none but an auditor's)."""
+    if not roles.is_auditor(request.user):
+        return {"can_verify": False}
     latest = AuditVerification.objects.order_by("-id")
     if workflow and not Workflow.objects.visible_to(request.user).filter(pk=workflow).exists():
         workflow = None  # another team's: neither its checks nor a button to check it
@@ -102,6 +106,7 @@ def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
         "whole": latest.filter(scope="").first(),
         "workflow_check": latest.filter(scope=str(workflow)).first() if workflow else None,
         "verify_workflow": workflow,
+        "can_verify": True,
     }
 
 
@@ -109,7 +114,6 @@ def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
 @require_GET
 @vary_on_headers("HX-Request")
 def audit_list(request: HttpRequest) -> HttpResponse:
-    _check_auditor(request.user)
     filters = AuditFilter(request.GET, request.user)
     try:
         rows, next_cursor = page_by_id(filters.events(), request.GET.get("cursor") or None, PAGE_SIZE)
@@ -187,7 +191,6 @@ def _jsonl_lines(rows: Iterator[dict]) -> Iterator[str]:
 def _export(request: HttpRequest, lines, content_type: str, extension: str) -> HttpResponse:
     """Stream every matching event, oldest first, in chunks: memory stays flat
     however long the trail is."""
-    _check_auditor(request.user)
     filters = AuditFilter(request.GET, request.user)
     if filters.errors:
         return HttpResponseBadRequest(

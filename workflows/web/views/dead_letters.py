@@ -114,19 +114,21 @@ class DeadLetterFilter(forms.Form):
         return urlencode({name: value for name, value in self.current.items() if value})
 
 
-def _check_role(user, *, resolve: bool = False) -> None:
-    """Operators see and resolve dead letters; auditors only see them."""
-    if roles.is_operator(user) or (not resolve and roles.is_auditor(user)):
-        return
-    raise PermissionDenied("Only operators can resolve dead letters." if resolve else "Operators and auditors only.")
+def _check_resolver(user) -> None:
+    """Of those who see a dead letter (`DeadLetter.objects.visible_to`), only operators resolve it."""
+    if not roles.is_operator(user):
+        raise PermissionDenied("Only operators can resolve dead letters.")
 
 
 def _get_dead_letter_for_user(request: HttpRequest, dead_letter_id: UUID, *, resolve: bool = False) -> DeadLetter:
-    _check_role(request.user, resolve=resolve)
-    return get_object_or_404(
+    """404 for one the user does not see, whatever the reason; then 403 to resolve it unless an operator."""
+    entry = get_object_or_404(
         DeadLetter.objects.visible_to(request.user).select_related("workflow", "trace", "resolved_by"),
         pk=dead_letter_id,
     )
+    if resolve:
+        _check_resolver(request.user)
+    return entry
 
 
 def list_url(filters: DeadLetterFilter) -> str:
@@ -138,7 +140,6 @@ def list_url(filters: DeadLetterFilter) -> str:
 @require_GET
 @vary_on_headers("HX-Request")
 def dead_letter_list(request: HttpRequest) -> HttpResponse:
-    _check_role(request.user)
     filters = DeadLetterFilter(request.GET, request.user)
     entries = filters.apply(DeadLetter.objects.visible_to(request.user).select_related("workflow"))
     return list_page(
@@ -233,7 +234,7 @@ def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: 
 def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
     """Turn ticked rows, or the list's filter, into an explicit list of ids
     to confirm: the replay then acts on exactly what was previewed."""
-    _check_role(request.user, resolve=True)
+    _check_resolver(request.user)
     filters = DeadLetterFilter(request.POST, request.user)
     back = list_url(filters)
     if filters.errors:
@@ -258,7 +259,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
 @require_POST
 @needs_recent_sign_in(back="dead_letter_list")
 def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
-    _check_role(request.user, resolve=True)
+    _check_resolver(request.user)
     ids = posted_ids(request)
     back = reverse("dead_letter_list")
     try:

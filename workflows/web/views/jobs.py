@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from workflows import roles
-from workflows.errors import DomainError, NotAllowed, NotVisible
+from workflows.errors import DomainError, NotVisible
 from workflows.models import Job
 from workflows.operations import bulk, deadletters
 from workflows.web.auth import needs_recent_sign_in
@@ -28,14 +28,14 @@ from workflows.web.views.dead_letters import DeadLetterFilter, list_url, posted_
 
 
 def _get_job_for_user(request: HttpRequest, job_id: UUID, *, act_on: bool = False) -> Job:
-    if act_on and not roles.is_operator(request.user):
-        raise PermissionDenied("Only operators run bulk jobs.")
+    """404 for a job the user does not see; then 403 to act on it unless an operator."""
     try:
-        return bulk.get_for_user(request.user, job_id)
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from None
+        job = bulk.get_for_user(request.user, job_id)
     except NotVisible:
         raise Http404("No such job.") from None
+    if act_on and not roles.is_operator(request.user):
+        raise PermissionDenied("Only operators run bulk jobs.")
+    return job
 
 
 def _job_url(job: Job) -> str:
