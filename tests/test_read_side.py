@@ -3,10 +3,12 @@ gives the same answer for who sees an object, for a reason and for an age.
 Each test pins one answer where two entry points once disagreed."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from tests.conftest import ApiClient, ticket_plan
 from tests.support import deciding as decide
@@ -322,3 +324,21 @@ def test_a_too_long_reason_to_authorize_a_policy_change_is_refused_not_cut(peopl
     assert answer.json()["error"]["message"] == TOO_LONG
     assert AuditEvent.objects.count() == events
     assert api["admin"].get("/actions/ticket.create/policy").json()["pending"][0]["id"] == asked["id"]
+
+
+# --- one dead-letter filter --------------------------------------------------------------
+
+
+def test_the_api_the_console_and_the_command_choose_the_same_dead_letters(people, api, as_user, capsys):
+    old, other = (
+        park(people["agent"], people["reviewer"], "plan-a"),
+        park(people["agent"], people["reviewer"], "plan-b"),
+    )
+    DeadLetter.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    chosen = api["operator"].post("/dead-letters/replay", {"filter": {"older_than": "1d"}, "dry_run": True})
+    assert chosen.json()["matched"] == 1 and str(old.pk) in chosen.content.decode()
+    page = as_user("operator").get("/dead-letters/", {"age": "1d"}).content.decode()
+    assert str(old.pk) in page and str(other.pk) not in page
+    call_command("replay_dead_letters", "--older-than", "1d")
+    shown = capsys.readouterr().out
+    assert str(old.pk) in shown and str(other.pk) not in shown

@@ -88,15 +88,11 @@ def list_dead_letters(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
-    entries = DeadLetter.objects.visible_to(request.user).select_related("resolved_by")
-    if workflow:
-        entries = entries.filter(workflow_id=workflow)
-    if status:
-        entries = entries.filter(status=status)
-    if action:
-        entries = entries.filter(action=action)
-    if failure_class:
-        entries = entries.filter(failure_class=failure_class)
+    entries = (
+        DeadLetter.objects.visible_to(request.user)
+        .select_related("resolved_by")
+        .chosen(workflow=workflow, status=status, action=action, failure_class=failure_class)
+    )
     rows, next_cursor = page_by_created(entries, cursor, limit)
     return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
 

@@ -84,6 +84,23 @@ class DeadLetterQuerySet(models.QuerySet):
     def open(self):
         return self.filter(status=DeadLetter.Status.OPEN)
 
+    def chosen(
+        self, *, ids=None, status=None, action=None, failure_class=None, workflow=None, older_than=None, team=None
+    ):
+        """The one filter of dead letters (the API's list and bulk selections,
+        the console's list, `replay_dead_letters`): each part given narrows;
+        `older_than` is a timedelta (`workflows.ages.parse_age`)."""
+        parts = {
+            "pk__in": ids,
+            "status": status,
+            "action": action,
+            "failure_class": failure_class,
+            "workflow_id": workflow,
+            "created_at__lte": timezone.now() - older_than if older_than else None,
+            "workflow__team__name": team,
+        }
+        return self.filter(**{name: value for name, value in parts.items() if value})
+
     def visible_to(self, user):
         """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`),
         for operators and auditors and for the agent that submitted them;

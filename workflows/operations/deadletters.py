@@ -140,19 +140,10 @@ def matching(
     every team). `job`: those a bulk job of the user's chose."""
     if not (ids or action or failure_class or workflow or older_than or team or job):
         raise DomainError("Choose dead letters by id or by a filter (action, failure class, workflow, age, team).")
-    entries = DeadLetter.objects.open() if user is None else DeadLetter.objects.visible_to(user).open()
-    if ids:
-        entries = entries.filter(pk__in=ids)
-    if action:
-        entries = entries.filter(action=action)
-    if failure_class:
-        entries = entries.filter(failure_class=failure_class)
-    if workflow:
-        entries = entries.filter(workflow_id=workflow)
-    if older_than:
-        entries = entries.filter(created_at__lte=timezone.now() - older_than)
-    if team:
-        entries = entries.filter(workflow__team__name=team)
+    entries = (DeadLetter.objects.all() if user is None else DeadLetter.objects.visible_to(user)).open()
+    entries = entries.chosen(
+        ids=ids, action=action, failure_class=failure_class, workflow=workflow, older_than=older_than, team=team
+    )
     if job:
         jobs = Job.objects.all() if user is None else Job.objects.visible_to(user)
         entries = entries.filter(pk__in=JobItem.objects.filter(job__in=jobs.filter(pk=job)).values("dead_letter_id"))

@@ -17,7 +17,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -99,16 +98,8 @@ class DeadLetterFilter(forms.Form):
         }
 
     def apply(self, entries):
-        if self.status_value != ALL_STATUSES:
-            entries = entries.filter(status=self.status_value)
-        selection = self.selection()
-        if selection["action"]:
-            entries = entries.filter(action=selection["action"])
-        if selection["failure_class"]:
-            entries = entries.filter(failure_class=selection["failure_class"])
-        if selection["older_than"]:
-            entries = entries.filter(created_at__lte=timezone.now() - selection["older_than"])
-        return entries
+        status = None if self.status_value == ALL_STATUSES else self.status_value
+        return entries.chosen(status=status, **self.selection())
 
     def querystring(self) -> str:
         return urlencode({name: value for name, value in self.current.items() if value})
