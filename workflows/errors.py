@@ -38,11 +38,6 @@ class Archived(DomainError):
     status = 410
 
 
-class ReasonRequired(DomainError):
-    code = "invalid"
-    fields = {"reason": "A reason is required."}
-
-
 class WrongState(DomainError):
     code = "conflict"
     status = 409

@@ -34,6 +34,12 @@ def is_auditor(user) -> bool:
     return has_role(user, AUDITORS)
 
 
+def sees_recovery(user) -> bool:
+    """Reads what is left to mend (dead letters, jobs, deliveries) and the
+    actions' policies: operators, and auditors, who check it."""
+    return is_operator(user) or is_auditor(user)
+
+
 def in_all_groups(user_ids, groups) -> set:
     """Which of these users are, now, members of every one of `groups` (an
     action policy's `reviewer_group`s): read afresh, never from a cache."""

@@ -290,8 +290,9 @@ def test_an_agent_sees_the_dead_letters_of_its_own_workflows_only(people, api, d
         str(mine.pk),
         str(theirs.pk),
     }
-    assert api["reviewer"].get("/dead-letters").status_code == 403
-    assert api["reviewer"].get(f"/dead-letters/{mine.pk}").status_code == 403
+    # Reviewers see none: an empty list and 404, as in the console (tests/test_read_side.py).
+    assert api["reviewer"].get("/dead-letters").json()["items"] == []
+    assert api["reviewer"].get(f"/dead-letters/{mine.pk}").status_code == 404
 
 
 # --- audit verification --------------------------------------------------------

@@ -238,7 +238,7 @@ def test_the_console_and_the_api_say_archived_on_date_instead_of_404(archived, a
     browser = Client()
     assert browser.login(username="reviewer", password=PASSWORD)
     page = browser.get(f"/workflows/{gone}/")
-    assert page.status_code == 410 and f"Archived on {today}" in page.content.decode()
+    assert page.status_code == 410 and f"Workflow {gone} was archived on {today}." in page.content.decode()
     # Still 404 for an id nobody archived, and the live ones keep their shape.
     assert api["agent"].get("/workflows/00000000-0000-0000-0000-000000000000").status_code == 404
     live = api["agent"].get(f"/workflows/{archived['waiting'].pk}")

@@ -24,11 +24,11 @@ from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until
 from workflows import roles, teams
+from workflows.audit.reading import FIELDS
 from workflows.engine import policy
 from workflows.models import Approval, AuditEvent, Compensation, DeadLetter, ProviderIdentity, Step, Workflow
 from workflows.operations import plans
 from workflows.web import sso
-from workflows.web.views.audit import FIELDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -267,7 +267,7 @@ def _decision(name, people):
         )
     if name == "policy_detail":
         path = reverse(name, args=["noop"])
-        return "operator", path, _policy_form(policies.get("noop"), max_in_flight="3"), path
+        return "operator", path, _policy_form(policies.get("noop", reader=people["operator"]), max_in_flight="3"), path
     if name in ("policy_change_authorize", "policy_change_decline"):
         change = _loosening(people)
         return "operator2", reverse(name, args=[change.pk]), {"reason": "ok"}, reverse("policy_detail", args=["noop"])

@@ -81,9 +81,10 @@ def console_routes(w):
             {"reviewer", "operator", "admin"},
         ),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
-        ("GET", "/compensations/", None, {"reviewer", "operator", "auditor", "admin"}),
-        ("GET", "/dead-letters/", None, {"operator", "auditor", "admin"}),
-        ("GET", f"/dead-letters/{w['dead']}/", None, {"operator", "auditor", "admin"}),
+        # A list answers everyone with what they see (tests/test_read_side.py).
+        ("GET", "/compensations/", None, ANY_USER),
+        ("GET", "/dead-letters/", None, ANY_USER),
+        ("GET", f"/dead-letters/{w['dead']}/", None, {"agent", "operator", "auditor", "admin"}),
         ("POST", f"/dead-letters/{w['dead']}/replay", {"reason": "r"}, {"operator", "admin"}),
         ("POST", f"/dead-letters/{w['dead']}/discard", {"reason": "r"}, {"operator", "admin"}),
         ("POST", "/dead-letters/bulk/preview", {"ids": [str(w["dead"])]}, {"operator", "admin"}),
@@ -95,10 +96,10 @@ def console_routes(w):
         ("POST", f"/jobs/{w['job']}/replay", {"only": "safe", "reason": "r"}, {"operator", "admin"}),
         ("GET", "/attention/", None, {"operator", "admin"}),
         ("GET", "/dashboard/", None, {"reviewer", "operator", "auditor", "admin"}),
-        ("GET", "/audit/", None, {"auditor", "admin"}),
+        ("GET", "/audit/", None, ANY_USER),
         ("POST", "/audit/verify", {}, {"auditor", "admin"}),
-        ("GET", "/audit/export.csv", None, {"auditor", "admin"}),
-        ("GET", "/audit/export.jsonl", None, {"auditor", "admin"}),
+        ("GET", "/audit/export.csv", None, ANY_USER),
+        ("GET", "/audit/export.jsonl", None, ANY_USER),
         ("GET", f"/compensations/{w['comp']}/", None, {"reviewer", "operator", "auditor", "admin"}),
         ("POST", f"/compensations/{w['comp']}/authorize", {"reason": "ok"}, {"reviewer", "admin"}),
         ("POST", f"/compensations/{w['comp']}/decline", {"reason": "no"}, {"reviewer", "admin"}),
@@ -139,7 +140,7 @@ def api_routes(w):
             {"reviewer", "operator", "admin"},
         ),
         # The agent submitted the failed workflow: its dead letter is the agent's to see.
-        ("GET", "/api/v1/dead-letters", None, {"agent", "operator", "auditor", "admin"}),
+        ("GET", "/api/v1/dead-letters", None, ANY_USER),
         ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),
         (
             "POST",
@@ -164,7 +165,7 @@ def api_routes(w):
         ("GET", f"/api/v1/compensations/{w['comp']}", None, {"reviewer", "operator", "auditor", "admin"}),
         ("POST", f"/api/v1/compensations/{w['comp']}/authorize", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/compensations/{w['comp']}/decline", {"reason": "no"}, {"reviewer", "admin"}),
-        ("GET", "/api/v1/audit", None, {"auditor", "admin"}),
+        ("GET", "/api/v1/audit", None, ANY_USER),
         ("GET", "/api/v1/actions", None, ANY_USER),
     ]
 
@@ -340,7 +341,7 @@ def team_console_routes(w):
     return routes + [
         ("GET", f"/workflows/{w['planned']}/steps/", None, ANY_USER),
         ("POST", f"/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
-        ("GET", "/actions/", None, {"operator", "auditor", "admin"}),
+        ("GET", "/actions/", None, ANY_USER),
         ("GET", "/actions/noop/policy", None, {"operator", "auditor", "admin"}),
     ]
 
@@ -353,12 +354,12 @@ def team_api_routes(w):
     return routes + [
         ("POST", f"/api/v1/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
         ("GET", "/api/v1/actions/noop/policy", None, {"operator", "auditor", "admin"}),
-        ("GET", "/api/v1/webhooks", None, {"operator", "auditor", "admin"}),
+        ("GET", "/api/v1/webhooks", None, ANY_USER),
         ("GET", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "auditor", "admin"}),
         ("PATCH", f"/api/v1/webhooks/{w['endpoint']}", {"description": "d"}, {"operator", "admin"}),
         ("POST", f"/api/v1/webhooks/{w['endpoint']}/secret", {}, {"operator", "admin"}),
         ("DELETE", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "admin"}),
-        ("GET", "/api/v1/webhook-deliveries", None, {"operator", "auditor", "admin"}),
+        ("GET", "/api/v1/webhook-deliveries", None, ANY_USER),
         ("POST", f"/api/v1/webhook-deliveries/{w['delivery']}/replay", {"reason": "r"}, {"operator", "admin"}),
         ("POST", "/api/v1/audit/verify", {"workflow": str(w["planned"])}, {"auditor", "admin"}),
     ]

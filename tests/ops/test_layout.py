@@ -44,6 +44,7 @@ LAYERS = {
     "workflows.roles": 0,
     "workflows.env": 0,
     "workflows.db": 0,
+    "workflows.ages": 0,
     "workflows.webhooks.addresses": 0,
     "durableconsole.proof": 0,
     "durableconsole.client": 0,
@@ -55,9 +56,10 @@ LAYERS = {
     "workflows.models": 2,
     "workflows.webhooks.models": 2,
     # 3. People over the tables; the audit trail, keys, signing, redaction,
-    # archives.
+    # archives; the reason validator (it refuses credentials with redaction).
     "workflows.persons": 3,
     "workflows.audit": 3,
+    "workflows.reasons": 3,
     # 4. Tracing, and the task queue (its wake-ups carry the trace).
     "workflows.telemetry": 4,
     "workflows.queue": 4,

@@ -17,14 +17,14 @@ router = Router()
 
 
 class CompensationRequestIn(Schema):
-    reason: str = Field(..., max_length=2000)
+    reason: str
     steps: list[str] | None = None
 
 
 class CompensationDecisionIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field("", max_length=2000)
+    reason: str = ""
     plan_hash: Digest = Field(
         ...,
         description="The compensation's `plan_hash` you saw (the digest of its undo "

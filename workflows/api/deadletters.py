@@ -1,14 +1,13 @@
 """Dead letters: list, preview, replay and discard one, or reconcile and replay many in a bulk job."""
 
-import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool
 
-from workflows import actions, roles
+from workflows import actions, ages, roles
 from workflows.api import lookup
 from workflows.api.schemas import ReasonIn
 from workflows.engine import policy
@@ -89,21 +88,13 @@ def list_dead_letters(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
-    entries = lookup.visible_dead_letters(request.user).select_related("resolved_by")
-    if workflow:
-        entries = entries.filter(workflow_id=workflow)
-    if status:
-        entries = entries.filter(status=status)
-    if action:
-        entries = entries.filter(action=action)
-    if failure_class:
-        entries = entries.filter(failure_class=failure_class)
+    entries = (
+        DeadLetter.objects.visible_to(request.user)
+        .select_related("resolved_by")
+        .chosen(workflow=workflow, status=status, action=action, failure_class=failure_class)
+    )
     rows, next_cursor = page_by_created(entries, cursor, limit)
     return {"items": [dead_letter_out(e) for e in rows], "next": next_cursor}
-
-
-AGE = re.compile(r"^([1-9][0-9]{0,5})([smhd])$")
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class DeadLetterFilterIn(Schema):
@@ -117,7 +108,7 @@ class DeadLetterFilterIn(Schema):
     status: DeadLetter.Status | None = None
     action: str | None = Field(None, min_length=1, max_length=64)
     failure_class: FailureClass | None = None
-    older_than: str | None = Field(None, pattern=AGE.pattern, description="An age such as 30m, 12h or 90d")
+    older_than: str | None = Field(None, max_length=32, description="An age such as 30m, 12h or 90d")
     team: str | None = Field(None, min_length=1, max_length=64)
     ids: list[UUID] | None = Field(None, min_length=1, max_length=bulk.MAX_ITEMS)
     job: UUID | None = Field(None, description="The entries a bulk job of yours chose (still open)")
@@ -130,9 +121,11 @@ class DeadLetterFilterIn(Schema):
                 fields={"filter.status": "Only OPEN dead letters can be reconciled or replayed."},
             )
         older_than = None
-        if self.older_than:
-            number, unit = AGE.match(self.older_than).groups()
-            older_than = timedelta(seconds=int(number) * AGE_UNITS[unit])
+        if self.older_than is not None:
+            try:
+                older_than = ages.parse_age(self.older_than)
+            except ages.AgeInvalid as exc:
+                raise ages.AgeInvalid(exc.message, fields={"filter.older_than": exc.message}) from None
         chosen = {
             "workflow": self.workflow,
             "action": self.action,
@@ -167,7 +160,7 @@ class BulkReplayIn(Schema):
         "all: replay each",
     )
     dry_run: StrictBool = Field(..., description="true: say what would be replayed and change nothing")
-    reason: str = Field("", max_length=2000, description="Required unless dry_run")
+    reason: str = Field("", description="Required unless dry_run")
 
 
 class RefusalOut(Schema):
@@ -303,8 +296,8 @@ def get_dead_letter(request, dead_letter_id: UUID):
     summary="Exactly what a replay would run, and the policy checks as they stand now",
 )
 def preview_dead_letter(request, dead_letter_id: UUID):
-    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     return deadletters.preview([entry])[0].as_dict()
 
 
@@ -314,8 +307,8 @@ def preview_dead_letter(request, dead_letter_id: UUID):
     summary="Replay with the original operation key (operators)",
 )
 def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
-    lookup.require(request, roles.OPERATORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS)
     entry = deadletters.replay(entry, by=request.user, reason=payload.reason)
     return Status(202, dead_letter_out(entry))
 
@@ -326,6 +319,6 @@ def replay_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
     summary="Close without running anything (operators); the step stays DEAD_LETTERED",
 )
 def discard_dead_letter(request, dead_letter_id: UUID, payload: ReasonIn):
-    lookup.require(request, roles.OPERATORS)
     entry = lookup.dead_letter(request, dead_letter_id)
+    lookup.require(request, roles.OPERATORS)
     return dead_letter_out(deadletters.discard(entry, by=request.user, reason=payload.reason))

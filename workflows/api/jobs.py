@@ -71,11 +71,13 @@ def get_job(request, job_id: UUID):
 
 @router.post("/jobs/{job_id}/pause", response=JobOut, summary="Pause a running bulk job (operators); 409 otherwise")
 def pause_job(request, job_id: UUID):
+    job = bulk.get_for_user(request.user, job_id)
     lookup.require(request, roles.OPERATORS)
-    return job_out(bulk.pause(bulk.get_for_user(request.user, job_id), by=request.user))
+    return job_out(bulk.pause(job, by=request.user))
 
 
 @router.post("/jobs/{job_id}/resume", response=JobOut, summary="Resume a paused bulk job (operators); 409 otherwise")
 def resume_job(request, job_id: UUID):
+    job = bulk.get_for_user(request.user, job_id)
     lookup.require(request, roles.OPERATORS)
-    return job_out(bulk.resume(bulk.get_for_user(request.user, job_id), by=request.user))
+    return job_out(bulk.resume(job, by=request.user))

@@ -178,4 +178,4 @@ def seen(payload) -> Seen:
 
 
 class ReasonIn(Schema):
-    reason: str = Field(..., max_length=2000)
+    reason: str

@@ -61,7 +61,7 @@ class ResolutionIn(Schema):
     )
     external_ref: str = Field("", max_length=200, description="Where it happened: required unless `not_happened`")
     result: dict[str, Any] | None = Field(None, description="The step's result as seen in the other system")
-    reason: str = Field(..., max_length=2000)
+    reason: str
 
 
 @router.post(
@@ -88,7 +88,7 @@ def resolve_step(request, workflow_id: UUID, step_key: str, payload: ResolutionI
 class ConfirmationIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(..., max_length=2000, description="What you checked")
+    reason: str = Field(..., description="What you checked")
     resolution_digest: str = Field(
         ..., max_length=64, description="The `digest` of the step's `resolution` you confirm"
     )

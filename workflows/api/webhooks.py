@@ -132,7 +132,6 @@ def create_webhook_endpoint(request, payload: WebhookEndpointIn):
 
 @router.get("/webhooks", response=WebhookEndpointList, summary="Webhook endpoints (operators, auditors)")
 def list_webhook_endpoints(request):
-    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     rows = (
         WebhookEndpoint.objects.visible_to(request.user)
         .select_related("created_by", "team")
@@ -148,9 +147,10 @@ def get_webhook_endpoint(request, endpoint_id: UUID):
 
 @router.patch("/webhooks/{endpoint_id}", response=WebhookEndpointOut, summary="Change an endpoint (operators)")
 def patch_webhook_endpoint(request, endpoint_id: UUID, payload: WebhookEndpointPatchIn):
+    endpoint = lookup.webhook_endpoint(request, endpoint_id)
     lookup.require(request, roles.OPERATORS)
     changes = {name: value for name, value in payload.dict(exclude_unset=True).items() if value is not None}
-    endpoint = webhook_endpoints.update(lookup.webhook_endpoint(request, endpoint_id), by=request.user, changes=changes)
+    endpoint = webhook_endpoints.update(endpoint, by=request.user, changes=changes)
     return webhook_endpoint_out(endpoint)
 
 
@@ -160,8 +160,9 @@ def patch_webhook_endpoint(request, endpoint_id: UUID, payload: WebhookEndpointP
     summary="Rotate an endpoint's signing secret (operators); both sign during the overlap",
 )
 def rotate_webhook_secret(request, endpoint_id: UUID):
+    endpoint = lookup.webhook_endpoint(request, endpoint_id)
     lookup.require(request, roles.OPERATORS)
-    secret = webhook_endpoints.rotate_secret(lookup.webhook_endpoint(request, endpoint_id), by=request.user)
+    secret = webhook_endpoints.rotate_secret(endpoint, by=request.user)
     return Status(201, {"secret": secret})
 
 
@@ -171,8 +172,9 @@ def rotate_webhook_secret(request, endpoint_id: UUID):
     summary="Remove an endpoint with its secrets and deliveries (operators)",
 )
 def delete_webhook_endpoint(request, endpoint_id: UUID):
+    endpoint = lookup.webhook_endpoint(request, endpoint_id)
     lookup.require(request, roles.OPERATORS)
-    webhook_endpoints.delete(lookup.webhook_endpoint(request, endpoint_id), by=request.user)
+    webhook_endpoints.delete(endpoint, by=request.user)
     return Status(204, None)
 
 
@@ -190,7 +192,6 @@ def list_webhook_deliveries(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
-    lookup.require(request, roles.OPERATORS, roles.AUDITORS)
     if event is not None and event not in EVENT_TYPES:
         raise ValidationError([{"loc": ("query", "event"), "msg": f"One of: {', '.join(EVENT_TYPES)}."}])
     rows = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint")
@@ -207,9 +208,9 @@ def list_webhook_deliveries(
     summary="Send a dead-lettered delivery again, same webhook-id and body (operators)",
 )
 def replay_webhook_delivery(request, delivery_id: UUID, payload: ReasonIn):
-    lookup.require(request, roles.OPERATORS)
     row = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint").filter(pk=delivery_id).first()
     if row is None:
         raise Http404
+    lookup.require(request, roles.OPERATORS)
     row = webhook_delivery.replay(row, by=request.user, reason=payload.reason)
     return Status(202, webhook_delivery_out(row))

@@ -146,21 +146,6 @@ def _rows(queryset, model) -> Iterator[dict]:
 # --- choosing what to archive ----------------------------------------------------
 
 
-def parse_age(text: str) -> timedelta:
-    """`90d`, `12h`, `30m` or a bare number of days."""
-    text = text.strip().lower()
-    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-    unit = units.get(text[-1:]) if text[-1:] in units else "days"
-    number = text[:-1] if text[-1:] in units else text
-    try:
-        amount = float(number)
-    except ValueError:
-        raise ArchiveError(f"--older-than {text!r}: give an age such as 90d, 12h or 30m") from None
-    if not amount >= 0:
-        raise ArchiveError(f"--older-than {text!r}: the age cannot be negative")
-    return timedelta(**{unit: amount})
-
-
 def cutoffs(older_than: timedelta | None, now: datetime) -> dict[int, datetime]:
     """team id → the cutoff of its plans: `older_than` for every team when
     given, else each team's `retention_days` (teams without one are kept)."""

@@ -40,7 +40,7 @@ class ArchivedWorkflowQuerySet(models.QuerySet):
             return self
         if teams.is_staff_role(user):
             return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
-        return self.filter(submitted_by=user)
+        return self.filter(submitted_by=user, **teams.token_team(user))
 
 
 class ArchivedWorkflow(models.Model):

@@ -7,7 +7,7 @@ from django.db.models import Q
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from workflows import teams
+from workflows import roles, teams
 from workflows.models.jobs import Job
 from workflows.models.plans import Workflow
 from workflows.webhooks.models import WebhookEndpoint
@@ -29,9 +29,12 @@ class AuditEventQuerySet(models.QuerySet):
         events about no workflow, those that concern every team (action
         policies and throttles, the trail's own keys and checkpoints) are
         seen by all; those about another team's objects, or about what no
-        single team owns (linked persons, archives), are not."""
+        single team owns (linked persons, archives), are not. Only auditors
+        read the trail."""
         if teams.is_global(user):
             return self
+        if not roles.is_auditor(user):
+            return self.none()
         mine = teams.team_ids(user)
         endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
         jobs = [str(pk) for pk in Job.objects.visible_to(user).values_list("pk", flat=True)]

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import teams
+from workflows import roles, teams
 from workflows.models.recovery import DeadLetter
 
 
@@ -15,10 +15,10 @@ class JobQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Its creator's, and the people's of its team (the one team all its
         entries belong to; a job across teams has none); a global user sees
-        every job."""
+        every job. Operators and auditors only, as dead letters."""
         if teams.is_global(user):
             return self
-        if not teams.is_staff_role(user):
+        if not roles.sees_recovery(user):
             return self.none()
         return self.filter(Q(created_by=user) | Q(team_id__in=teams.team_ids(user)))
 

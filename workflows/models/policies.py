@@ -8,12 +8,24 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from workflows import roles
 from workflows.states import PolicyChangeStatus
+
+
+class PolicyQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Policies and the requests to change them are every team's (an
+        action is the same for all): operators and auditors read them."""
+        if user.is_authenticated and user.is_active and (user.is_superuser or roles.sees_recovery(user)):
+            return self
+        return self.none()
 
 
 class ActionPolicy(models.Model):
     """Current rules for one action. Every change bumps `version`; attempts
     record the version they ran under."""
+
+    objects = PolicyQuerySet.as_manager()
 
     class Risk(models.TextChoices):
         LOW = "LOW"
@@ -85,6 +97,8 @@ class PolicyChange(models.Model):
     another operator authorizes it (DESIGN §19). `base_version` is the policy
     version it was asked against: a request made stale by a later change is
     refused, never applied over it."""
+
+    objects = PolicyQuerySet.as_manager()
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     action = models.CharField(max_length=64)

@@ -8,14 +8,15 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import teams
+from workflows import roles, teams
 from workflows.models.plans import Attempt, Step, Workflow
 from workflows.states import CompensationStatus, FailureClass
 
 
 class CompensationQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Those of the workflows of the user's teams; agents see none."""
+        """Those of the workflows of the user's teams, for every role;
+        agents see none (they are in no team: `teams.team_ids`)."""
         if teams.is_global(user):
             return self
         return self.filter(workflow__team_id__in=teams.team_ids(user))
@@ -83,11 +84,32 @@ class DeadLetterQuerySet(models.QuerySet):
     def open(self):
         return self.filter(status=DeadLetter.Status.OPEN)
 
+    def chosen(
+        self, *, ids=None, status=None, action=None, failure_class=None, workflow=None, older_than=None, team=None
+    ):
+        """The one filter of dead letters (the API's list and bulk selections,
+        the console's list, `replay_dead_letters`): each part given narrows;
+        `older_than` is a timedelta (`workflows.ages.parse_age`)."""
+        parts = {
+            "pk__in": ids,
+            "status": status,
+            "action": action,
+            "failure_class": failure_class,
+            "workflow_id": workflow,
+            "created_at__lte": timezone.now() - older_than if older_than else None,
+            "workflow__team__name": team,
+        }
+        return self.filter(**{name: value for name, value in parts.items() if value})
+
     def visible_to(self, user):
-        """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`)."""
+        """Those of the workflows the user sees (`WorkflowQuerySet.visible_to`),
+        for operators and auditors and for the agent that submitted them;
+        none for a reviewer (they decide plans, operators mend failures)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
+            if not roles.sees_recovery(user):
+                return self.none()
             return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
         return self.filter(workflow__submitted_by=user, **teams.token_team(user, "workflow__"))
 

@@ -11,11 +11,11 @@ fence. The steps that completed can then be compensated.
 from django.db import transaction
 
 from workflows import roles
-from workflows.audit.redaction import refuse_credentials
 from workflows.engine import gatekeeper, locks
 from workflows.engine.transitions import move
-from workflows.errors import NotAllowed, ReasonRequired, WrongState
+from workflows.errors import NotAllowed, WrongState
 from workflows.models import Step, Workflow
+from workflows.reasons import clean_reason
 from workflows.states import StepStatus, WorkflowStatus
 
 # Once approved, only an operator stops a plan.
@@ -40,11 +40,7 @@ def may_cancel(workflow: Workflow, user) -> bool:
 
 def cancel(workflow: Workflow, *, by, reason: str) -> Workflow:
     workflow.require_visible_to(by)
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    reason = reason[:2000]
+    reason = clean_reason(reason)
     with transaction.atomic():
         # Every forward step first, then the workflow (`locks`): an attempt
         # being requested holds its step, so the cancel waits for it (its

@@ -18,13 +18,14 @@ from django.utils import timezone
 
 from workflows import actions, persons, queue, roles
 from workflows.audit import journal
-from workflows.audit.redaction import refuse_credentials, was_redacted
+from workflows.audit.redaction import was_redacted
 from workflows.engine import binding, compensating
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, StaleRevision, WrongState
+from workflows.errors import DomainError, NotAllowed, StaleRevision, WrongState
 from workflows.models import Compensation, Step, Workflow, operation_key_for
 from workflows.operations import deciding
 from workflows.operations.deciding import Seen
+from workflows.reasons import clean_reason
 from workflows.states import CompensationStatus, StepStatus, WorkflowStatus
 
 COMPENSABLE_WORKFLOW = (
@@ -43,14 +44,6 @@ LANE_GAP = 1000
 
 class CompensationInvalid(DomainError):
     code = "invalid"
-
-
-def _reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
 
 
 def undo_of(step: Step) -> tuple[str, dict] | None:
@@ -105,7 +98,7 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
     if not roles.is_operator(by):
         raise NotAllowed("Only operators can request a compensation.")
     workflow.require_visible_to(by)
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         locked = Workflow.objects.select_for_update().get(pk=workflow.pk)
         if locked.restored_at:
@@ -206,8 +199,7 @@ def _as_seen(comp: Compensation, seen: Seen) -> None:
 
 def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") -> Compensation:
     """Authorize the undo as `seen` (its `plan_hash`)."""
-    reason = (reason or "").strip()[:2000]
-    refuse_credentials(reason=reason)
+    reason = clean_reason(reason, required=False)
     with transaction.atomic():
         comp = _decider(getattr(comp, "pk", comp), by, "authorize")
         _as_seen(comp, seen)
@@ -278,7 +270,7 @@ def authorize(comp: Compensation | UUID, *, by, seen: Seen, reason: str = "") ->
 
 
 def decline(comp: Compensation | UUID, *, by, seen: Seen, reason: str) -> Compensation:
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         comp = _decider(getattr(comp, "pk", comp), by, "decline")
         _as_seen(comp, seen)

@@ -15,12 +15,13 @@ from django.utils import timezone
 from workflows import queue, roles
 from workflows.actions import Outcome
 from workflows.audit import journal, secrets
-from workflows.audit.redaction import redact, redact_text, refuse_credentials
+from workflows.audit.redaction import redact, redact_text
 from workflows.engine import compensating, policy
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, NotVisible, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, NotVisible, WrongState
 from workflows.models import DeadLetter, Job, JobItem, Step, Workflow
 from workflows.operations import compensation
+from workflows.reasons import clean_reason
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 MAX_BULK = 500
@@ -64,14 +65,6 @@ def _check_operator(user, dead_letter: DeadLetter | None = None) -> None:
         raise NotAllowed("Only operators can resolve dead letters.")
     if dead_letter is not None and not DeadLetter.objects.visible_to(user).filter(pk=dead_letter.pk).exists():
         raise NotVisible("No such dead letter.")
-
-
-def clean_reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
 
 
 def replay(dead_letter: DeadLetter, *, by, reason: str) -> DeadLetter:
@@ -147,19 +140,10 @@ def matching(
     every team). `job`: those a bulk job of the user's chose."""
     if not (ids or action or failure_class or workflow or older_than or team or job):
         raise DomainError("Choose dead letters by id or by a filter (action, failure class, workflow, age, team).")
-    entries = DeadLetter.objects.open() if user is None else DeadLetter.objects.visible_to(user).open()
-    if ids:
-        entries = entries.filter(pk__in=ids)
-    if action:
-        entries = entries.filter(action=action)
-    if failure_class:
-        entries = entries.filter(failure_class=failure_class)
-    if workflow:
-        entries = entries.filter(workflow_id=workflow)
-    if older_than:
-        entries = entries.filter(created_at__lte=timezone.now() - older_than)
-    if team:
-        entries = entries.filter(workflow__team__name=team)
+    entries = (DeadLetter.objects.all() if user is None else DeadLetter.objects.visible_to(user)).open()
+    entries = entries.chosen(
+        ids=ids, action=action, failure_class=failure_class, workflow=workflow, older_than=older_than, team=team
+    )
     if job:
         jobs = Job.objects.all() if user is None else Job.objects.visible_to(user)
         entries = entries.filter(pk__in=JobItem.objects.filter(job__in=jobs.filter(pk=job)).values("dead_letter_id"))

@@ -27,11 +27,11 @@ from django.utils import timezone
 
 from workflows import actions, roles
 from workflows.audit import journal
-from workflows.audit.redaction import refuse_credentials
 from workflows.engine import policy as engine_policy
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import ActionPolicy, PolicyChange
+from workflows.reasons import clean_reason
 from workflows.states import PolicyChangeStatus
 
 EDITABLE = engine_policy.EDITABLE
@@ -75,12 +75,16 @@ class Result:
     applied: bool = False
 
 
-def get(action: str) -> ActionPolicy:
+def get(action: str, *, reader) -> ActionPolicy:
     """The policy of an installed action (or of one that has a policy
-    already); 404 for any other name."""
+    already), as `reader` may see it (`ActionPolicy.objects.visible_to`);
+    404 for any other name, or for a reader who does not read policies."""
     if actions.find(action) is None and not ActionPolicy.objects.filter(action=action).exists():
         raise UnknownAction(f"No action named {action[:64]!r}.")
-    return engine_policy.policy_for(action)
+    rules = engine_policy.policy_for(action)
+    if not ActionPolicy.objects.visible_to(reader).filter(pk=rules.pk).exists():
+        raise UnknownAction(f"No action named {action[:64]!r}.")
+    return rules
 
 
 def pending(action: str):
@@ -171,25 +175,17 @@ def _check_operator(user) -> None:
         raise NotAllowed("Only operators can change an action's policy.")
 
 
-def _reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
-
-
 def change(action: str, *, by, reason: str, changes: dict, version: int | None = None) -> Result:
     """Apply a tightening now, or record a loosening for a second operator.
     `version`: the policy version the operator was looking at; if the policy
     changed since, nothing happens (409), so a form never reverts a change
     its sender did not see."""
     _check_operator(by)
-    get(action)
+    get(action, reader=by)
     changes = clean(changes)
     if not changes:
         raise PolicyInvalid({"body": "Name at least one policy field to change."})
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         current = ActionPolicy.objects.select_for_update().get(action=action)
         if version is not None and version != current.version:
@@ -232,8 +228,7 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
     """A second operator applies a loosening, as a new policy version, if the
     policy is still at the version the request was made against."""
     _check_decider(request, by)
-    reason = (reason or "").strip()[:2000]
-    refuse_credentials(reason=reason)
+    reason = clean_reason(reason, required=False)
     with transaction.atomic():
         request = PolicyChange.objects.select_for_update(of=("self",)).select_related("requested_by").get(pk=request.pk)
         if request.status != PolicyChangeStatus.PENDING:
@@ -268,7 +263,7 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
 
 def decline(request: PolicyChange, *, by, reason: str) -> PolicyChange:
     _check_decider(request, by)
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         request = PolicyChange.objects.select_for_update(of=("self",)).select_related("requested_by").get(pk=request.pk)
         if request.status != PolicyChangeStatus.PENDING:

@@ -27,9 +27,10 @@ from workflows.audit import journal
 from workflows.audit.redaction import CredentialRefused, credential_fields, refuse_credentials
 from workflows.engine import compensating, references
 from workflows.engine.transitions import move
-from workflows.errors import DomainError, NotAllowed, ReasonRequired, WrongState
+from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Step, Workflow
 from workflows.operations import compensation
+from workflows.reasons import clean_reason
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 HAPPENED = "happened"
@@ -46,14 +47,6 @@ class ResolutionChanged(WrongState):
     code = "resolution_changed"
 
 
-def _reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
-    return reason[:2000]
-
-
 def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "", result: dict | None = None) -> Step:
     """`happened`: record the operator's evidence and go on as if the call had
     answered (once confirmed, when a later step reads the result).
@@ -61,7 +54,7 @@ def resolve(step: Step, *, by, decision: str, reason: str, external_ref: str = "
     if not roles.is_operator(by):
         raise NotAllowed("Only operators can resolve in-doubt steps.")
     step.workflow.require_visible_to(by)
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     if decision not in DECISIONS:
         message = f"Decision must be one of {', '.join(DECISIONS)}."
         raise DomainError(message, fields={"decision": message})
@@ -94,7 +87,7 @@ def confirm(step: Step, *, by, reason: str, digest: str) -> Step:
     if not (roles.is_reviewer(by) or roles.is_operator(by)):
         raise NotAllowed("Only reviewers and operators can confirm a resolution.")
     step.workflow.require_visible_to(by)
-    reason = _reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         locked = _lock_in_doubt(step)
         if locked.proposed_resolution is None:

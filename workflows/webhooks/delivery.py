@@ -26,8 +26,9 @@ from django.utils import timezone
 
 from workflows import queue
 from workflows.audit import journal
-from workflows.audit.redaction import redact_text, refuse_credentials
-from workflows.errors import ReasonRequired, WrongState
+from workflows.audit.redaction import redact_text
+from workflows.errors import WrongState
+from workflows.reasons import clean_reason
 from workflows.webhooks import keys, outbound
 from workflows.webhooks.models import WebhookDelivery
 
@@ -181,10 +182,7 @@ def deliver_due(budget_seconds: float = 30.0) -> int:
 def replay(delivery: WebhookDelivery, *, by, reason: str) -> WebhookDelivery:
     """Send a dead-lettered delivery again, with the same webhook-id and
     body, and a fresh attempt budget."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
-    refuse_credentials(reason=reason)
+    reason = clean_reason(reason)
     now = timezone.now()
     with transaction.atomic():
         if not WebhookDelivery.objects.filter(pk=delivery.pk, status=Status.DEAD).update(

@@ -10,13 +10,16 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import teams
+from workflows import roles, teams
 
 
 class WebhookEndpointQuerySet(models.QuerySet):
     def visible_to(self, user):
+        """Its team's operators and auditors."""
         if teams.is_global(user):
             return self
+        if not roles.sees_recovery(user):
+            return self.none()
         return self.filter(team_id__in=teams.team_ids(user))
 
 
@@ -67,9 +70,12 @@ class WebhookDeliveryQuerySet(models.QuerySet):
         return self.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now or timezone.now())
 
     def visible_to(self, user):
-        """Those about the workflows of the user's teams."""
+        """Those about the workflows of the user's teams, for their
+        operators and auditors."""
         if teams.is_global(user):
             return self
+        if not roles.sees_recovery(user):
+            return self.none()
         return self.filter(workflow__team_id__in=teams.team_ids(user))
 
 

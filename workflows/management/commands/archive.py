@@ -2,7 +2,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from workflows.ages import parse_age
 from workflows.audit import archive
+from workflows.errors import DomainError
 
 
 class Command(BaseCommand):
@@ -29,7 +31,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, older_than=None, to=None, batch=None, **options):
         try:
-            age = archive.parse_age(older_than) if older_than is not None else None
+            age = parse_age(older_than) if older_than is not None else None
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
+        try:
             done = archive.write(
                 Path(to),
                 older_than=age,

@@ -1,23 +1,11 @@
 """Bulk replay from the shell: preview by default, run only with --yes."""
 
-import re
-from datetime import timedelta
-
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from workflows.ages import parse_age
 from workflows.errors import DomainError
 from workflows.operations import deadletters
-
-AGE = re.compile(r"^(\d+)([smhd])$")
-UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_age(text: str) -> timedelta:
-    match = AGE.match(text or "")
-    if not match:
-        raise CommandError(f"--older-than takes a number and a unit (s, m, h, d), e.g. 30m; got {text!r}")
-    return timedelta(**{UNITS[match[2]]: int(match[1])})
 
 
 class Command(BaseCommand):
@@ -49,7 +37,7 @@ class Command(BaseCommand):
                     action=action,
                     failure_class=failure_class,
                     workflow=workflow,
-                    older_than=parse_age(older_than) if older_than else None,
+                    older_than=parse_age(older_than) if older_than is not None else None,
                 )
             )
         except DomainError as exc:

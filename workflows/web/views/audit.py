@@ -9,7 +9,7 @@ in chunks instead of loading the trail into memory.
 import csv
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -27,6 +27,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
 from workflows.audit import journal, signing
+from workflows.audit.reading import FIELDS, event_row, select_events
 from workflows.db import canonical_json
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, AuditVerification, Workflow
@@ -34,64 +35,8 @@ from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100
 EXPORT_CHUNK = 2000
-FIELDS = (
-    "id",
-    "stream",
-    "seq",
-    "at",
-    "actor",
-    "verb",
-    "object_type",
-    "object_id",
-    "workflow_id",
-    "data",
-    "prev_hash",
-    "hash",
-    "hash_alg",
-    "key_id",
-    *journal.IDENTITY_FIELDS,
-)
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def select_events(
-    user,
-    *,
-    actor: str = "",
-    verb: str = "",
-    workflow: UUID | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-):
-    """The audit events `user` may see that match the filter: `since`
-    inclusive, `until` exclusive, naive times read as UTC."""
-    events = AuditEvent.objects.visible_to(user)
-    if actor:
-        events = events.filter(actor=actor)
-    if verb:
-        events = events.filter(verb=verb)
-    if workflow:
-        events = events.filter(workflow_id=workflow)
-    if since:
-        events = events.filter(at__gte=_utc(since))
-    if until:
-        events = events.filter(at__lt=_utc(until))
-    return events
-
-
-def _utc(moment: datetime) -> datetime:
-    """The moment in UTC. ISO 8601 allows offsets up to ±23:59 and
-    PostgreSQL only ±15:59, so an aware moment is converted, not passed on;
-    one whose UTC form falls outside the calendar lies before or after every
-    event, like the calendar's first or last instant."""
-    if timezone.is_naive(moment):
-        return timezone.make_aware(moment, UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        edge = datetime.max if moment.year == datetime.max.year else datetime.min
-        return edge.replace(tzinfo=UTC)
 
 
 class AuditFilter(forms.Form):
@@ -150,6 +95,10 @@ def _with_data_text(events: list[AuditEvent]) -> list[AuditEvent]:
 
 
 def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
+    """The chain's checks and the button to check it now: an auditor's (the
+    page itself answers anyone, with the events they see: none but an auditor's)."""
+    if not roles.is_auditor(request.user):
+        return {"can_verify": False}
     latest = AuditVerification.objects.order_by("-id")
     if workflow and not Workflow.objects.visible_to(request.user).filter(pk=workflow).exists():
         workflow = None  # another team's: neither its checks nor a button to check it
@@ -157,6 +106,7 @@ def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
         "whole": latest.filter(scope="").first(),
         "workflow_check": latest.filter(scope=str(workflow)).first() if workflow else None,
         "verify_workflow": workflow,
+        "can_verify": True,
     }
 
 
@@ -164,7 +114,6 @@ def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
 @require_GET
 @vary_on_headers("HX-Request")
 def audit_list(request: HttpRequest) -> HttpResponse:
-    _check_auditor(request.user)
     filters = AuditFilter(request.GET, request.user)
     try:
         rows, next_cursor = page_by_id(filters.events(), request.GET.get("cursor") or None, PAGE_SIZE)
@@ -212,29 +161,6 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     return redirect(reverse("audit_list") + (f"?{query}" if query else ""))
 
 
-def event_row(event: AuditEvent) -> dict:
-    """One event as exports and the API give it: `at` in full ISO-8601 UTC
-    (microseconds kept), so anyone can recompute the hash chain from it."""
-    return {
-        "id": event.pk,
-        "stream": event.stream,
-        "seq": event.seq,
-        "at": event.at.astimezone(UTC).isoformat(),
-        "actor": event.actor,
-        "verb": event.verb,
-        "object_type": event.object_type,
-        "object_id": event.object_id,
-        "workflow_id": str(event.workflow_id) if event.workflow_id else None,
-        "data": event.data,
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-        "hash_alg": event.hash_alg,
-        "key_id": event.key_id,
-        # Who was behind the actor (hashed with the event when present).
-        **{name: getattr(event, name) for name in journal.IDENTITY_FIELDS},
-    }
-
-
 class _Echo:
     """A file-like object whose write() hands the line back to csv.writer's caller."""
 
@@ -265,7 +191,6 @@ def _jsonl_lines(rows: Iterator[dict]) -> Iterator[str]:
 def _export(request: HttpRequest, lines, content_type: str, extension: str) -> HttpResponse:
     """Stream every matching event, oldest first, in chunks: memory stays flat
     however long the trail is."""
-    _check_auditor(request.user)
     filters = AuditFilter(request.GET, request.user)
     if filters.errors:
         return HttpResponseBadRequest(

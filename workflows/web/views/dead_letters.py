@@ -7,7 +7,6 @@ the entries, show the preview and report the outcome.
 """
 
 from collections import defaultdict
-from datetime import timedelta
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -18,21 +17,43 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
+from workflows.ages import AgeInvalid, parse_age
 from workflows.errors import DomainError
 from workflows.models import DeadLetter
 from workflows.operations import deadletters
+from workflows.reasons import clean_reason
 from workflows.states import FailureClass
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act, list_page
 
 PAGE_SIZE = 50
-AGES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
 ALL_STATUSES = "all"
+
+
+class AgeField(forms.ChoiceField):
+    """Offers a few ages, and takes any other of the one grammar (a link
+    may carry `age=90d`): it is then offered too, so the page shows the
+    filter it applies."""
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            choices=[("", "Any age")] + [(age, f"Older than {age}") for age in ("5m", "1h", "1d")], **kwargs
+        )
+
+    def validate(self, value):
+        if value:
+            try:
+                parse_age(value)
+            except AgeInvalid as exc:
+                raise forms.ValidationError(exc.message) from None
+
+    def offer(self, value) -> None:
+        if value and value not in dict(self.choices):
+            self.choices = [*self.choices, (value, f"Older than {value}")]
 
 
 class DeadLetterFilter(forms.Form):
@@ -48,21 +69,14 @@ class DeadLetterFilter(forms.Form):
     failure_class = forms.ChoiceField(
         required=False, label="Failure class", choices=[("", "Any")] + FailureClass.choices
     )
-    age = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", "Any age"),
-            ("5m", "Older than 5 minutes"),
-            ("1h", "Older than 1 hour"),
-            ("1d", "Older than 1 day"),
-        ],
-    )
+    age = AgeField(required=False)
 
     def __init__(self, data, user):
         super().__init__(data, label_suffix="")
         present = DeadLetter.objects.visible_to(user).order_by("action").values_list("action", flat=True).distinct()
         self.fields["action"].choices = [("", "Any")] + [(name, name) for name in present]
         self.is_valid()
+        self.fields["age"].offer(self.cleaned_data.get("age"))
 
     def value(self, name: str) -> str:
         """The cleaned value; an invalid one counts as unset (its error is shown)."""
@@ -80,38 +94,32 @@ class DeadLetterFilter(forms.Form):
         return {
             "action": self.value("action"),
             "failure_class": self.value("failure_class"),
-            "older_than": AGES.get(self.value("age")),
+            "older_than": parse_age(self.value("age")) if self.value("age") else None,
         }
 
     def apply(self, entries):
-        if self.status_value != ALL_STATUSES:
-            entries = entries.filter(status=self.status_value)
-        selection = self.selection()
-        if selection["action"]:
-            entries = entries.filter(action=selection["action"])
-        if selection["failure_class"]:
-            entries = entries.filter(failure_class=selection["failure_class"])
-        if selection["older_than"]:
-            entries = entries.filter(created_at__lte=timezone.now() - selection["older_than"])
-        return entries
+        status = None if self.status_value == ALL_STATUSES else self.status_value
+        return entries.chosen(status=status, **self.selection())
 
     def querystring(self) -> str:
         return urlencode({name: value for name, value in self.current.items() if value})
 
 
-def _check_role(user, *, resolve: bool = False) -> None:
-    """Operators see and resolve dead letters; auditors only see them."""
-    if roles.is_operator(user) or (not resolve and roles.is_auditor(user)):
-        return
-    raise PermissionDenied("Only operators can resolve dead letters." if resolve else "Operators and auditors only.")
+def _check_resolver(user) -> None:
+    """Of those who see a dead letter (`DeadLetter.objects.visible_to`), only operators resolve it."""
+    if not roles.is_operator(user):
+        raise PermissionDenied("Only operators can resolve dead letters.")
 
 
 def _get_dead_letter_for_user(request: HttpRequest, dead_letter_id: UUID, *, resolve: bool = False) -> DeadLetter:
-    _check_role(request.user, resolve=resolve)
-    return get_object_or_404(
+    """404 for one the user does not see, whatever the reason; then 403 to resolve it unless an operator."""
+    entry = get_object_or_404(
         DeadLetter.objects.visible_to(request.user).select_related("workflow", "trace", "resolved_by"),
         pk=dead_letter_id,
     )
+    if resolve:
+        _check_resolver(request.user)
+    return entry
 
 
 def list_url(filters: DeadLetterFilter) -> str:
@@ -123,7 +131,6 @@ def list_url(filters: DeadLetterFilter) -> str:
 @require_GET
 @vary_on_headers("HX-Request")
 def dead_letter_list(request: HttpRequest) -> HttpResponse:
-    _check_role(request.user)
     filters = DeadLetterFilter(request.GET, request.user)
     entries = filters.apply(DeadLetter.objects.visible_to(request.user).select_related("workflow"))
     return list_page(
@@ -218,7 +225,7 @@ def _render_bulk_preview(request: HttpRequest, entries: list[DeadLetter], back: 
 def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
     """Turn ticked rows, or the list's filter, into an explicit list of ids
     to confirm: the replay then acts on exactly what was previewed."""
-    _check_role(request.user, resolve=True)
+    _check_resolver(request.user)
     filters = DeadLetterFilter(request.POST, request.user)
     back = list_url(filters)
     if filters.errors:
@@ -243,7 +250,7 @@ def dead_letter_bulk_preview(request: HttpRequest) -> HttpResponse:
 @require_POST
 @needs_recent_sign_in(back="dead_letter_list")
 def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
-    _check_role(request.user, resolve=True)
+    _check_resolver(request.user)
     ids = posted_ids(request)
     back = reverse("dead_letter_list")
     try:
@@ -251,10 +258,11 @@ def dead_letter_bulk_replay(request: HttpRequest) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        # Checked here as well, so a missing reason is reported once rather than once per entry.
-        messages.error(request, "A reason is required.")
+    try:
+        # Checked before the entries, so a refused reason is reported once rather than once per entry.
+        reason = clean_reason(request.POST.get("reason"))
+    except DomainError as exc:
+        messages.error(request, exc.message)
         return _render_bulk_preview(request, entries, back)
     try:
         done, refused = deadletters.replay_many(entries, by=request.user, reason=reason)

@@ -6,15 +6,16 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from workflows import persons, roles
+from workflows.audit import archived
 from workflows.engine import gates, policy
-from workflows.models import ArchivedWorkflow, AuditEvent, Step, Workflow
+from workflows.models import AuditEvent, Step, Workflow
 from workflows.operations import cancellation, claims, compensation, revisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
 from workflows.web import arguments
@@ -46,9 +47,13 @@ def workflow_detail(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
         Workflow.objects.visible_to(request.user).select_related("submitted_by", "team").filter(pk=workflow_id).first()
     )
     if workflow is None:
-        # Moved out by `manage.py archive`: say so (410), to those who saw it.
-        record = get_object_or_404(ArchivedWorkflow.objects.visible_to(request.user), workflow_id=workflow_id)
-        return render(request, "workflows/archived.html", {"record": record}, status=410)
+        # Moved out by `manage.py archive`: say so (410), to those who saw it, as the API does.
+        record = archived.archived_record(request.user, workflow_id)
+        if record is None:
+            raise Http404("No such workflow.")
+        return render(
+            request, "workflows/archived.html", {"record": record, "message": archived.describe(record)}, status=410
+        )
     context = detail_context(request, workflow)
     if not request.htmx:  # the holder opening the plan renews their claim; the page's polling does not
         claims.touch(workflow, request.user)

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -29,32 +29,26 @@ ALL_STATUSES = "all"
 Status = WebhookDelivery.Status
 
 
-def _check_role(user, *, replay: bool = False) -> None:
-    """Operators and auditors see; only operators replay. Others see nothing here."""
-    if not (roles.is_operator(user) or roles.is_auditor(user)):
-        raise Http404
-    if replay and not roles.is_operator(user):
-        raise PermissionDenied("Only operators can replay deliveries.")
-
-
 def _get_endpoint(request: HttpRequest, endpoint_id: UUID) -> WebhookEndpoint:
-    _check_role(request.user)
     return get_object_or_404(
         WebhookEndpoint.objects.visible_to(request.user).select_related("team", "created_by"), pk=endpoint_id
     )
 
 
 def _get_delivery(request: HttpRequest, delivery_id: UUID, *, replay: bool = False) -> WebhookDelivery:
-    _check_role(request.user, replay=replay)
-    return get_object_or_404(
+    """The delivery if the user sees it (404 otherwise, `visible_to` decides);
+    seeing it, only an operator replays it (403)."""
+    row = get_object_or_404(
         WebhookDelivery.objects.visible_to(request.user).select_related("endpoint", "workflow"), pk=delivery_id
     )
+    if replay and not roles.is_operator(request.user):
+        raise PermissionDenied("Only operators can replay deliveries.")
+    return row
 
 
 @login_required
 @require_GET
 def webhook_list(request: HttpRequest) -> HttpResponse:
-    _check_role(request.user)
     endpoints = (
         WebhookEndpoint.objects.visible_to(request.user).select_related("team", "created_by").order_by("created_at")
     )
@@ -77,7 +71,6 @@ def webhook_detail(request: HttpRequest, endpoint_id: UUID) -> HttpResponse:
 def webhook_delivery_list(request: HttpRequest) -> HttpResponse:
     """Dead-lettered deliveries by default, newest first; one endpoint's
     when `endpoint` names it."""
-    _check_role(request.user)
     status = request.GET.get("status") or Status.DEAD
     rows = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint", "workflow")
     if status in Status.values:
