@@ -15,13 +15,14 @@ from __future__ import annotations
 import re
 import time
 
+from django.core import signing
 from django.test import Client as DjangoClient
 from django.test.client import MULTIPART_CONTENT
 
 from tests import processes
 from workflows.engine import previews
 from workflows.models import Compensation, Step, Workflow
-from workflows.operations import compensation
+from workflows.operations import compensation, links
 from workflows.operations.deciding import Seen
 from workflows.states import PreviewState
 
@@ -30,6 +31,7 @@ PLAN = re.compile(
     r"|(?:approve|reject))/?$"
 )
 UNDO = re.compile(r"/compensations/(?P<id>[0-9a-f-]{36})/(?:authorize|decline)/?$")
+LINK = re.compile(r"/review/link/(?P<token>[^/]+)/?$")
 
 
 def previews_taken(workflow_id, timeout: float = 60.0) -> None:
@@ -90,6 +92,9 @@ def json_body(path: str, body: dict) -> dict:
 def form_data(path: str, data: dict | None) -> dict:
     """A console decision's form with the hidden fields its page carries."""
     data = dict(data or {})
+    link = LINK.search(path)
+    if link:
+        return _link_form(link["token"], data)
     fields = as_read(path, previews_first="previews_shown" not in data)
     if not fields:
         return data
@@ -100,6 +105,23 @@ def form_data(path: str, data: dict | None) -> dict:
         data["previews_shown"] = "1"
         data["preview"] = [f"{key}={digest}" for key, digest in digests.items()]
     return data
+
+
+def _link_form(token: str, data: dict) -> dict:
+    """A review link's confirmation form: its token binds the revision and
+    hash, and its page carries the previews it showed."""
+    try:
+        claims = signing.loads(token, salt=links.SALT)
+    except signing.BadSignature:
+        return data
+    if (
+        "previews_shown" in data
+        or not isinstance(claims, dict)
+        or not PLAN.search(f"/workflows/{claims.get('w')}/approve")
+    ):
+        return data
+    digests = as_read(f"/workflows/{claims['w']}/approve").get("preview_digests") or {}
+    return {**data, "previews_shown": "1", "preview": [f"{key}={digest}" for key, digest in digests.items()]}
 
 
 class Client(DjangoClient):

@@ -103,6 +103,9 @@ def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str
     requires, or one carrying the request it will send) refuses approval
     until a step yet to run has one: a request nobody was shown is never
     bound, so never sent."""
+    current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
+    if shown is None and current:
+        deciding.require(Seen(), "preview_digests")
     for step in steps:
         action = actions.find(step.action)
         if (
@@ -124,9 +127,6 @@ def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str
                 "or reject the plan.",
                 details=waiting,
             )
-    current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
-    if shown is None and current:
-        deciding.require(Seen(), "preview_digests")
     if shown is not None and shown != current:
         raise PreviewChanged(
             "The effect previews changed since you looked: review the new previews, then decide again."
