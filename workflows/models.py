@@ -70,9 +70,10 @@ def update_rows(model, names: list[str], objs: list) -> None:
 
 
 def _token_team(user, path: str = "") -> dict:
-    """For an agent that came with a token: only its team's objects."""
-    token = getattr(user, "api_token", None)
-    return {f"{path}team_id": token.team_id} if token is not None else {}
+    """For anyone who came with a token: only its team's objects, their own
+    included (`teams.token_team_id`)."""
+    team = teams.token_team_id(user)
+    return {f"{path}team_id": team} if team is not None else {}
 
 
 class WorkflowQuerySet(models.QuerySet):
@@ -88,12 +89,12 @@ class WorkflowQuerySet(models.QuerySet):
     def visible_to(self, user):
         """People see the plans of their teams (global roles: every team)
         and what they submitted themselves; an agent sees only what it
-        submitted, and through a token only what it submitted for that
-        token's team (DESIGN §27: a token's team scopes its reads)."""
+        submitted. Through a token, anyone sees only that token's team's
+        (DESIGN §27: a token's team scopes its reads)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user, **_token_team(user)))
         return self.filter(submitted_by=user, **_token_team(user))
 
 
@@ -156,8 +157,8 @@ class Workflow(models.Model):
         what every operation checks before acting on it for `user`."""
         if teams.is_global(user):
             return True
-        if teams.is_staff_role(user):
-            return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
+        if teams.is_staff_role(user) and self.team_id in teams.team_ids(user):
+            return True
         return self.submitted_by_id == user.pk and all(
             getattr(self, name) == value for name, value in _token_team(user).items()
         )
@@ -667,7 +668,10 @@ class DeadLetterQuerySet(models.QuerySet):
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
+            return self.filter(
+                Q(workflow__team_id__in=teams.team_ids(user))
+                | Q(workflow__submitted_by=user, **_token_team(user, "workflow__"))
+            )
         return self.filter(workflow__submitted_by=user, **_token_team(user, "workflow__"))
 
 
@@ -721,7 +725,7 @@ class JobQuerySet(models.QuerySet):
             return self
         if not teams.is_staff_role(user):
             return self.none()
-        return self.filter(Q(created_by=user) | Q(team_id__in=teams.team_ids(user)))
+        return self.filter(Q(created_by=user, **_token_team(user)) | Q(team_id__in=teams.team_ids(user)))
 
 
 class Job(models.Model):
@@ -1022,8 +1026,8 @@ class ArchivedWorkflowQuerySet(models.QuerySet):
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
-        return self.filter(submitted_by=user)
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user, **_token_team(user)))
+        return self.filter(submitted_by=user, **_token_team(user))
 
 
 class ArchivedWorkflow(models.Model):
