@@ -231,7 +231,12 @@ def test_an_operator_replays_a_dead_letter_through_its_preview(browsing, people,
         "name": "Comment on a missing ticket",
         "submission_key": "journey-dead-letter",
         "steps": [
-            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+            {"key": "find", "action": "noop", "args": {"ticket": 987654}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "never lands"},
+            },
         ],
     }
     workflow = plans.submit(people["agent"], body).workflow

@@ -19,7 +19,12 @@ def three_steps(key="inc-1"):
         "steps": [
             {"key": "first", "action": "ticket.create", "args": {"title": "First", "body": "1"}},
             {"key": "second", "action": "ticket.create", "args": {"title": "Second", "body": "2"}},
-            {"key": "third", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+            # Its ticket is a result the step before never has: the comment cannot be sent.
+            {
+                "key": "third",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "second.result.missing"}, "body": "never lands"},
+            },
         ],
     }
 
@@ -124,7 +129,11 @@ def test_irreversible_steps_are_listed_not_skipped_silently(people, desk, api, s
         "steps": [
             {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
             {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
-            {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+            {
+                "key": "fail",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.missing"}, "body": "x"},
+            },
         ],
     }
     workflow = failed_workflow(people, body)

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from tests.conftest import PASSWORD, run_job, run_until, ticket_plan
 from tests.support import deciding as decide
-from tests.support.seeing import Client
+from tests.support.seeing import Client, previews_taken
 from tests.test_resolution_confirmation import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from workflows import actions, roles
 from workflows.actions import ActionError
@@ -74,7 +74,10 @@ def operator2(people):
 
 
 def _planned(people):
-    return plans.submit(people["agent"], ticket_plan("planned")).workflow
+    """A plan awaiting review, its previews taken (as a worker does after submission)."""
+    workflow = plans.submit(people["agent"], ticket_plan("planned")).workflow
+    previews_taken(workflow.pk)
+    return workflow
 
 
 def _failed(people):

@@ -638,7 +638,11 @@ def scene(people, desk, settings, tmp_path):
     settings.EMAIL_FILE_PATH = str(tmp_path)
     failing = [
         {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
-        {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+        {
+            "key": "fail",
+            "action": "ticket.comment",
+            "args": {"ticket_id": {"$from": "open.result.missing"}, "body": "x"},
+        },
     ]
     planned = plans.submit(people["agent"], ticket_plan("planned")).workflow
     failed = []
