@@ -15,7 +15,7 @@ from django.utils import timezone
 from tests.conftest import PASSWORD, HttpApi, run_until, ticket_plan, wait_for_status
 from tests.otlp_collector import Collector
 from tests.support import deciding as decide
-from tests.support.seeing import Client
+from tests.support.seeing import Client, previews_taken
 from tests.test_resolution import MAIL
 from workflows import actions
 from workflows.audit import redaction, secrets
@@ -645,6 +645,7 @@ def scene(people, desk, settings, tmp_path):
         },
     ]
     planned = plans.submit(people["agent"], ticket_plan("planned")).workflow
+    previews_taken(planned.pk)  # as a worker does after submission: a refused decision then changes nothing
     failed = []
     for key in ("failed-a", "failed-b"):
         workflow = plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": failing}).workflow
