@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, ticket_plan
+from tests.support.seeing import previews_taken
 from workflows.models import Approval, Workflow
 from workflows.operations import plans
 
@@ -39,7 +40,9 @@ def _submit(user, key, name=None, **step_args):
         plan["name"] = name
     if step_args:
         plan["steps"][0]["args"] = step_args
-    return plans.submit(user, plan).workflow
+    workflow = plans.submit(user, plan).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
+    return workflow
 
 
 def _log_in(page, base_url, username):

@@ -20,6 +20,7 @@ from tests.chromium import SCREENSHOTS
 from tests.conftest import PASSWORD, run_until, ticket_plan
 from tests.oidc_mock import running_provider, set_person
 from tests.support import deciding as decide
+from tests.support.seeing import previews_taken
 from tests.test_compensation import failed_workflow
 from workflows import roles, teams
 from workflows.engine import policy
@@ -150,6 +151,7 @@ def _short(obj):
 def test_a_two_of_two_plan_waits_for_the_second_reviewer(browsing, people):
     policy.update("ticket.create", by="admin", approvals_required=2)
     workflow = plans.submit(people["agent"], ticket_plan("journey-2-of-2")).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
 
     first = browsing.log_in("reviewer")
     shot(first, "two-of-two-inbox")
@@ -192,6 +194,7 @@ def test_a_two_of_two_plan_waits_for_the_second_reviewer(browsing, people):
 
 def test_a_reviewer_logs_in_and_approves_with_the_keyboard_alone(browsing, people):
     workflow = plans.submit(people["agent"], ticket_plan("journey-keyboard")).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
     page = browsing.open()
     page.goto("/login/")
 
@@ -412,6 +415,7 @@ def test_a_reviewer_edits_an_argument_and_another_approves_the_revision(browsing
     expect(editor.get_by_test_id("co-author")).to_be_visible()
     expect(editor.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
     shot(editor, "edit-and-approve-diff")
+    previews_taken(workflow.pk)  # a worker takes the new revision's previews
 
     other = browsing.log_in("reviewer2")
     other.goto(f"/workflows/{workflow.pk}/")
