@@ -7,6 +7,10 @@ groups map to (workflows.operations.identity): with none, it has no team
 and sees no team's work (fail closed). Superusers, and auditors in the `global` group, see every team. Every
 query that shows or changes team work starts from the user through the
 `visible_to(user)` queryset methods in `workflows.models`, which use these.
+
+A request that came with an API token reads as that token's team alone
+(DESIGN §27), whoever holds it: `token_team_id` narrows `is_global` and
+`team_ids` here, once, for every read and decision made through it.
 """
 
 from django.apps import apps
@@ -31,11 +35,23 @@ def default_team_id() -> int:
     return pk if pk is not None else default_team().pk
 
 
-def is_global(user) -> bool:
-    """Sees every team: a superuser, or an auditor in the `global` group."""
+def token_team_id(user) -> int | None:
+    """The team of the API token this request came with
+    (`tokens.authenticate`), or None without one (the console, code)."""
+    token = getattr(user, "api_token", None)
+    return token.team_id if token is not None else None
+
+
+def _global_person(user) -> bool:
     if not user.is_authenticated or not user.is_active:
         return False
     return user.is_superuser or (roles.is_auditor(user) and roles.has_role(user, roles.GLOBAL))
+
+
+def is_global(user) -> bool:
+    """Sees every team: a superuser, or an auditor in the `global` group,
+    unless through a token, which reads its own team's work alone."""
+    return _global_person(user) and token_team_id(user) is None
 
 
 def is_staff_role(user) -> bool:
@@ -49,9 +65,18 @@ def is_staff_role(user) -> bool:
 
 def team_ids(user) -> set[int]:
     """The ids of the teams whose work this person sees (cached on the user
-    object for the request); empty for an agent or an anonymous user."""
+    object for the request); empty for an agent or an anonymous user.
+    Through a token, at most the token's team: a global person's token
+    reads that team, anyone else's only if they are one of its people."""
     if not is_staff_role(user):
         return set()
+    token_team = token_team_id(user)
+    if token_team is None:
+        return _person_team_ids(user)
+    return {token_team} if _global_person(user) or token_team in _person_team_ids(user) else set()
+
+
+def _person_team_ids(user) -> set[int]:
     cache = getattr(user, "_team_cache", None)
     if cache is None:
         # One query: the user's teams, `default` in case they have none, and
@@ -72,10 +97,10 @@ def team_ids(user) -> set[int]:
 
 
 def token_team(user, path: str = "") -> dict:
-    """For an agent that came with a token: only its team's objects (the
-    filter on the team key reached through `path`)."""
-    token = getattr(user, "api_token", None)
-    return {f"{path}team_id": token.team_id} if token is not None else {}
+    """For anyone who came with a token: only its team's objects, their own
+    included (the filter on the team key reached through `path`)."""
+    team = token_team_id(user)
+    return {f"{path}team_id": team} if team is not None else {}
 
 
 def is_sso(user) -> bool:

@@ -62,14 +62,15 @@ def test_manage_py_actions_lists_each_action_with_source_flags_compensation_and_
         False,
     )
     assert (create["compensation"], create["irreversible"]) == ("ticket.close", False)
-    assert (create["preview_binding"], create["preview_required"]) == (False, False)
+    # Its preview carries the request it sends: no approval before it exists.
+    assert (create["preview_binding"], create["preview_required"]) == (False, True)
     assert create["args_schema"]["type"] == "object"
     assert (by_name["email.send"]["compensation"], by_name["email.send"]["irreversible"]) == (None, True)
 
     text = manage("actions").stdout
     block = text[text.index("ticket.create\n") :].split("\n\n")[0]
     assert "entry point 'tickets' (workflows.actions.tickets) of durable-console 0.1.0 (built-in)" in block
-    assert "flags:        idempotent can_lookup" in block
+    assert "flags:        idempotent can_lookup preview_required\n" in block
     assert "compensation: ticket.close" in block
 
 

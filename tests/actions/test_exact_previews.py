@@ -21,7 +21,7 @@ from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import actions, tasks
 from workflows.actions import Preview
-from workflows.models import Attempt, AuditEvent, Step, Workflow
+from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
 from workflows.operations import plans
 
 HOOK_TOKEN = "hk_live_7d1c0b9a8f7e6d5c4b3a2f1e"
@@ -302,6 +302,47 @@ def test_the_receivers_get_the_approved_template_with_only_its_placeholders_fill
 
 
 # --- refused when it is not the approved template -----------------------------------------
+
+
+def test_a_request_is_not_approved_before_its_preview_so_the_worker_always_checks_it(api, people, settings):
+    """Approving before the preview exists would bind no template: the
+    worker would have none to compare and would send whatever it builds."""
+    plan = {
+        "name": "Tell ops",
+        "submission_key": "unseen",
+        "steps": [
+            {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "Hi", "body": "On it"}}
+        ],
+    }
+    workflow = plans.submit(api["agent"].user, plan).workflow
+    console = Client()
+    assert console.login(username="reviewer2", password=PASSWORD)
+
+    early = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": {}})
+    page = console.post(f"/workflows/{workflow.pk}/approve", {"previews_shown": "1"}, follow=True)
+
+    assert early.status_code == 409
+    error = early.json()["error"]
+    assert (error["code"], error["step"], error["preview_state"]) == ("preview_pending", "mail", "PENDING")
+    assert "Step mail (email.send) cannot be approved before its preview exists" in page.content.decode()
+    assert not Approval.objects.exists()
+    assert not AuditEvent.objects.filter(workflow_id=workflow.pk, verb__startswith="workflow.approv").exists()
+    assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
+
+    tasks.compute_previews(str(workflow.pk))
+    approved = approve_shown(api["reviewer"], workflow.pk)
+    step = Step.objects.get(workflow=workflow)
+    assert approved == {"mail": step.preview_digest}
+    assert Approval.objects.get(workflow=workflow).preview_digests == approved
+    # The worker builds the request again and compares: another sender is not the approved message.
+    settings.DEFAULT_FROM_EMAIL = "someone-else@example.com"
+    run_until(workflow.pk, "FAILED")
+    step = Step.objects.get(pk=step.pk)
+    assert (step.status, step.failure_class) == ("BLOCKED", "POLICY_FAILED")
+    assert mail.outbox == [] and not Attempt.objects.filter(step=step).exists()
+    (blocked,) = AuditEvent.objects.filter(workflow_id=workflow.pk, verb="step.blocked")
+    [problem] = blocked.data["problems"]
+    assert problem.startswith("the request it would send is not the one approved: approved mail from ")
 
 
 def test_a_stored_template_rewritten_after_approval_is_refused_and_nothing_is_sent(api, desk, settings):

@@ -190,7 +190,9 @@ def test_a_worker_takes_each_steps_preview_after_submission_without_changing_any
     }
 
 
-def test_a_failed_preview_is_stored_as_failed_and_approval_still_goes_through(api, desk):
+def test_a_failed_preview_is_stored_as_failed_and_holds_up_approval(api, desk):
+    """The preview of a ticket.close carries the request it would send: none
+    taken, nothing for an approval to bind, so none is recorded."""
     workflow = plans.submit(api["agent"].user, close_plan(424242)).workflow
     assert tasks.compute_previews(str(workflow.pk)) == 1
 
@@ -206,10 +208,14 @@ def test_a_failed_preview_is_stored_as_failed_and_approval_still_goes_through(ap
     answer = api["reviewer"].post(
         f"/workflows/{workflow.pk}/approve", {"comment": "closing it anyway", "preview_digests": {}}
     )
-    assert answer.status_code == 200, answer.json()
-    assert answer.json()["status"] == "APPROVED"
-    assert answer.json()["steps"][0]["preview"]["state"] == "FAILED"
-    assert Approval.objects.get(workflow=workflow).preview_digests == {}
+    assert answer.status_code == 409
+    error = answer.json()["error"]
+    assert (error["code"], error["step"], error["preview_state"]) == ("preview_pending", "close", "FAILED")
+    assert "Step close (ticket.close)" in error["message"]
+    assert "taking it failed (INVALID_ARGUMENTS)" in error["message"]
+    assert not Approval.objects.exists()
+    assert not AuditEvent.objects.filter(workflow_id=workflow.pk, verb__startswith="workflow.approv").exists()
+    assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
 
 
 def test_a_desk_that_is_down_fails_the_preview_as_unavailable(api, desk, settings):
@@ -333,32 +339,32 @@ def test_malformed_preview_digests_are_refused_with_field_errors(api, desk):
     assert not Approval.objects.exists()
 
 
-def test_an_action_that_requires_its_preview_refuses_approval_until_it_exists(api, desk, monkeypatch):
-    monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
+def test_a_step_whose_preview_carries_its_request_is_not_approved_before_it_exists(api, desk):
     ticket = open_ticket(desk)
     workflow = plans.submit(api["agent"].user, close_plan(ticket["id"])).workflow
 
-    answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"comment": "looks fine"})
+    # What a page showing the preview still pending sends: no digest.
+    answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"comment": "looks fine", "preview_digests": {}})
 
     assert answer.status_code == 409
     error = answer.json()["error"]
-    assert error["code"] == "preview_pending"
+    assert (error["code"], error["step"], error["preview_state"]) == ("preview_pending", "close", "PENDING")
     assert "a worker has yet to take it" in error["message"]
     assert not Approval.objects.exists()
     assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
     with pytest.raises(PreviewPending):
-        decide.approve(workflow, by=api["reviewer2"].user)
+        decide.approve(workflow, by=api["reviewer2"].user, preview_digests={})
 
     tasks.compute_previews(str(workflow.pk))
     digest = Step.objects.get(workflow=workflow).preview_digest
     answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": {"close": digest}})
     assert answer.status_code == 200, answer.json()
+    assert Approval.objects.get(workflow=workflow).preview_digests == {"close": digest}
 
 
-def test_the_console_explains_why_an_approval_waits_for_a_required_preview(people, client, desk, monkeypatch):
+def test_the_console_explains_why_an_approval_waits_for_a_preview(people, client, desk):
     from tests.support.personas import PASSWORD
 
-    monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
     workflow = plans.submit(people["agent"], close_plan(open_ticket(desk)["id"])).workflow
     assert client.login(username="reviewer", password=PASSWORD)
 
@@ -368,19 +374,56 @@ def test_the_console_explains_why_an_approval_waits_for_a_required_preview(peopl
     assert "Step close (ticket.close) cannot be approved before its preview exists" in document
     assert 'data-testid="preview-pending"' in document
     assert not Approval.objects.exists()
+    assert not AuditEvent.objects.filter(workflow_id=workflow.pk, verb__startswith="workflow.approv").exists()
 
 
-def test_an_action_that_requires_its_preview_refuses_approval_while_it_failed(api, desk, monkeypatch):
-    monkeypatch.setattr(type(actions.get("ticket.close")), "preview_required", True)
-    workflow = plans.submit(api["agent"].user, close_plan(424242)).workflow
-    tasks.compute_previews(str(workflow.pk))
+@actions.register
+class Look(actions.Action):
+    """An action whose preview is a look alone: it builds no request."""
 
-    answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": {}})
+    name = "test.look"
 
-    assert answer.status_code == 409
-    assert answer.json()["error"]["code"] == "preview_pending"
-    assert "taking it failed (INVALID_ARGUMENTS)" in answer.json()["error"]["message"]
+    def perform(self, args, operation_key):
+        return actions.Outcome(result={})
+
+    def preview(self, args):
+        if args.get("down"):
+            raise actions.ActionError("UNAVAILABLE", "the system looked at is down")
+        return actions.Preview("a look")
+
+
+def look_plan(key, **args) -> dict:
+    return {"name": key, "submission_key": key, "steps": [{"key": "look", "action": "test.look", "args": args}]}
+
+
+def test_a_preview_that_is_a_look_alone_does_not_hold_up_approval(api):
+    pending = plans.submit(api["agent"].user, look_plan("pending")).workflow
+    failed = plans.submit(api["agent"].user, look_plan("failed", down=True)).workflow
+    tasks.compute_previews(str(failed.pk))
+    assert Step.objects.get(workflow=failed).preview_state == "FAILED"
+
+    for workflow in (pending, failed):
+        answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": {}})
+        assert answer.status_code == 200, answer.json()
+        assert Approval.objects.get(workflow=workflow).preview_digests == {}
+
+
+def test_an_action_that_requires_its_preview_refuses_approval_until_it_exists(api, monkeypatch):
+    monkeypatch.setattr(Look, "preview_required", True)
+    pending = plans.submit(api["agent"].user, look_plan("pending")).workflow
+    failed = plans.submit(api["agent"].user, look_plan("failed", down=True)).workflow
+    tasks.compute_previews(str(failed.pk))
+
+    for workflow, why in ((pending, "a worker has yet to take it"), (failed, "taking it failed (UNAVAILABLE)")):
+        answer = api["reviewer"].post(f"/workflows/{workflow.pk}/approve", {"preview_digests": {}})
+        assert answer.status_code == 409
+        assert answer.json()["error"]["code"] == "preview_pending"
+        assert why in answer.json()["error"]["message"]
     assert not Approval.objects.exists()
+
+    tasks.compute_previews(str(pending.pk))
+    answer = api["reviewer"].post(f"/workflows/{pending.pk}/approve", {})
+    assert answer.status_code == 200, answer.json()
 
 
 def test_a_reviewer_has_the_previews_taken_again(api, desk):

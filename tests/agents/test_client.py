@@ -295,7 +295,14 @@ def test_dead_letters_are_listed_by_filter_across_pages(console, http_api, start
     for n in range(2):
         workflow = agent.submit(
             f"comment on a missing ticket {n}",
-            [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hello"}}],
+            [
+                {"key": "find", "action": "noop", "args": {"ticket": 999999}},
+                {
+                    "key": "note",
+                    "action": "ticket.comment",
+                    "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hello"},
+                },
+            ],
         )
         assert http_api["reviewer"].post(f"/workflows/{workflow['id']}/approve").ok
         ids.append(agent.wait(workflow["id"], until="terminal", timeout=60)["id"])

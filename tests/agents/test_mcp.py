@@ -158,7 +158,14 @@ def test_a_refusal_from_the_console_is_a_tool_error_that_never_shows_the_token(a
 
 def dead_letter(user, reviewer, key) -> DeadLetter:
     """A comment on a ticket the desk does not have: it fails for good."""
-    steps = [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}]
+    steps = [
+        {"key": "find", "action": "noop", "args": {"ticket": 777777}},
+        {
+            "key": "note",
+            "action": "ticket.comment",
+            "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
+        },
+    ]
     workflow = plans.submit(user, {"name": "comment", "submission_key": key, "steps": steps}).workflow
     decide.approve(workflow, by=reviewer)
     run_until(workflow.pk, "FAILED")

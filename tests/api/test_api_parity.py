@@ -29,7 +29,14 @@ MAIL = {
 }
 BAD = {
     "name": "comment on a missing ticket",
-    "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+    "steps": [
+        {"key": "find", "action": "noop", "args": {"ticket": 777777}},
+        {
+            "key": "note",
+            "action": "ticket.comment",
+            "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
+        },
+    ],
 }
 
 

@@ -518,7 +518,14 @@ def world(people, desk, monkeypatch):
         {
             "name": "failed",
             "submission_key": "failed",
-            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "b"}}],
+            "steps": [
+                {"key": "find", "action": "noop", "args": {"ticket": 999999}},
+                {
+                    "key": "note",
+                    "action": "ticket.comment",
+                    "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "b"},
+                },
+            ],
         },
     ).workflow
     decide.approve(failed, by=people["reviewer"])

@@ -359,7 +359,14 @@ def with_open_dead_letter(people):
         {
             "name": "missing ticket",
             "submission_key": "dead",
-            "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+            "steps": [
+                {"key": "find", "action": "noop", "args": {"ticket": 777777}},
+                {
+                    "key": "note",
+                    "action": "ticket.comment",
+                    "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
+                },
+            ],
         },
     ).workflow
     decide.approve(workflow, by=people["reviewer"])

@@ -49,8 +49,8 @@ def auditor(as_user):
 
 @pytest.fixture
 def trail(people):
-    """Two workflows submitted by the agent: the reviewer approves the first,
-    the second reviewer rejects the second."""
+    """Two workflows submitted by the agent: the reviewer approves the first
+    once its previews are taken, the second reviewer rejects the second."""
     first = plans.submit(people["agent"], ticket_plan("audit-1")).workflow
     second = plans.submit(people["agent"], ticket_plan("audit-2")).workflow
     decide.approve(first, by=people["reviewer"])
@@ -138,7 +138,7 @@ def test_the_nav_links_the_trail_for_auditors_only(as_user, people):
 def test_the_list_shows_newest_first(auditor, trail):
     response = auditor.get(LIST)
     expected = list(AuditEvent.objects.order_by("-id").values_list("id", flat=True))
-    assert len(expected) == 4
+    assert len(expected) == 5  # two submissions, the previews of the first, an approval, a rejection
     assert row_ids(response) == expected
     html = response.content.decode()
     event = AuditEvent.objects.get(verb="workflow.approved")

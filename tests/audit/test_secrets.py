@@ -19,7 +19,7 @@ from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.resolving import MAIL
 from tests.support.running import run_until, wait_for_status
-from tests.support.seeing import Client
+from tests.support.seeing import Client, previews_taken
 from workflows import actions
 from workflows.audit import redaction, secrets
 from workflows.engine import execution, policy, recovery
@@ -613,9 +613,14 @@ def scene(people, desk, settings, tmp_path):
     settings.EMAIL_FILE_PATH = str(tmp_path)
     failing = [
         {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
-        {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+        {
+            "key": "fail",
+            "action": "ticket.comment",
+            "args": {"ticket_id": {"$from": "open.result.missing"}, "body": "x"},
+        },
     ]
     planned = plans.submit(people["agent"], ticket_plan("planned")).workflow
+    previews_taken(planned.pk)  # as a worker does after submission: a refused decision then changes nothing
     failed = []
     for key in ("failed-a", "failed-b"):
         workflow = plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": failing}).workflow

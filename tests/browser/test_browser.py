@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 from tests.support.chromium import SCREENSHOTS
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
+from tests.support.seeing import previews_taken
 from workflows.models import Approval, Workflow
 from workflows.operations import plans
 
@@ -40,7 +41,9 @@ def _submit(user, key, name=None, **step_args):
         plan["name"] = name
     if step_args:
         plan["steps"][0]["args"] = step_args
-    return plans.submit(user, plan).workflow
+    workflow = plans.submit(user, plan).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
+    return workflow
 
 
 def _log_in(page, base_url, username):

@@ -23,6 +23,7 @@ from tests.support.oidc_mock import running_provider, set_person
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until
+from tests.support.seeing import previews_taken
 from workflows import roles, teams
 from workflows.audit.reading import FIELDS
 from workflows.engine import policy
@@ -152,6 +153,7 @@ def _short(obj):
 def test_a_two_of_two_plan_waits_for_the_second_reviewer(browsing, people):
     policy.update("ticket.create", by="admin", approvals_required=2)
     workflow = plans.submit(people["agent"], ticket_plan("journey-2-of-2")).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
 
     first = browsing.log_in("reviewer")
     shot(first, "two-of-two-inbox")
@@ -194,6 +196,7 @@ def test_a_two_of_two_plan_waits_for_the_second_reviewer(browsing, people):
 
 def test_a_reviewer_logs_in_and_approves_with_the_keyboard_alone(browsing, people):
     workflow = plans.submit(people["agent"], ticket_plan("journey-keyboard")).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
     page = browsing.open()
     page.goto("/login/")
 
@@ -233,7 +236,12 @@ def test_an_operator_replays_a_dead_letter_through_its_preview(browsing, people,
         "name": "Comment on a missing ticket",
         "submission_key": "journey-dead-letter",
         "steps": [
-            {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+            {"key": "find", "action": "noop", "args": {"ticket": 987654}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "never lands"},
+            },
         ],
     }
     workflow = plans.submit(people["agent"], body).workflow
@@ -409,6 +417,7 @@ def test_a_reviewer_edits_an_argument_and_another_approves_the_revision(browsing
     expect(editor.get_by_test_id("co-author")).to_be_visible()
     expect(editor.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
     shot(editor, "edit-and-approve-diff")
+    previews_taken(workflow.pk)  # a worker takes the new revision's previews
 
     other = browsing.log_in("reviewer2")
     other.goto(f"/workflows/{workflow.pk}/")

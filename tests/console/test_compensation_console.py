@@ -26,7 +26,11 @@ def mixed_plan(key="mixed"):
         "steps": [
             {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
             {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
-            {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+            {
+                "key": "fail",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.missing"}, "body": "x"},
+            },
         ],
     }
 
@@ -107,9 +111,10 @@ def test_no_request_link_when_no_step_completed(people, desk, as_user):
         "name": "Fails at once",
         "submission_key": "at-once",
         "steps": [
-            {"key": "only", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+            {"key": "only", "action": "ticket.create", "args": {"title": "never lands"}},
         ],
     }
+    desk.fault(mode="error", status=400)  # the desk refuses it
     workflow = failed_workflow(people, nothing_done)
     assert _request_page(workflow) not in _html(as_user("operator").get(f"/workflows/{workflow.pk}/"))
     html = _html(as_user("operator").get(_request_page(workflow)))

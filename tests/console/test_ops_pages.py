@@ -14,7 +14,12 @@ BAD = {
     "submission_key": "bad",
     "steps": [
         {"key": "ok", "action": "ticket.create", "args": {"title": "fine", "body": "b"}},
-        {"key": "note", "action": "ticket.comment", "args": {"ticket_id": 4040404, "body": "<script>x()</script>"}},
+        {"key": "find", "action": "noop", "args": {"ticket": 4040404}},
+        {
+            "key": "note",
+            "action": "ticket.comment",
+            "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "<script>x()</script>"},
+        },
     ],
 }
 

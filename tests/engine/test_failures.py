@@ -63,12 +63,14 @@ def test_a_429_waits_at_least_its_retry_after(people, desk):
 
 
 def test_invalid_arguments_dead_letter_after_exactly_one_attempt(people, desk):
+    ticket = desk.request("POST", "/tickets", json={"title": "t"}).json()["id"]
     body = {
-        "name": "comment on a missing ticket",
+        "name": "comment on a ticket gone after approval",
         "submission_key": "bad",
-        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 999999, "body": "hi"}}],
+        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": ticket, "body": "hi"}}],
     }
     workflow = start(people, body)
+    desk.fault(mode="error", status=404)  # the ticket is gone by the time the step runs
     assert run_until(workflow.pk, "FAILED") == "FAILED"
     assert attempts_of(workflow) == [("FAILED", "INVALID_ARGUMENTS")]
     step = workflow.steps.get()
@@ -300,7 +302,14 @@ def test_replay_rechecks_policy_first(people, desk, api):
     body = {
         "name": "bad",
         "submission_key": "bad",
-        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 424242, "body": "x"}}],
+        "steps": [
+            {"key": "find", "action": "noop", "args": {"ticket": 424242}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "x"},
+            },
+        ],
     }
     workflow = start(people, body)
     run_until(workflow.pk, "FAILED")

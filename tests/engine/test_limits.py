@@ -19,17 +19,17 @@ from workflows.models import ActionThrottle, Attempt, AuditEvent, DeadLetter, St
 from workflows.operations import deadletters, plans
 from workflows.states import StepStatus
 
-ARGS = {"ticket.create": {"title": "t", "body": "b"}, "noop": {}, "ticket.comment": {"ticket_id": 999999, "body": "hi"}}
+ARGS = {"ticket.create": {"title": "t", "body": "b"}, "noop": {}}
 
 
-def approved(people, action, n, prefix=None):
+def approved(people, action, n, prefix=None, args=None):
     """`n` approved one-step plans of `action`, ready in this order."""
     workflows = []
     for i in range(n):
         body = {
             "name": f"{action} {i}",
             "submission_key": f"{prefix or action}-{i}",
-            "steps": [{"key": "only", "action": action, "args": ARGS[action]}],
+            "steps": [{"key": "only", "action": action, "args": args or ARGS[action]}],
         }
         workflow = plans.submit(people["agent"], body).workflow
         decide.approve(workflow, by=people["reviewer"])
@@ -193,7 +193,9 @@ def test_a_pause_without_retry_after_is_short_and_a_huge_one_is_bounded(db):
 
 
 def test_replay_and_bulk_replay_obey_the_limits(people, desk):
-    workflows = approved(people, "ticket.comment", 3)
+    ticket = desk.request("POST", "/tickets", json={"title": "t"}).json()["id"]
+    workflows = approved(people, "ticket.comment", 3, args={"ticket_id": ticket, "body": "hi"})
+    desk.fault(mode="error", status=404, count=3)  # the ticket is gone by the time they run
     for workflow in workflows:
         run_until(workflow.pk, "FAILED")
     assert DeadLetter.objects.open().count() == 3

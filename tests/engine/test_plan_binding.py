@@ -309,7 +309,14 @@ def test_the_replay_preview_shows_a_plan_that_no_longer_matches(people, desk):
     body = {
         "name": "note on a missing ticket",
         "submission_key": "bad",
-        "steps": [{"key": "note", "action": "ticket.comment", "args": {"ticket_id": 777777, "body": "hi"}}],
+        "steps": [
+            {"key": "find", "action": "noop", "args": {"ticket": 777777}},
+            {
+                "key": "note",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
+            },
+        ],
     }
     workflow = approved(people, body)
     run_until(workflow.pk, "FAILED")

@@ -23,7 +23,7 @@ from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.resolving import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from tests.support.running import run_job, run_until
-from tests.support.seeing import Client
+from tests.support.seeing import Client, previews_taken
 from workflows import actions, roles
 from workflows.actions import ActionError
 from workflows.engine import binding, execution, gates, outcomes
@@ -80,7 +80,10 @@ def operator2(people):
 
 
 def _planned(people):
-    return plans.submit(people["agent"], ticket_plan("planned")).workflow
+    """A plan awaiting review, its previews taken (as a worker does after submission)."""
+    workflow = plans.submit(people["agent"], ticket_plan("planned")).workflow
+    previews_taken(workflow.pk)
+    return workflow
 
 
 def _failed(people):

@@ -4,12 +4,14 @@ every team; an action policy may name the group whose members alone approve.
 """
 
 import io
+import json
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.test import Client as DjangoClient
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
@@ -22,7 +24,7 @@ from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import execution, outcomes
 from workflows.models import ApiToken, AuditEvent, DeadLetter, Team, Workflow
-from workflows.operations import links, persons, policies, tokens
+from workflows.operations import compensation, links, persons, policies, tokens
 from workflows.shapes import workflow_out
 from workflows.states import StepStatus, WorkflowStatus
 from workflows.webhooks import endpoints as webhook_endpoints
@@ -141,6 +143,96 @@ def test_the_team_command_adds_teams_and_members_with_clear_errors(people):
     assert verbs == ["team.created", "team.member_added", "team.member_removed"]
 
 
+# --- a token reads its own team's work ------------------------------------------------
+
+
+def team_work(workflow, reviewer, operator) -> dict[str, str]:
+    """Objects of every kind a read can show, for `workflow`'s team: the
+    plan with a dead letter, a replay job, a compensation, a webhook
+    endpoint and a delivery to it."""
+    letter = dead_letter_in(workflow, reviewer)
+    job = ApiClient(operator).post(
+        "/dead-letters/replay", {"filter": {"action": "ticket.create"}, "dry_run": False, "reason": "the desk is back"}
+    )
+    assert job.status_code == 202, job.content
+    comp = compensation.request(workflow, by=operator, reason="undo the first step")
+    endpoint, _ = webhook_endpoints.create(by=operator, url=f"https://hooks.example.com/{workflow.pk}")
+    outbox.emit("workflow.revised", workflow.pk, shape=workflow_out)
+    return {
+        "workflow": str(workflow.pk),
+        "dead_letter": str(letter.pk),
+        "job": job.json()["job"],
+        "compensation": str(comp.pk),
+        "endpoint": str(endpoint.pk),
+        "delivery": str(WebhookDelivery.objects.get(endpoint=endpoint).pk),
+    }
+
+
+class TokenFor(ApiClient):
+    """`ApiClient` through a token issued for `team`."""
+
+    def __init__(self, user, team):
+        self.user = user
+        self.client = DjangoClient(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(user, team=team)}")
+
+
+def reads(client: ApiClient, work: dict[str, str]) -> dict[str, bool]:
+    """Whether each read endpoint shows `work` through this token."""
+
+    def listed(path, key):
+        return work[key] in {str(item["id"]) for item in client.get(path, limit=200).json()["items"]}
+
+    audit = client.get("/audit", limit=500).json()["items"]
+    return {
+        "workflows": listed("/workflows", "workflow"),
+        "workflow": client.get(f"/workflows/{work['workflow']}").status_code == 200,
+        "wait": client.get(f"/workflows/{work['workflow']}/wait", until="decision", timeout=1).status_code == 200,
+        "dead_letters": listed("/dead-letters", "dead_letter"),
+        "dead_letter": client.get(f"/dead-letters/{work['dead_letter']}").status_code == 200,
+        "replay_preview": client.get(f"/dead-letters/{work['dead_letter']}/preview").status_code == 200,
+        "job": client.get(f"/jobs/{work['job']}").status_code == 200,
+        "compensation": client.get(f"/compensations/{work['compensation']}").status_code == 200,
+        "audit": any(row["workflow_id"] == work["workflow"] for row in audit),
+        "audit_of_job": any(row["object_id"] == work["job"] for row in audit),
+        "audit_filtered": bool(client.get("/audit", workflow=work["workflow"]).json()["items"]),
+        "audit_verify": client.post("/audit/verify", {"workflow": work["workflow"]}).status_code == 200,
+        "webhooks": listed("/webhooks", "endpoint"),
+        "webhook": client.get(f"/webhooks/{work['endpoint']}").status_code == 200,
+        "deliveries": listed("/webhook-deliveries", "delivery"),
+    }
+
+
+def test_a_token_reads_only_its_teams_work_whoever_holds_it(people, payments, api):
+    """A token issued for payments reads nothing of the default team, held
+    by a global superuser, by someone in both teams, or by the person who
+    submitted the plan there themselves (DESIGN §27); without a token, the
+    same people see both teams."""
+    plain = Workflow.objects.get(
+        pk=ApiClient(people["admin"]).post("/workflows", half_done("plain-half")).json()["id"]
+    )  # submitted by admin, for default: they are in no team
+    theirs = team_work(plain, people["reviewer"], people["operator"])
+    ours = team_work(payments["agent"].submit(half_done("paid-half")), payments["reviewer"], payments["operator"])
+    everyone = (roles.REVIEWERS, roles.OPERATORS, roles.AUDITORS)
+    root = person("root", *everyone, roles.GLOBAL, is_superuser=True)
+    both = person("both", *everyone, team=payments["team"])
+    Team.objects.get(name=Team.DEFAULT).members.add(both)
+    holders = {"root": root, "both": both, "the submitter": people["admin"]}
+    payments["team"].members.add(people["admin"])  # into payments too, so it reads there
+
+    for name, holder in holders.items():
+        through = TokenFor(holder, payments["team"])
+        assert not any(reads(through, theirs).values()), (name, reads(through, theirs))
+        assert all(reads(through, ours).values()), (name, reads(through, ours))
+        assert through.get(f"/workflows/{theirs['workflow']}").status_code == 404
+        assert through.get(f"/dead-letters/{theirs['dead_letter']}").status_code == 404
+        replayed = through.post(f"/webhook-deliveries/{theirs['delivery']}/replay", {"reason": "again"})
+        assert replayed.status_code == 404, name
+        # Without a token (the console), the same person sees the other team's plan.
+        session = Client()
+        session.force_login(holder)
+        assert session.get(f"/workflows/{theirs['workflow']}/").status_code == 200, name
+
+
 # --- seeing and deciding within one's teams ---------------------------------------
 
 
@@ -240,11 +332,14 @@ def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(peopl
     assert ("job", jobs["plain"]) in theirs and ("job", jobs["paid"]) not in theirs
     assert ("user", str(people["reviewer"].pk)) in theirs and ("user", str(payments["reviewer"].pk)) not in theirs
     person("all-seeing", roles.AUDITORS, roles.GLOBAL)
-    everything = {
-        (row["object_type"], row["object_id"])
-        for row in ApiClient(User.objects.get(username="all-seeing")).get("/audit", limit=500).json()["items"]
-    }
+    exported = b"".join(console("all-seeing").get("/audit/export.jsonl").streaming_content).decode()
+    everything = {(row["object_type"], row["object_id"]) for row in map(json.loads, exported.splitlines())}
     assert mine | theirs <= everything and any(kind == "person" for kind, _ in everything)
+    # Through a token, even theirs, only the token's team (DESIGN §27).
+    global_token = ApiClient(User.objects.get(username="all-seeing"))  # for default: they are in no team
+    assert {
+        (row["object_type"], row["object_id"]) for row in global_token.get("/audit", limit=500).json()["items"]
+    } == theirs
 
 
 def test_bulk_replay_touches_only_the_operators_teams(people, payments, api):

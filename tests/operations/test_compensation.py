@@ -97,7 +97,11 @@ def test_irreversible_steps_are_listed_not_skipped_silently(people, desk, api, s
         "steps": [
             {"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}},
             {"key": "mail", "action": "email.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
-            {"key": "fail", "action": "ticket.comment", "args": {"ticket_id": 55555, "body": "x"}},
+            {
+                "key": "fail",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "open.result.missing"}, "body": "x"},
+            },
         ],
     }
     workflow = failed_workflow(people, body)

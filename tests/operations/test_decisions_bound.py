@@ -90,9 +90,8 @@ def test_the_current_revision_with_another_plan_hash_is_409(api):
 def test_the_previews_are_named_when_the_plan_has_previews(api, people):
     plan = submitted(api, ticket_plan("previewed"))
     workflow = Workflow.objects.get(pk=plan["id"])
-    workflow.steps.filter(key="open").update(
-        preview_state="READY", preview_digest="d" * 64, preview={"summary": "s", "details": {}}
-    )
+    workflow.steps.update(preview_state="READY", preview_digest="d" * 64, preview={"summary": "s", "details": {}})
+    shown = {"open": "d" * 64, "note": "d" * 64, "close": "d" * 64}
     answer = raw_post(
         api["reviewer"], f"/workflows/{plan['id']}/approve", {"revision": 1, "plan_hash": plan["plan_hash"]}
     )
@@ -107,7 +106,7 @@ def test_the_previews_are_named_when_the_plan_has_previews(api, people):
     seen = raw_post(
         api["reviewer"],
         f"/workflows/{plan['id']}/approve",
-        {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": {"open": "d" * 64}},
+        {"revision": 1, "plan_hash": plan["plan_hash"], "preview_digests": shown},
     )
     assert seen.status_code == 200, seen.content
 

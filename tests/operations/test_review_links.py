@@ -72,7 +72,7 @@ def test_following_a_link_never_decides_and_its_post_does_once(people, planned):
     assert status(planned) == "PLANNED" and not UsedReviewLink.objects.exists()
     assert "Approve “Open, comment on and close a ticket”?" in page.content.decode()
 
-    decided = reviewer.post(path_of(token), {"comment": "from my phone", "previews_shown": "1"})
+    decided = reviewer.post(path_of(token), {"comment": "from my phone"})
     assert decided.status_code == 302 and decided["Location"] == f"/workflows/{planned.pk}/"
     assert status(planned) == "APPROVED"
     assert Approval.objects.get(workflow=planned).comment == "from my phone"
@@ -80,6 +80,19 @@ def test_following_a_link_never_decides_and_its_post_does_once(people, planned):
     again = reviewer.post(path_of(token), {})
     assert again.status_code == 403 and "used already" in again.content.decode()
     assert Approval.objects.filter(workflow=planned).count() == 1
+
+
+def test_a_link_does_not_approve_before_the_plans_previews_exist(people, planned):
+    token = links.make(planned, people["reviewer"], "approve")
+    reviewer = signed_in("reviewer")
+    # The page showed the previews still pending: it carries no digest.
+    answer = reviewer.post(path_of(token), {"comment": "", "previews_shown": "1"}, follow=True)
+    assert "Step open (ticket.create) cannot be approved before its preview exists" in answer.content.decode()
+    assert status(planned) == "PLANNED"
+    assert not UsedReviewLink.objects.exists() and not Approval.objects.exists()  # the link stays unused
+
+    reviewer.post(path_of(token), {})  # once they are taken, the same link approves
+    assert status(planned) == "APPROVED"
 
 
 def test_a_reject_link_rejects(people, planned):
@@ -195,6 +208,7 @@ def test_links_never_reach_the_agents_callback(people, planned, api):
 @pytest.mark.django_db(transaction=True)
 def test_a_reviewer_decides_from_a_link_in_the_browser(browser, live_server, people):
     workflow = plans.submit(people["agent"], ticket_plan("link-browser")).workflow
+    tasks.compute_previews(str(workflow.pk))  # as a worker does after submission: the page shows them
     token = links.make(workflow, people["reviewer"], "approve")
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()

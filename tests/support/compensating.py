@@ -14,7 +14,12 @@ def three_steps(key="inc-1"):
         "steps": [
             {"key": "first", "action": "ticket.create", "args": {"title": "First", "body": "1"}},
             {"key": "second", "action": "ticket.create", "args": {"title": "Second", "body": "2"}},
-            {"key": "third", "action": "ticket.comment", "args": {"ticket_id": 987654, "body": "never lands"}},
+            # Its ticket is a result the step before never has: the comment cannot be sent.
+            {
+                "key": "third",
+                "action": "ticket.comment",
+                "args": {"ticket_id": {"$from": "second.result.missing"}, "body": "never lands"},
+            },
         ],
     }
 

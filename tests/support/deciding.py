@@ -1,5 +1,6 @@
 """Decisions made in Python on what the plan shows now (`Seen.current`),
-for tests whose subject is not what the decider saw."""
+its previews taken first (`seeing.previews_taken`), for tests whose subject
+is not what the decider saw."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from workflows.operations.deciding import Seen
 
 
 def approve(workflow, *, by, comment: str = "", preview_digests=None):
-    seeing.previews_settled(workflow.pk)
+    if preview_digests is None:
+        seeing.previews_taken(workflow.pk)
     seen = Seen.current(workflow)
     if preview_digests is not None:
         seen = replace(seen, preview_digests=preview_digests)

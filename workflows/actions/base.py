@@ -79,7 +79,8 @@ class Action:
     # The preview is taken again just before the effect; if it differs from
     # the one approved, the step is BLOCKED (POLICY_FAILED) for a fresh approval.
     preview_binding: ClassVar[bool] = False
-    # No approval until the preview exists (409 `preview_pending`).
+    # No approval until the preview exists (409 `preview_pending`). Implied
+    # for an action that builds its request (`waits_for_preview`).
     preview_required: ClassVar[bool] = False
 
     def target_url(self, args: dict[str, Any]) -> Any:
@@ -125,6 +126,13 @@ class Action:
     @property
     def has_request(self) -> bool:
         return type(self).request is not Action.request
+
+    @property
+    def waits_for_preview(self) -> bool:
+        """Whether no approval may be recorded before the preview exists: the
+        action requires it (`preview_required`), or the preview carries the
+        request (`request`), which only an approval of it lets the worker send."""
+        return self.preview_required or self.has_request
 
     def lookup(self, operation_key: str) -> Outcome | None:
         raise NotImplementedError(f"{self.name} cannot look up past operations")

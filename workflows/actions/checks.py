@@ -46,9 +46,15 @@ def class_problems(cls: object) -> list[str]:
             problems.append(f"{cls.__qualname__}.{flag} must be True or False; got {value!r}")
     if getattr(cls, "can_lookup", False) is True and not _implements(cls, "lookup"):
         problems.append(f"{cls.__qualname__} sets can_lookup but does not implement lookup(operation_key)")
-    for flag in ("preview_binding", "preview_required"):
-        if getattr(cls, flag, False) is True and not _implements(cls, "preview"):
-            problems.append(f"{cls.__qualname__} sets {flag} but does not implement preview(args)")
+    if getattr(cls, "preview_binding", False) is True and not _implements(cls, "preview"):
+        problems.append(f"{cls.__qualname__} sets preview_binding but does not implement preview(args)")
+    # A preview that is its request's template alone is still one to wait for.
+    if getattr(cls, "preview_required", False) is True and not (
+        _implements(cls, "preview") or _implements(cls, "request")
+    ):
+        problems.append(
+            f"{cls.__qualname__} sets preview_required but implements neither preview(args) nor request(args)"
+        )
     compensation = getattr(cls, "compensation", None)
     if compensation is not None and not isinstance(compensation, str):
         problems.append(f"{cls.__qualname__}.compensation must be an action's name or None; got {compensation!r}")

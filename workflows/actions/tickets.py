@@ -60,6 +60,16 @@ class DeskAction(Action):
         return settings.TICKET_DESK_URL
 
 
+def _kept_secret(ticket_id) -> Preview | None:
+    """The preview of a step whose ticket id travels as a secret: a preview
+    never sees a secret's value, so it reads no ticket and says so (its
+    request's template, which the approval binds, names the secret)."""
+    if not secrets.is_reference(ticket_id):
+        return None
+    named = secrets.shown(ticket_id)
+    return Preview(f"The ticket whose id is {named} (not read: a preview never sees a secret)", {"ticket": named})
+
+
 def _ticket_as_it_stands(ticket_id) -> dict:
     """The ticket's id, title and status, read from the desk (a 404 is the
     plan's fault: INVALID_ARGUMENTS). Its comments are left out: a comment
@@ -121,6 +131,9 @@ class TicketComment(DeskAction):
         body: Ref[CommentBody] = Field(description="The comment, not only blanks.")
 
     def preview(self, args):
+        kept = _kept_secret(args["ticket_id"])
+        if kept is not None:
+            return kept
         ticket = _ticket_as_it_stands(args["ticket_id"])
         return Preview(
             f"Comment on ticket #{ticket['id']} “{ticket['title']}” ({ticket['status']})", {"ticket": ticket}
@@ -148,6 +161,9 @@ class TicketClose(DeskAction):
         ticket_id: Ref[TicketId] = Field(description=TICKET_ID)
 
     def preview(self, args):
+        kept = _kept_secret(args["ticket_id"])
+        if kept is not None:
+            return kept
         ticket = _ticket_as_it_stands(args["ticket_id"])
         return Preview(f"Close ticket #{ticket['id']} “{ticket['title']}” (now {ticket['status']})", {"ticket": ticket})
 

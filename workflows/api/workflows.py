@@ -175,7 +175,8 @@ def wait_for_workflow(
     response=WorkflowOut,
     summary="Approve the revision of a plan you saw (reviewers, not its authors), binding its hash and the "
     "previews you were shown; 409 `stale_revision` when the plan changed since, `preview_pending` "
-    "while an action that requires its preview has none, `preview_changed` when they changed since",
+    "while a step that waits for its preview (every action that sends a request) has none, `preview_changed` "
+    "when they changed since",
 )
 def approve_workflow(request, workflow_id: UUID, payload: ApprovalIn):
     # Who may approve, and what, is checked once, under the plan's lock.

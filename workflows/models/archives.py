@@ -39,7 +39,7 @@ class ArchivedWorkflowQuerySet(models.QuerySet):
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user, **teams.token_team(user)))
         return self.filter(submitted_by=user, **teams.token_team(user))
 
 

@@ -20,7 +20,7 @@ class JobQuerySet(models.QuerySet):
             return self
         if not roles.sees_recovery(user):
             return self.none()
-        return self.filter(Q(created_by=user) | Q(team_id__in=teams.team_ids(user)))
+        return self.filter(Q(created_by=user, **teams.token_team(user)) | Q(team_id__in=teams.team_ids(user)))
 
 
 class Job(models.Model):

@@ -28,12 +28,12 @@ class WorkflowQuerySet(models.QuerySet):
     def visible_to(self, user):
         """People see the plans of their teams (global roles: every team)
         and what they submitted themselves; an agent sees only what it
-        submitted, and through a token only what it submitted for that
-        token's team (DESIGN §27: a token's team scopes its reads)."""
+        submitted. Through a token, anyone sees only that token's team's
+        (DESIGN §27: a token's team scopes its reads)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
-            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user))
+            return self.filter(Q(team_id__in=teams.team_ids(user)) | Q(submitted_by=user, **teams.token_team(user)))
         return self.filter(submitted_by=user, **teams.token_team(user))
 
 
@@ -96,8 +96,8 @@ class Workflow(models.Model):
         what every operation checks before acting on it for `user`."""
         if teams.is_global(user):
             return True
-        if teams.is_staff_role(user):
-            return self.team_id in teams.team_ids(user) or self.submitted_by_id == user.pk
+        if teams.is_staff_role(user) and self.team_id in teams.team_ids(user):
+            return True
         return self.submitted_by_id == user.pk and all(
             getattr(self, name) == value for name, value in teams.token_team(user).items()
         )

@@ -110,7 +110,10 @@ class DeadLetterQuerySet(models.QuerySet):
         if teams.is_staff_role(user):
             if not roles.sees_recovery(user):
                 return self.none()
-            return self.filter(Q(workflow__team_id__in=teams.team_ids(user)) | Q(workflow__submitted_by=user))
+            return self.filter(
+                Q(workflow__team_id__in=teams.team_ids(user))
+                | Q(workflow__submitted_by=user, **teams.token_team(user, "workflow__"))
+            )
         return self.filter(workflow__submitted_by=user, **teams.token_team(user, "workflow__"))
 
 

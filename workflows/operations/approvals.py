@@ -99,29 +99,34 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
 def _previews_shown(steps: list[Step], shown: dict[str, str] | None) -> dict[str, str]:
     """The digests this approval binds: the current previews of the plan's
     steps, which must be those the reviewer was shown (named whenever the
-    plan has a preview). An action that requires its preview refuses
-    approval until a step yet to run has one."""
+    plan has a preview). An action that waits for its preview (one it
+    requires, or one carrying the request it will send) refuses approval
+    until a step yet to run has one: a request nobody was shown is never
+    bound, so never sent."""
+    current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
+    if shown is None and current:
+        deciding.require(Seen(), "preview_digests")
     for step in steps:
         action = actions.find(step.action)
         if (
             action is not None
-            and action.preview_required
+            and action.waits_for_preview
             and step.status in (StepStatus.PENDING, StepStatus.BLOCKED)
             and step.preview_state in (PreviewState.PENDING, PreviewState.FAILED)
         ):
+            waiting = {"step": step.key, "preview_state": step.preview_state}
             if step.preview_state == PreviewState.PENDING:
                 raise PreviewPending(
                     f"Step {step.key} ({step.action}) cannot be approved before its preview "
-                    "exists, and a worker has yet to take it: wait a moment and look again."
+                    "exists, and a worker has yet to take it: wait a moment and look again.",
+                    details=waiting,
                 )
             raise PreviewPending(
                 f"Step {step.key} ({step.action}) cannot be approved before its preview exists, "
                 f"and taking it failed ({step.preview_failure_class}): take the previews again, "
-                "or reject the plan."
+                "or reject the plan.",
+                details=waiting,
             )
-    current = {step.key: step.preview_digest for step in steps if step.preview_state == PreviewState.READY}
-    if shown is None and current:
-        deciding.require(Seen(), "preview_digests")
     if shown is not None and shown != current:
         raise PreviewChanged(
             "The effect previews changed since you looked: review the new previews, then decide again."

@@ -46,6 +46,7 @@ from django.db.models import Count, Min
 
 from workflows import roles
 from workflows.audit import journal
+from workflows.engine import previews
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen
@@ -214,6 +215,8 @@ class Soak:
         for _ in range(max(0, count)):
             key = f"chaos-{self.tag}-{len(self.workflow_ids)}"
             workflow = plans.submit(self.agent, ticket_plan(key)).workflow
+            # What the reviewers approve: the previews, with the requests the steps send.
+            previews.compute(workflow.pk)
             for reviewer in self.reviewers:
                 workflow = approvals.approve(workflow, by=reviewer, seen=Seen.current(workflow))
                 if workflow.status != WorkflowStatus.PLANNED:

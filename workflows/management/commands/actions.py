@@ -11,6 +11,8 @@ def describe(name: str) -> dict:
     action = actions.get(name)
     # getattr: a flag an older action class predates reads as off.
     flags = {flag: getattr(action, flag, False) for flag in FLAGS}
+    # As approval applies it: an action that builds its request waits for its preview too.
+    flags["preview_required"] = action.waits_for_preview
     return {
         "name": name,
         "source": actions.source(name).as_json(),
