@@ -42,7 +42,7 @@ import requests.auth
 
 __all__ = ["Console", "ConsoleError", "Invalid", "Forbidden", "NotFound", "Conflict", "Unavailable"]
 
-# What `wait(until="terminal")` waits for (DESIGN §21.2): the end states
+# What `wait(until="terminal")` waits for (docs/explanation/agents.md#waiting): the end states
 # and those that need a person.
 TERMINAL = frozenset(
     {"COMPLETE", "REJECTED", "EXPIRED", "CANCELLED", "FAILED", "NEEDS_ATTENTION", "COMPENSATED", "COMPENSATION_FAILED"}
@@ -224,7 +224,7 @@ class Console:
         same key with another plan is a `Conflict`. `deadline` (seconds or a
         timedelta) is how long the plan may wait for approval and run.
         `callback_url` is sent only when given: a server without signed
-        webhooks (DESIGN §21.3) ignores it."""
+        webhooks (docs/explanation/agents.md#webhooks) ignores it."""
         body: dict[str, Any] = {
             "name": name,
             "submission_key": submission_key or f"client-{uuid.uuid4()}",

@@ -1,4 +1,4 @@
-"""The approval proof (DESIGN §25): a compact JWS the console's worker sends
+"""The approval proof (docs/explanation/approval-proofs.md#approval-proof): a compact JWS the console's worker sends
 in the `Approval-Proof` header of every remote write, and the check a
 receiving system makes of it.
 
@@ -100,8 +100,8 @@ class UnknownKey(InvalidProof):
 
 
 class _Ed25519(jws.JWSAlgModel):
-    """`EdDSA` as DESIGN §25 names it, held to Ed25519 keys. joserfc's own
-    `EdDSA` also takes Ed448 and warns that RFC 9864 deprecates the name
+    """`EdDSA` as the approval proof names it (docs/explanation/approval-proofs.md#keys), held to Ed25519 keys.
+    joserfc's own `EdDSA` also takes Ed448 and warns that RFC 9864 deprecates the name
     in favour of `Ed25519`; the header keeps the name receivers expect,
     and the curve is fixed here instead."""
 

@@ -86,7 +86,7 @@ SIGNING_KEY_OVERLAP_HOURS = env_float(
     minimum=0.0,
     help="How long a retired signing key stays published after `signing_key --retire`.",
 )
-# The lifetime of an approval proof (DESIGN §25): signed as each write is
+# The lifetime of an approval proof (docs/explanation/approval-proofs.md#approval-proof): signed as each write is
 # sent, so it only has to outlive the request's way to the receiver.
 APPROVAL_PROOF_TTL_SECONDS = env_int(
     "APPROVAL_PROOF_TTL_SECONDS", 300, minimum=1, help="Lifetime of the approval proof sent with each remote write."
@@ -337,7 +337,7 @@ REVIEW_WEBHOOK_URL = env_str(
     "REVIEW_WEBHOOK_URL", "", help="A URL told of each plan that awaits review (a chat incoming webhook)."
 )
 # A reviewer's claim on a plan ("I'm on it") lapses after this many minutes
-# without their activity on it (DESIGN §22).
+# without their activity on it (docs/explanation/review.md#review).
 REVIEW_CLAIM_MINUTES = env_int(
     "REVIEW_CLAIM_MINUTES",
     30,
@@ -345,9 +345,9 @@ REVIEW_CLAIM_MINUTES = env_int(
     help="A reviewer's claim on a plan lapses after this many minutes without activity.",
 )
 # Every decision made through a session (console and review links) needs a
-# sign-in younger than this many seconds, or asks to sign in again (DESIGN
-# §22, §27). An hour: SSO sessions renew silently, carrying the provider's
-# `auth_time`.
+# sign-in younger than this many seconds, or asks to sign in again
+# (docs/explanation/review.md#review, docs/explanation/decisions.md#bound-decisions). An hour: SSO sessions renew
+# silently, carrying the provider's `auth_time`.
 DECISION_MAX_AUTH_AGE = env_int(
     "DECISION_MAX_AUTH_AGE",
     3600,
@@ -355,7 +355,7 @@ DECISION_MAX_AUTH_AGE = env_int(
     help="Seconds since sign-in after which a decision asks to sign in again.",
 )
 
-# Sign-in (DESIGN §23). OpenID Connect when OIDC_ISSUER is set: its endpoints
+# Sign-in (docs/explanation/teams.md#teams). OpenID Connect when OIDC_ISSUER is set: its endpoints
 # come from the issuer's discovery document, read at the first sign-in (not
 # here), so a provider that is down stops sign-in, not start-up.
 OIDC_ISSUER = (
@@ -399,7 +399,7 @@ for _team in [*OIDC_TEAM_MAP, *([OIDC_DEFAULT_TEAM] if OIDC_DEFAULT_TEAM else []
         )
 # At SSO sign-in, an account whose provider-verified email is in one of these
 # domains is grouped, for four-eyes only, with the one active local account
-# of that email (DESIGN §27; workflows.persons).
+# of that email (docs/explanation/decisions.md#bound-decisions; workflows.persons).
 OIDC_LINK_EMAIL_DOMAINS = [
     domain.strip().lower().lstrip("@")
     for domain in env_list(
@@ -421,7 +421,7 @@ OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env_int(
 OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.1, help="Seconds a request to the provider may take.")
 # Local username/password sign-in (the embedded default's accounts); 0 leaves
 # SSO only, and `manage.py breakglass` lets one local account in for a while.
-# Off by default once there is a provider (DESIGN §27).
+# Off by default once there is a provider (docs/explanation/decisions.md#bound-decisions).
 LOCAL_LOGIN = env_bool(
     "LOCAL_LOGIN",
     not OIDC_ISSUER,
@@ -471,7 +471,7 @@ BULK_BATCH_SIZE = env_int(
 WORKER_TICK_SECONDS = env_float(
     "WORKER_TICK_SECONDS", 0.5, minimum=0.05, help="How often an idle worker looks for due work without a wake-up."
 )
-# Remote effects each worker process keeps in flight at once (DESIGN §19):
+# Remote effects each worker process keeps in flight at once (docs/explanation/concurrency.md#effects-in-flight):
 # threads that hold no database connection; claims, REQUESTED attempts and
 # outcomes are committed in groups on the worker's own connection.
 WORKER_CONCURRENCY = env_int(

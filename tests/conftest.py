@@ -93,7 +93,7 @@ def desk(desk_process, settings):
 
 @pytest.fixture(scope="session")
 def proof_desk_process(tmp_path_factory):
-    """A desk that requires an approval proof on every write (DESIGN §25),
+    """A desk that requires an approval proof on every write (docs/explanation/approval-proofs.md#approval-proof),
     trusting the console's key set."""
     folder = tmp_path_factory.mktemp("proof-desk")
     with TicketDesk(folder / "desk.sqlite3", require_proofs=console_jwks_file(folder / "jwks.json")) as desk:

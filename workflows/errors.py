@@ -32,7 +32,8 @@ class NotVisible(DomainError):
 
 
 class Archived(DomainError):
-    """The object was moved out to an archive (DESIGN §24): gone, not unknown."""
+    """The object was moved out to an archive (docs/explanation/operations-at-scale.md#operations-at-scale): gone, not
+    unknown."""
 
     code = "archived"
     status = 410

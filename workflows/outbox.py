@@ -69,7 +69,7 @@ def any_due() -> bool:
 
 
 def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = None) -> int:
-    # Each endpoint hears only the plans of its team (DESIGN §23).
+    # Each endpoint hears only the plans of its team (docs/explanation/teams.md#teams).
     endpoints = defaultdict(list)
     for pk, team_id in WebhookEndpoint.objects.filter(enabled=True).values_list("pk", "team_id"):
         endpoints[team_id].append(pk)

@@ -9,7 +9,7 @@ OPERATORS = "operators"
 AUDITORS = "auditors"
 ALL = (REVIEWERS, OPERATORS, AUDITORS)
 # Auditors in this group see every team (so do superusers); it gives
-# nothing to anyone else (DESIGN §23, `workflows.teams`).
+# nothing to anyone else (docs/explanation/teams.md#teams, `workflows.teams`).
 GLOBAL = "global"
 
 

@@ -24,7 +24,8 @@ def _step_out(step) -> dict:
                 "failure_class": a.failure_class or None,
                 "started_at": a.started_at,
                 "finished_at": a.finished_at,
-                # The approval proof its writes carried (DESIGN §25), never the token.
+                # The approval proof its writes carried (docs/explanation/approval-proofs.md#approval-proof), never the
+                # token.
                 "proof": {"kid": a.proof_kid, "jti": a.proof_jti, "approvers": a.proof_approvers or []}
                 if a.proof_kid
                 else None,
@@ -35,7 +36,7 @@ def _step_out(step) -> dict:
 
 
 def _pending_resolution_out(step) -> dict | None:
-    """An operator's answer waiting for a second person (DESIGN §27)."""
+    """An operator's answer waiting for a second person (docs/explanation/decisions.md#bound-decisions)."""
     proposal = step.proposed_resolution
     if proposal is None:
         return None
@@ -114,7 +115,7 @@ def workflow_out(workflow: Workflow) -> dict:
         "deadline": workflow.deadline,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
-        # Who is handling the plan while it awaits a decision (DESIGN §22).
+        # Who is handling the plan while it awaits a decision (docs/explanation/review.md#review).
         "claimed_by": claim[0].get_username() if (claim := workflow.claim()) else None,
         "claim_expires_at": claim[1] if claim else None,
         "steps": [_step_out(step) for step in steps if step.lane == 0],

@@ -1,6 +1,6 @@
 """Every status and every allowed move between them, in one table.
 
-The strings are the public contract (DESIGN §5). `workflows.engine.transitions.move`
+The strings are the public contract (docs/reference/states.md#states). `workflows.engine.transitions.move`
 is the only code that changes a status; it consults `check` below.
 """
 
@@ -20,7 +20,7 @@ class WorkflowStatus(models.TextChoices):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
-    # Paused before a gate until enough reviewers approve it (DESIGN §22).
+    # Paused before a gate until enough reviewers approve it (docs/explanation/review.md#review).
     WAITING_GATE = "WAITING_GATE"
 
 
@@ -59,7 +59,7 @@ class FailureClass(models.TextChoices):
 
 
 class PreviewState(models.TextChoices):
-    """Where a step's effect preview stands (DESIGN §20)."""
+    """Where a step's effect preview stands (docs/explanation/actions.md#actions)."""
 
     # The action offers no preview.
     NONE = "NONE"
@@ -156,7 +156,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
 # is over even though its completed steps may still be compensated.
 TERMINAL_WORKFLOW = frozenset({W.COMPLETE, W.REJECTED, W.EXPIRED, W.CANCELLED, W.COMPENSATED})
 ACTIVE_WORKFLOW = frozenset({W.APPROVED, W.RUNNING})
-# What a waiter for the end of a workflow waits for (DESIGN §21.2): the end
+# What a waiter for the end of a workflow waits for (docs/explanation/agents.md#waiting): the end
 # states, and the states that need a person, so that a waiter is never stuck.
 SETTLED_WORKFLOW = frozenset(
     {

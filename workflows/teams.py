@@ -1,4 +1,4 @@
-"""Which teams a user's work belongs to (DESIGN §23).
+"""Which teams a user's work belongs to (docs/explanation/teams.md#teams).
 
 A person sees, decides and replays only within their teams: the teams they
 are a member of, or `default` for a local account in a role group that is a
@@ -9,7 +9,7 @@ query that shows or changes team work starts from the user through the
 `visible_to(user)` queryset methods in `workflows.models`, which use these.
 
 A request that came with an API token reads as that token's team alone
-(DESIGN §27), whoever holds it: `token_team_id` narrows `is_global` and
+(docs/explanation/decisions.md#bound-decisions), whoever holds it: `token_team_id` narrows `is_global` and
 `team_ids` here, once, for every read and decision made through it.
 """
 

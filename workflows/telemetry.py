@@ -1,4 +1,4 @@
-"""Tracing and structured logs (DESIGN §24).
+"""Tracing and structured logs (docs/explanation/operations-at-scale.md#operations-at-scale).
 
 Tracing is on only when OTEL_EXPORTER_OTLP_ENDPOINT is set: then `setup`
 installs a tracer provider exporting by OTLP over HTTP, and the maintained

@@ -1,4 +1,4 @@
-"""Exact previews (DESIGN §27): each built-in action with an effect shows,
+"""Exact previews (docs/explanation/decisions.md#bound-decisions): each built-in action with an effect shows,
 in its preview, the request it will send, built by the code that sends it,
 with secrets and results of earlier steps as named placeholders; the
 approval's digest covers it; the worker builds it again before the effect

@@ -1,4 +1,4 @@
-"""The approval proof reaches email too (DESIGN §27): `email.send` hands a
+"""The approval proof reaches email too (docs/explanation/decisions.md#bound-decisions): `email.send` hands a
 real SMTP server (tests.support.smtp) a message whose `Approval-Proof` and
 `Idempotency-Key` headers bind it to its approval; `htm` is SMTP, `htu` and
 `aud` the sorted recipients, `body_sha256` the text body as sent, and the

@@ -1,4 +1,4 @@
-"""Outbound address rules (DESIGN §21.3) for webhooks and `http.post`: the
+"""Outbound address rules (docs/explanation/agents.md#webhooks) for webhooks and `http.post`: the
 worker resolves the host once, refuses loopback, private, link-local and
 metadata addresses unless WEBHOOK_ALLOW_PRIVATE=1, connects to the address
 it checked, and follows no redirects.
@@ -148,7 +148,7 @@ def test_a_webhook_follows_no_redirect_and_a_refused_address_dead_letters_at_onc
     assert len(receiver.requests) == 1
 
 
-# --- one parse, checked and connected to (DESIGN §27) ------------------------------
+# --- one parse, checked and connected to (docs/explanation/decisions.md#bound-decisions) ------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Effect previews (DESIGN §20): a worker takes a read-only look at what each
+"""Effect previews (docs/explanation/actions.md#actions): a worker takes a read-only look at what each
 step would do after submission, reviewers approve the previews they were
 shown (their digests sealed beside the plan hash), and an action with
 `preview_binding` has its preview taken again just before the effect: a
@@ -50,7 +50,7 @@ def close_plan(ticket_id, key="close-it") -> dict:
 
 
 def template(request: dict) -> dict:
-    """A request template as a preview carries it (DESIGN §27), with its SHA-256."""
+    """A request template as a preview carries it (docs/explanation/decisions.md#bound-decisions), with its SHA-256."""
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return {**request, "template_sha256": hashlib.sha256(canonical.encode()).hexdigest()}
 

@@ -1,4 +1,4 @@
-"""Signed outbound webhooks (DESIGN §21.3): each event is written to the
+"""Signed outbound webhooks (docs/explanation/agents.md#webhooks): each event is written to the
 outbox with its change, delivered by the workers at least once with a
 stable webhook-id and Standard Webhooks signatures, retried, dead-lettered
 and replayed; secrets are shown once and stored encrypted."""

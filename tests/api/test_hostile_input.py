@@ -1,4 +1,4 @@
-"""No input gives a 500 (DESIGN §18.5): malformed or hostile input gets a 4xx
+"""No input gives a 500 (docs/explanation/trust-core.md#no-5xx-on-input): malformed or hostile input gets a 4xx
 with a message and changes nothing, on every API operation and every page
 and form of the console.
 

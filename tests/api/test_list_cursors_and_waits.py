@@ -1,7 +1,7 @@
 """Lists and the long-poll wait refuse hostile input with exactly the 400
-and error code the API documents (DESIGN §12, §18.5, §21.2): a cursor no page
-gave out, on every list of the published schema and of the console; a wait
-for anything but a decision or the end, or for other than 1 to 60 seconds.
+and error code the API documents (docs/reference/http-api.md#http-api, docs/explanation/trust-core.md#no-5xx-on-input,
+docs/explanation/agents.md#waiting): a cursor no page gave out, on every list of the published schema and of the
+console; a wait for anything but a decision or the end, or for other than 1 to 60 seconds.
 A real cursor still pages."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Action policies over the API (DESIGN §19): operators tighten alone, a
+"""Action policies over the API (docs/explanation/concurrency.md#effects-in-flight): operators tighten alone, a
 loosening waits for a second operator, auditors read, bad input is a 400
 that changes nothing."""
 

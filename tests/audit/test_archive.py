@@ -1,5 +1,5 @@
-"""Retention with a verifiable archive (DESIGN §24): `archive` moves old
-finished workflows out to signed, hashed files after recording the archive
+"""Retention with a verifiable archive (docs/explanation/operations-at-scale.md#operations-at-scale): `archive` moves
+old finished workflows out to signed, hashed files after recording the archive
 in the live audit chain; the chain still verifies; `verify_archive` finds
 any change to the files or the manifest; `restore` brings one back
 read-only; the console says "archived on DATE"; teams keep their own

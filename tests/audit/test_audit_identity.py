@@ -1,4 +1,4 @@
-"""Who did it, precisely (DESIGN §23): each event a request writes for its
+"""Who did it, precisely (docs/explanation/teams.md#teams): each event a request writes for its
 own actor records the identity provider's subject and issuer (SSO), the API
 token (agents) and the client address, X-Forwarded-For believed only from
 TRUSTED_PROXIES; the fields are hashed into the chain, older events without

@@ -1,4 +1,4 @@
-"""Keyed audit and signed checkpoints (DESIGN §18.4): someone who can write
+"""Keyed audit and signed checkpoints (docs/explanation/trust-core.md#keyed-audit): someone who can write
 audit rows but holds neither the audit key nor the signing key cannot
 change, remove, forge or rewrite history without `verify_audit` (the real
 command, in its own process) failing and naming what it found."""

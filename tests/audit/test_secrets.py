@@ -1,7 +1,7 @@
 """Secrets never reach a row, a log line, a page or an API answer, and what
 people and agents submit is never rewritten: a credential is refused, a
-secret is passed by reference and resolved only by the worker (DESIGN §18.1,
-§18.2)."""
+secret is passed by reference and resolved only by the worker (docs/explanation/trust-core.md#secrets-by-reference,
+docs/explanation/trust-core.md#refuse-never-rewrite)."""
 
 import json
 import logging
@@ -521,8 +521,8 @@ def test_policy_refusals_give_one_message_for_every_reason(api, desk, settings):
 
 
 def test_a_secret_in_a_message_goes_only_to_the_recipient_domains_the_policy_lists(api, settings):
-    """For email.send, SECRETS_POLICY's hosts are the recipients' domains (DESIGN §27): every
-    recipient, To and Cc, must be at one of them."""
+    """For email.send, SECRETS_POLICY's hosts are the recipients' domains
+    (docs/explanation/decisions.md#bound-decisions): every recipient, To and Cc, must be at one of them."""
     settings.SECRETS_POLICY = {"MAIL_TOKEN": {"actions": ["email.send"], "hosts": ["example.com"]}}
 
     def submit(key, **recipients):

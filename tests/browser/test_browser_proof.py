@@ -1,5 +1,5 @@
 """The workflow page shows, per attempt, the approval proof its writes
-carried (DESIGN §25): the signing key's id and the approvers it names."""
+carried (docs/explanation/approval-proofs.md#approval-proof): the signing key's id and the approvers it names."""
 
 import pytest
 from playwright.sync_api import expect

@@ -1,4 +1,4 @@
-"""The approval proof carried to the effect (DESIGN §25): every remote write
+"""The approval proof carried to the effect (docs/explanation/approval-proofs.md#approval-proof): every remote write
 carries a JWS, signed with the console's Ed25519 key, over exactly that
 request; a receiver (here the real ticket desk) refuses writes without one;
 a refusal is PERMISSION_DENIED, and a replay sends a fresh proof under the

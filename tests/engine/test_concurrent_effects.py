@@ -1,4 +1,4 @@
-"""Many remote effects in flight per worker (DESIGN §19), each with its own
+"""Many remote effects in flight per worker (docs/explanation/concurrency.md#effects-in-flight), each with its own
 claim, fence, committed REQUESTED attempt and lease: real clusters, the real
 desk holding the requests with its latency fault, real SIGKILL and SIGSTOP."""
 

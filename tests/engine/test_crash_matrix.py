@@ -17,7 +17,7 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture
 def desk(proof_desk):
-    """The desk of every test here requires approval proofs (DESIGN §25):
+    """The desk of every test here requires approval proofs (docs/explanation/approval-proofs.md#approval-proof):
     crashes, repeats and reconciliation must still see one effect per key,
     each carried by a proof the desk verified."""
     return proof_desk

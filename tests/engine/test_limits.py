@@ -1,4 +1,4 @@
-"""Limits per action (DESIGN §19): claims never exceed an action's
+"""Limits per action (docs/explanation/concurrency.md#effects-in-flight): claims never exceed an action's
 `max_in_flight` or its rate, cluster-wide; a saturated action never keeps
 others from being claimed; a remote's RATE_LIMITED answer pauses its action
 for every step; replays obey the same limits."""

@@ -1,4 +1,4 @@
-"""An approval binds to what runs (DESIGN §18.3): the plan hash is recomputed
+"""An approval binds to what runs (docs/explanation/trust-core.md#plan-binding): the plan hash is recomputed
 from the stored steps at every claim, and only approvals sealed with the
 audit key count. The attacker here can write to the database, not read the
 key."""

@@ -1,4 +1,4 @@
-"""Break-glass (DESIGN §27): with local sign-in off, `manage.py breakglass
+"""Break-glass (docs/explanation/decisions.md#bound-decisions): with local sign-in off, `manage.py breakglass
 USER --hours N` lets one local account sign in with its password for N
 hours; the grant and each of its sign-ins are audited; nobody else gets in,
 and neither does it once the time is up."""

@@ -1,5 +1,5 @@
 """Every decision made through a session needs a sign-in younger than
-DECISION_MAX_AUTH_AGE (DESIGN §27; one hour by default): older, the console
+DECISION_MAX_AUTH_AGE (docs/explanation/decisions.md#bound-decisions; one hour by default): older, the console
 decides nothing and asks the person to sign in again, then sends them back
 to the page they decided from. Review links check it themselves
 (test_review_links.py); the API takes bearer tokens, not sessions."""

@@ -251,7 +251,7 @@ def test_agents_cannot_reach_others_objects_by_guessing_ids(world, people):
     assert console.get(f"/workflows/{theirs.pk}/").status_code == 404
 
 
-# --- the team dimension (DESIGN §23) ------------------------------------------
+# --- the team dimension (docs/explanation/teams.md#teams) ------------------------------------------
 #
 # The same world, in team `blue`: its agent's token is blue's, and blue's own
 # reviewers, operators and auditors handle it. Every URL and API operation is
@@ -437,7 +437,8 @@ def test_every_console_url_for_each_team_and_global_roles(blue_world):
 
 
 def test_every_api_operation_for_each_team_and_global_roles(blue_world):
-    # A token reads its own team's work alone (DESIGN §27): the global people's are blue's.
+    # A token reads its own team's work alone (docs/explanation/decisions.md#bound-decisions): the global people's are
+    # blue's.
     blue = Team.objects.get(name="blue")
     keys = {
         persona: tokens.issue(User.objects.get(username=persona), team=blue if kind == "global" else None)

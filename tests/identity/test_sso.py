@@ -1,4 +1,4 @@
-"""Sign-in through an OpenID Connect provider (DESIGN §23), against a real
+"""Sign-in through an OpenID Connect provider (docs/explanation/teams.md#teams), against a real
 provider process that can issue bad tokens (tests/support/oidc_provider.py): the
 code flow with state, nonce and PKCE; every bad ID token refused with its
 reason and no session; groups and teams from the maps at every sign-in;

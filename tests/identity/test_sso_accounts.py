@@ -1,4 +1,4 @@
-"""What an SSO sign-in makes of the account (DESIGN §27), against the real
+"""What an SSO sign-in makes of the account (docs/explanation/decisions.md#bound-decisions), against the real
 provider process: a role holder with no mapped team gets none (a page says
 why) unless OIDC_DEFAULT_TEAM names one; an SSO and a local account are
 one person for four-eyes when the provider vouches for an email of a

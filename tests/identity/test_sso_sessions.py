@@ -1,4 +1,4 @@
-"""Sessions and tokens follow the person (DESIGN §27), against the real
+"""Sessions and tokens follow the person (docs/explanation/decisions.md#bound-decisions), against the real
 provider process (tests/support/oidc_provider.py): the provider's back-channel
 logout and a silent renewal it refuses end the person's sessions and stop
 their agents' tokens until re-enabled; sign-out ends the provider's session

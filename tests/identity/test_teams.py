@@ -1,4 +1,4 @@
-"""Teams (DESIGN §23): agents' tokens and their plans belong to a team;
+"""Teams (docs/explanation/teams.md#teams): agents' tokens and their plans belong to a team;
 people see, decide and replay only within their teams; global roles see
 every team; an action policy may name the group whose members alone approve.
 """
@@ -102,7 +102,7 @@ def test_a_plan_belongs_to_the_team_of_the_token_it_came_with(people, payments, 
     plain = api["agent"].post("/workflows", ticket_plan("plain"))
     assert paid.team.name == "payments"
     assert Workflow.objects.get(pk=plain.json()["id"]).team.name == Team.DEFAULT
-    # Each of the agent's tokens reads only the plans of its own team (DESIGN §27).
+    # Each of the agent's tokens reads only the plans of its own team (docs/explanation/decisions.md#bound-decisions).
     listed = {item["id"] for item in api["agent"].get("/workflows").json()["items"]}
     assert listed == {plain.json()["id"]}
     paid_token = payments["agent"].client
@@ -205,7 +205,7 @@ def reads(client: ApiClient, work: dict[str, str]) -> dict[str, bool]:
 def test_a_token_reads_only_its_teams_work_whoever_holds_it(people, payments, api):
     """A token issued for payments reads nothing of the default team, held
     by a global superuser, by someone in both teams, or by the person who
-    submitted the plan there themselves (DESIGN §27); without a token, the
+    submitted the plan there themselves (docs/explanation/decisions.md#bound-decisions); without a token, the
     same people see both teams."""
     plain = Workflow.objects.get(
         pk=ApiClient(people["admin"]).post("/workflows", half_done("plain-half")).json()["id"]
@@ -299,7 +299,7 @@ def test_audit_pages_and_exports_hold_only_the_auditors_teams(people, payments, 
 
 
 def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(people, payments, api):
-    """Sign-ins, jobs, grants and links too, not only plans' events (DESIGN §27)."""
+    """Sign-ins, jobs, grants and links too, not only plans' events (docs/explanation/decisions.md#bound-decisions)."""
     paid = dead_letter_in(payments["agent"].submit(half_done("paid-half")), payments["reviewer"])
     dead_letter_in(
         Workflow.objects.get(pk=api["agent"].post("/workflows", half_done("plain-half")).json()["id"]),
@@ -335,7 +335,7 @@ def test_auditors_outside_global_see_only_their_teams_events_of_every_kind(peopl
     exported = b"".join(console("all-seeing").get("/audit/export.jsonl").streaming_content).decode()
     everything = {(row["object_type"], row["object_id"]) for row in map(json.loads, exported.splitlines())}
     assert mine | theirs <= everything and any(kind == "person" for kind, _ in everything)
-    # Through a token, even theirs, only the token's team (DESIGN §27).
+    # Through a token, even theirs, only the token's team (docs/explanation/decisions.md#bound-decisions).
     global_token = ApiClient(User.objects.get(username="all-seeing"))  # for default: they are in no team
     assert {
         (row["object_type"], row["object_id"]) for row in global_token.get("/audit", limit=500).json()["items"]

@@ -1,5 +1,5 @@
-"""Reconcile before replay, in bulk (DESIGN §24): after a desk outage in
-which some effects landed and their answers were lost, an operator sorts the
+"""Reconcile before replay, in bulk (docs/explanation/operations-at-scale.md#operations-at-scale): after a desk outage
+in which some effects landed and their answers were lost, an operator sorts the
 dead letters into applied / safe / in doubt, settles the applied ones
 without a new effect, and replays only the safe ones in a job that workers
 advance in batches; every operation key ends up on the desk exactly once,

@@ -1,4 +1,4 @@
-"""Claims (DESIGN §22): a reviewer claims a plan ("I'm on it"), releases it
+"""Claims (docs/explanation/review.md#review): a reviewer claims a plan ("I'm on it"), releases it
 or hands it to another reviewer; the inbox shows who holds what and filters
 "mine" / "unclaimed"; a claim lapses after REVIEW_CLAIM_MINUTES without its
 holder's activity, and it never blocks another reviewer's decision."""

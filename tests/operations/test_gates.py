@@ -1,4 +1,4 @@
-"""Gates in the middle of a plan (DESIGN §22): the run goes up to a gated
+"""Gates in the middle of a plan (docs/explanation/review.md#review): the run goes up to a gated
 step and waits (WAITING_GATE) until N reviewers approve the gate, having
 seen the results before it; a rejected gate ends the workflow REJECTED with
 compensation of what completed on offer; a gate waiting past the deadline

@@ -1,4 +1,4 @@
-"""No single person completes a decision chain (DESIGN §27): an operator's
+"""No single person completes a decision chain (docs/explanation/decisions.md#bound-decisions): an operator's
 answer for an IN_DOUBT step whose result a later step reads by `$from`
 takes effect only once a second person (reviewer or operator, not the one
 who answered) confirms it; until then the step stays IN_DOUBT, the workflow

@@ -1,4 +1,4 @@
-"""Deciding from a link (DESIGN §22): each reviewer's notice carries signed
+"""Deciding from a link (docs/explanation/review.md#review): each reviewer's notice carries signed
 approve and reject links bound to them, the revision and plan hash, the
 decision and an expiry, usable once. Following a link shows a confirmation
 page and never decides; the page's POST decides (CSRF, four eyes, a recent

@@ -1,4 +1,4 @@
-"""Reminders and escalation (DESIGN §22): a plan may set a review deadline
+"""Reminders and escalation (docs/explanation/review.md#review): a plan may set a review deadline
 with reminder times and an escalation group. Reviewers are reminded before
 the deadline, the group is told once it passes, and the plan expires at its
 own deadline: each exactly once, even with two clusters sweeping at once.
@@ -101,7 +101,7 @@ def test_reminders_reach_reviewers_and_the_escalation_the_group_each_once(people
 
 def test_an_agent_escalates_only_to_a_group_of_its_plans_team(people, api, leads, django_user_model):
     """A group of another team's people is refused; in a group spanning
-    teams, only the plan's team's members are told (DESIGN §27)."""
+    teams, only the plan's team's members are told (docs/explanation/decisions.md#bound-decisions)."""
     payments = Team.objects.create(name="payments")
     outsider = django_user_model.objects.create_user("pay-lead", email="pay-lead@example.com", password="x")
     outsider.groups.add(Group.objects.create(name="pay-leads"), Group.objects.get(name="leads"))

@@ -1,4 +1,4 @@
-"""Approve with edits (DESIGN §22): a reviewer edits the arguments of a plan
+"""Approve with edits (docs/explanation/review.md#review): a reviewer edits the arguments of a plan
 awaiting review, which makes revision N+1 with a new plan hash; approvals of
 earlier revisions no longer count, the editor cannot approve the revision
 they made, the page shows what changed field by field, the audit trail says

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture
 def desk(proof_desk):
-    """The soak's desk requires approval proofs (DESIGN §25) of every write."""
+    """The soak's desk requires approval proofs (docs/explanation/approval-proofs.md#approval-proof) of every write."""
     return proof_desk
 
 
@@ -77,7 +77,10 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
 
 def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):
     if connection.vendor != "postgresql":
-        pytest.skip("two clusters as two hosts share one PostgreSQL (DESIGN §2); SQLite is the single-host default")
+        pytest.skip(
+            "two clusters as two hosts share one PostgreSQL (docs/explanation/architecture.md#processes); "
+            "SQLite is the single-host default"
+        )
     agent, reviewers = chaos.personas()
     desk.fault(mode="latency", ms=200)
     first, second = start_clusters(start_worker, "host-a", "host-b")

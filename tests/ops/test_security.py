@@ -160,7 +160,7 @@ def test_moderate_nesting_is_fine(api):
     assert api["agent"].post("/workflows", plan).status_code == 201
 
 
-# --- /metrics: a token, or direct loopback callers only (DESIGN §27) ------------------
+# --- /metrics: a token, or direct loopback callers only (docs/explanation/decisions.md#bound-decisions) ---------------
 
 
 def test_metrics_without_a_token_answer_a_direct_loopback_caller_only(live_server, settings):

@@ -1,5 +1,5 @@
-"""Tracing and structured logs (DESIGN §24): one approval's trace runs from
-the reviewer's request into the worker and out to the remote call; spans
+"""Tracing and structured logs (docs/explanation/operations-at-scale.md#operations-at-scale): one approval's trace runs
+from the reviewer's request into the worker and out to the remote call; spans
 and JSON log lines carry the step's fields and never a query string, a
 header value, an SQL parameter or an argument; with tracing off nothing of
 it is installed."""

@@ -8,7 +8,7 @@
     desk.stop()                        # SIGTERM; returns the exit code
 
 With ``require_proofs=JWKS_FILE_OR_URL`` the desk refuses writes without a
-valid approval proof (``--require-approval-proof``, DESIGN §25).
+valid approval proof (``--require-approval-proof``, docs/explanation/approval-proofs.md#approval-proof).
 
 A pytest fixture is a few lines:
 

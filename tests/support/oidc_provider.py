@@ -1,5 +1,5 @@
 """A small OpenID Connect provider that can issue bad tokens, run as a real
-HTTP process for the sign-in tests (DESIGN §23). Tokens are made with
+HTTP process for the sign-in tests (docs/explanation/teams.md#teams). Tokens are made with
 joserfc; the good path is also tested against oidc-provider-mock.
 
     provider = BadTokenProvider().start()

@@ -17,7 +17,7 @@ interface.
 While perform() runs, `perform_context()` tells it which approved effect
 it performs (workflow, revision, plan hash, step, approvers, policy
 version); the HTTP helpers (`call`) attach that context's approval proof
-(`Approval-Proof`, DESIGN §25) to every write, and an action that speaks
+(`Approval-Proof`, docs/explanation/approval-proofs.md#approval-proof) to every write, and an action that speaks
 another protocol takes `perform_context().proof(method, url, body)` and
 passes it on itself.
 """

@@ -1,4 +1,4 @@
-"""An action's arguments, declared as a pydantic model (DESIGN §20).
+"""An action's arguments, declared as a pydantic model (docs/explanation/actions.md#actions).
 
 Plans come from agents, so an action's `Args` is a contract, not a
 convenience: every field typed, nothing coerced ("1" is not an int, 1 is

@@ -18,7 +18,7 @@ class Preview:
     """A read-only look at what an effect would do, for the reviewer: a one
     line `summary` and the `details` behind it (JSON values only), and, for
     an action that builds its request (`Action.request`), that request's
-    template (DESIGN §27), which the engine adds."""
+    template (docs/explanation/decisions.md#bound-decisions), which the engine adds."""
 
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
@@ -59,7 +59,7 @@ class ActionError(Exception):
 
 class Action:
     name: ClassVar[str]
-    # The arguments, as a pydantic model (DESIGN §20): usually an
+    # The arguments, as a pydantic model (docs/explanation/actions.md#actions): usually an
     # `ArgsModel`, strict and closed. They are checked at submission, and
     # perform() receives the raw args as submitted, references resolved.
     Args: ClassVar[type[BaseModel]] = AnyArgs

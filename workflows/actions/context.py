@@ -1,5 +1,5 @@
 """What perform() knows of the approval behind it, and the approval proof
-it carries to the receiver (DESIGN §25).
+it carries to the receiver (docs/explanation/approval-proofs.md#approval-proof).
 
 The engine sets a `PerformContext` around each perform() (a context
 variable of the effect's thread), so the HTTP helpers (`transport.call`)
@@ -112,7 +112,7 @@ class PerformContext:
 
 
 def mail_headers(operation_key: str, recipients: list[str], body: str) -> dict[str, str]:
-    """The headers that bind a message to its approval (DESIGN §27): the
+    """The headers that bind a message to its approval (docs/explanation/decisions.md#bound-decisions): the
     operation key, and, when sent while performing an effect, a proof over
     the recipients and `body`, the text exactly as sent (`proof.mail_body`)."""
     headers = {"Idempotency-Key": operation_key}

@@ -1,4 +1,4 @@
-"""Request templates (DESIGN §27, exact previews): the request an action
+"""Request templates (docs/explanation/decisions.md#bound-decisions, exact previews): the request an action
 will send, built from its args as submitted by the same code that later
 sends it.
 

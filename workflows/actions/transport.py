@@ -71,7 +71,7 @@ def _retry_after(response: requests.Response) -> float | None:
     return min(max(0.0, seconds), longest)
 
 
-# The error code a receiver answers (DESIGN §25) when a write carries no
+# The error code a receiver answers (docs/explanation/approval-proofs.md#approval-proof) when a write carries no
 # valid approval proof: a refusal, never retried; a replay once the cause
 # is fixed sends a fresh proof under the same operation key.
 PROOF_REFUSED = "approval_proof_invalid"

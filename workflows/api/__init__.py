@@ -1,4 +1,4 @@
-"""The JSON API (DESIGN §12): agents submit plans; people decide over HTTP.
+"""The JSON API (docs/reference/http-api.md#http-api): agents submit plans; people decide over HTTP.
 One router per resource; the routes' paths are written out whole."""
 
 from workflows.api import (

@@ -32,7 +32,8 @@ def workflow(request, workflow_id: UUID) -> Workflow:
     found = visible_workflows(request.user).filter(pk=workflow_id).first()
     if found is None:
         record = archived.archived_record(request.user, workflow_id)
-        if record is not None:  # moved out by `manage.py archive` (DESIGN §24): as the console says
+        if record is not None:  # moved out by `manage.py archive`
+            # (docs/explanation/operations-at-scale.md#operations-at-scale): as the console says
             raise Archived(archived.describe(record))
         raise Http404
     return found

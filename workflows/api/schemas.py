@@ -31,7 +31,9 @@ class AttemptOut(Schema):
     started_at: datetime
     finished_at: datetime | None
     proof: ProofOut | None = Field(
-        None, description="the approval proof this attempt's writes carried (DESIGN §25); null for in-process actions"
+        None,
+        description="the approval proof this attempt's writes carried "
+        "(docs/explanation/approval-proofs.md#approval-proof); null for in-process actions",
     )
 
 
@@ -46,10 +48,10 @@ class PreviewOut(Schema):
     details: dict[str, Any] | None
     request: dict[str, Any] | None = Field(
         None,
-        description="The request the step will send, built by the code that sends it (DESIGN §27): "
-        "{method, url, headers, body, template_sha256}, or for email.send {from, to, cc, subject, "
-        "body, template_sha256}; each secret as secret:NAME, each result of an earlier step as "
-        "{{from:<ref>}}. The worker refuses to send a request that is not this template with its "
+        description="The request the step will send, built by the code that sends it "
+        "(docs/explanation/decisions.md#bound-decisions): {method, url, headers, body, template_sha256}, or for "
+        "email.send {from, to, cc, subject, body, template_sha256}; each secret as secret:NAME, each result of an "
+        "earlier step as {{from:<ref>}}. The worker refuses to send a request that is not this template with its "
         "placeholders filled. Null when the action shows none.",
     )
     digest: str | None = Field(

@@ -1,4 +1,4 @@
-"""Plans (DESIGN §12): submit, read, wait for, decide on, revise and cancel a workflow."""
+"""Plans (docs/reference/http-api.md#http-api): submit, read, wait for, decide on, revise and cancel a workflow."""
 
 from typing import Annotated, Any, Literal
 from uuid import UUID

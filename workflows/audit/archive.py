@@ -1,4 +1,4 @@
-"""Retention with a verifiable archive (DESIGN §24).
+"""Retention with a verifiable archive (docs/explanation/operations-at-scale.md#operations-at-scale).
 
 `write` moves finished workflows out of the tables in four moves:
 
@@ -435,7 +435,7 @@ def _delete(archive: Archive, chunk: list, seen: dict, head_of: dict) -> tuple[i
 
 
 def purge(archive: Archive, workflow_ids: list) -> None:
-    """The one delete of audit rows there is (DESIGN §24): the rows of
+    """The one delete of audit rows there is (docs/explanation/operations-at-scale.md#operations-at-scale): the rows of
     workflows just recorded as archived, inside the caller's transaction.
     On PostgreSQL the trigger checks each event against the ArchivedWorkflow
     rows of the archive this transaction names."""

@@ -1,5 +1,5 @@
-"""Reading an archive back (DESIGN §24): `verify` proves an archive complete,
-unmodified and joined to the live audit chain; `restore` brings one
+"""Reading an archive back (docs/explanation/operations-at-scale.md#operations-at-scale): `verify` proves an archive
+complete, unmodified and joined to the live audit chain; `restore` brings one
 workflow back from a verified archive, read-only. The format and the
 writing are `workflows.audit.archive`.
 """

@@ -1,4 +1,4 @@
-"""Signed checkpoints of the audit trail (DESIGN §18.4).
+"""Signed checkpoints of the audit trail (docs/explanation/trust-core.md#keyed-audit).
 
 A checkpoint is a statement of every stream's (stream, seq, head hash) and
 the total number of events, signed with the Ed25519 key set of

@@ -1,6 +1,6 @@
 """Who is behind the events a request writes, beyond the actor's username:
 the identity provider's subject and issuer for an SSO user, the token for an
-agent, and the client address (DESIGN §23).
+agent, and the client address (docs/explanation/teams.md#teams).
 
 The web layer sets it once per request (workflows.web.identity, and the
 API's token authentication); the journal reads it when it appends. No

@@ -317,8 +317,8 @@ ARCHIVED = "audit.archived"
 
 def archived_heads() -> dict[str, tuple[int, str]]:
     """Each archived stream's head as the `audit.archived` events of the
-    system stream record it (DESIGN §24): an archive moved the stream out of
-    the tables after these events were chained, so its absence is no
+    system stream record it (docs/explanation/operations-at-scale.md#operations-at-scale): an archive moved the stream
+    out of the tables after these events were chained, so its absence is no
     deletion. The events are themselves links of the keyed system chain:
     a forged one does not verify."""
     heads: dict[str, tuple[int, str]] = {}

@@ -1,4 +1,4 @@
-"""The audit key set (DESIGN §18.4): HMAC-SHA256 keys that chain new audit
+"""The audit key set (docs/explanation/trust-core.md#keyed-audit): HMAC-SHA256 keys that chain new audit
 events and seal approvals. Keys never live in the database.
 
 `AUDIT_KEYS` = `kid1:secret1,kid2:secret2`: the first key signs, every key

@@ -1,4 +1,4 @@
-"""Secrets by reference (DESIGN §18.1): `{"$secret": "NAME"}` in args.
+"""Secrets by reference (docs/explanation/trust-core.md#secrets-by-reference): `{"$secret": "NAME"}` in args.
 
 A plan names a secret; it never carries one. The web process knows only
 the policy (`SECRETS_POLICY`: which actions and hosts may receive each

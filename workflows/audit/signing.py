@@ -1,5 +1,5 @@
-"""The Ed25519 signing key set (DESIGN §18.4, reused for approval proofs,
-§25): it signs audit checkpoints, and its public half is published at
+"""The Ed25519 signing key set (docs/explanation/trust-core.md#keyed-audit, reused for approval proofs,
+docs/explanation/approval-proofs.md#approval-proof): it signs audit checkpoints, and its public half is published at
 `/.well-known/jwks.json`. Keys never live in the database.
 
 The set is a JSON file, `SIGNING_KEYS_FILE`:

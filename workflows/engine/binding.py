@@ -1,4 +1,4 @@
-"""Plan binding (DESIGN §18.3): an approval grants exactly the plan it saw.
+"""Plan binding (docs/explanation/trust-core.md#plan-binding): an approval grants exactly the plan it saw.
 
 The plan hash is recomputed from the stored steps whenever a step is claimed,
 never taken from a stored column, so a step whose args were edited in the
@@ -24,7 +24,7 @@ def entry(key: str, action: str, args, compensation, gate=None) -> dict:
     """One step as the plan hash covers it: the shape plans were always
     hashed in (`plans.canonical_plan`), so hashes stored before binding was
     checked stay valid. A step's `gate` joins it only when the step has one
-    (§22): a plan without gates hashes as it always did."""
+    (docs/explanation/review.md#review): a plan without gates hashes as it always did."""
     found = {"key": key, "action": action, "args": args, "compensation": compensation or None}
     if gate:
         found["gate"] = gate

@@ -1,4 +1,4 @@
-"""The checkpoint protocol for one step (DESIGN §6).
+"""The checkpoint protocol for one step (docs/explanation/checkpoint-protocol.md#checkpoint-protocol).
 
     claim (lease + fence) ─► recheck policy ─► attempt REQUESTED committed
       ─► perform(args, operation_key) ─► outcome committed (step VERIFYING)

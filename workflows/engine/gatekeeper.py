@@ -1,4 +1,4 @@
-"""The moves around a gate (DESIGN §22): the pause a claim takes when it
+"""The moves around a gate (docs/explanation/review.md#review): the pause a claim takes when it
 finds a gated step ready, and leaving a gate when a workflow stops while it
 waits there. Reads about gates are `gates`'."""
 

@@ -1,4 +1,4 @@
-"""Gates in the middle of a plan (DESIGN §22): the run pauses before a step
+"""Gates in the middle of a plan (docs/explanation/review.md#review): the run pauses before a step
 that carries `"gate": {"approvals": N, "note"}` until N reviewers approve it,
 having seen the results of the steps before it.
 

@@ -1,4 +1,4 @@
-"""Remote effects in flight: many per worker process (DESIGN §19).
+"""Remote effects in flight: many per worker process (docs/explanation/concurrency.md#effects-in-flight).
 
 A worker keeps up to WORKER_CONCURRENCY remote effects in flight at once,
 each with its own claim, fencing number, committed REQUESTED attempt and

@@ -1,4 +1,4 @@
-"""Who holds a step, and for how long (DESIGN §6).
+"""Who holds a step, and for how long (docs/explanation/checkpoint-protocol.md#checkpoint-protocol).
 
 A claim gives its worker a lease on the step and a fencing number. The
 lease is extended by a heartbeat while the worker is busy, and every write

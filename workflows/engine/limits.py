@@ -1,4 +1,4 @@
-"""Limits per action, cluster-wide, decided at claim time (DESIGN §19).
+"""Limits per action, cluster-wide, decided at claim time (docs/explanation/concurrency.md#effects-in-flight).
 
 An action's policy may set `max_in_flight` (steps of the action RUNNING at
 once, across every worker and host) and `rate_per_second` (a token bucket

@@ -1,4 +1,6 @@
-"""Recording what an effect did: the commits after perform() (DESIGN §6, §7).
+"""Recording what an effect did: the commits after perform()
+(docs/explanation/checkpoint-protocol.md#checkpoint-protocol,
+docs/explanation/checkpoint-protocol.md#failures-and-retries).
 
 Its outcome (the attempt SUCCEEDED, the step VERIFYING), its verification
 (COMPLETE, or IN_DOUBT), or its failure (a retry at its due time, IN_DOUBT,

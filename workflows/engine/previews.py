@@ -1,4 +1,4 @@
-"""Effect previews (DESIGN §20): a worker's read-only look at what each step
+"""Effect previews (docs/explanation/actions.md#actions): a worker's read-only look at what each step
 would do, for the reviewer, and the look taken again before a binding effect.
 
 Previews are taken by a worker after submission (`compute`), never in a web
@@ -61,7 +61,7 @@ def initial_state(action: Action | None, args) -> str:
 
 def take(action: Action, args: dict) -> Preview | ActionError | None:
     """The action's preview, redacted, with the template of its request
-    (DESIGN §27), or its classified failure. Args that use `$from` get the
+    (docs/explanation/decisions.md#bound-decisions), or its classified failure. Args that use `$from` get the
     template alone: the action's own preview never sees a `$from`. No
     database: it runs on threads that hold no connection."""
     try:

@@ -1,4 +1,4 @@
-"""The approval proof of each effect, from the engine's side (DESIGN §25).
+"""The approval proof of each effect, from the engine's side (docs/explanation/approval-proofs.md#approval-proof).
 
 When it writes a REQUESTED attempt, the engine names the proof that
 attempt's writes will carry: the signing key's id, a unique id, and the

@@ -1,4 +1,4 @@
-"""Recovery: resume from known state after a crash or timeout (DESIGN §8).
+"""Recovery: resume from known state after a crash or timeout (docs/explanation/recovery.md#reconciliation).
 
 The worker's loop (and its start-up) puts steps whose worker vanished back
 in line: leases that expired, or that a process on this host held and no

@@ -1,7 +1,7 @@
 """References in args, resolved when the step runs and only then:
 `{"$from": "<step key>.result.<field>"}` takes a value from an earlier
-step's recorded result (DESIGN §12); `{"$secret": "NAME"}` takes a secret
-from the worker's environment (DESIGN §18.1, `workflows.secrets`)."""
+step's recorded result (docs/reference/http-api.md#http-api); `{"$secret": "NAME"}` takes a secret
+from the worker's environment (docs/explanation/trust-core.md#secrets-by-reference, `workflows.secrets`)."""
 
 from workflows import actions
 from workflows.actions import ActionError

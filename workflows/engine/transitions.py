@@ -60,7 +60,7 @@ def move(
     check(kind, current, target)
     model = type(obj)
     if model is Workflow and obj.__dict__.get("restored_at"):
-        # Brought back from its archive to be read (DESIGN §24); the
+        # Brought back from its archive to be read (docs/explanation/operations-at-scale.md#operations-at-scale); the
         # database's trigger would refuse the update anyway.
         raise WrongState("This workflow is archived: it was restored read-only and cannot change.")
     if model in (Workflow, Step, Compensation):

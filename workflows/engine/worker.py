@@ -46,7 +46,7 @@ pre_execute.connect(_task_taken, dispatch_uid="workflows.engine.worker.task_take
 class StallWatch:
     """Tells a cluster that looks alive but takes no work. A worker killed
     while it waited on the cluster's task queue dies holding the queue's lock,
-    and every other worker then blocks on it for good (DESIGN §17), while
+    and every other worker then blocks on it for good (docs/explanation/architecture.md#the-queue), while
     this loop keeps ticking. Work due for longer than any task may run, with
     no task taken meanwhile, means the cluster is wedged."""
 

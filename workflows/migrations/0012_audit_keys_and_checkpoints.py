@@ -1,4 +1,4 @@
-"""Keyed audit links and signed checkpoints (DESIGN §18.4).
+"""Keyed audit links and signed checkpoints (docs/explanation/trust-core.md#keyed-audit).
 
 Rows written before this change are plain SHA-256 links: the new columns
 are added with `sha256` and no key as their value, by ALTER TABLE (no row is
@@ -52,8 +52,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="auditevent",
             name="hash_alg",
-            field=models.CharField(choices=[("sha256", "sha256"), ("hmac-sha256", "hmac-sha256")], default="sha256",
-                                   max_length=16),
+            field=models.CharField(
+                choices=[("sha256", "sha256"), ("hmac-sha256", "hmac-sha256")], default="sha256", max_length=16
+            ),
             preserve_default=False,
         ),
         migrations.AddField(

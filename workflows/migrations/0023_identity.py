@@ -1,4 +1,4 @@
-"""Who did it, precisely (DESIGN §23): identity columns on audit events,
+"""Who did it, precisely (docs/explanation/teams.md#teams): identity columns on audit events,
 and the provider identities SSO users sign in as.
 
 The audit columns are added empty (no row is updated, which the append-only
@@ -24,7 +24,6 @@ def guard_events(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("workflows", "0022_team_scope"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
@@ -61,12 +60,17 @@ class Migration(migrations.Migration):
                 ("subject", models.CharField(max_length=255)),
                 ("groups", models.JSONField(blank=True, default=list)),
                 ("signed_in_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("user", models.OneToOneField(on_delete=django.db.models.deletion.CASCADE,
-                                              related_name="provider_identity", to=settings.AUTH_USER_MODEL)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="provider_identity",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                "constraints": [models.UniqueConstraint(fields=("issuer", "subject"),
-                                                        name="provider_identity_unique")],
+                "constraints": [models.UniqueConstraint(fields=("issuer", "subject"), name="provider_identity_unique")],
             },
         ),
     ]

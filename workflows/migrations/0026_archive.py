@@ -1,4 +1,4 @@
-"""Retention with a verifiable archive (DESIGN §24).
+"""Retention with a verifiable archive (docs/explanation/operations-at-scale.md#operations-at-scale).
 
 The audit trigger on PostgreSQL gains its one exception: a DELETE of a
 workflow stream's events is let through only inside the transaction of
@@ -91,50 +91,64 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('workflows', '0025_bulk_jobs'),
+        ("workflows", "0025_bulk_jobs"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Archive',
+            name="Archive",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('by', models.CharField(max_length=150)),
-                ('location', models.CharField(max_length=1000)),
-                ('manifest_digest', models.CharField(max_length=64)),
-                ('workflows', models.PositiveIntegerField()),
-                ('deleted', models.PositiveIntegerField(default=0)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("by", models.CharField(max_length=150)),
+                ("location", models.CharField(max_length=1000)),
+                ("manifest_digest", models.CharField(max_length=64)),
+                ("workflows", models.PositiveIntegerField()),
+                ("deleted", models.PositiveIntegerField(default=0)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
         ),
         migrations.AddField(
-            model_name='team',
-            name='retention_days',
+            model_name="team",
+            name="retention_days",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='workflow',
-            name='restored_at',
+            model_name="workflow",
+            name="restored_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='ArchivedWorkflow',
+            name="ArchivedWorkflow",
             fields=[
-                ('workflow_id', models.UUIDField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=200)),
-                ('status', models.CharField(max_length=32)),
-                ('created_at', models.DateTimeField()),
-                ('archived_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('seq', models.PositiveBigIntegerField()),
-                ('head', models.CharField(max_length=64)),
-                ('restored_at', models.DateTimeField(blank=True, null=True)),
-                ('archive', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='archived', to='workflows.archive')),
-                ('submitted_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='workflows.team')),
+                ("workflow_id", models.UUIDField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=200)),
+                ("status", models.CharField(max_length=32)),
+                ("created_at", models.DateTimeField()),
+                ("archived_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("seq", models.PositiveBigIntegerField()),
+                ("head", models.CharField(max_length=64)),
+                ("restored_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "archive",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="archived", to="workflows.archive"
+                    ),
+                ),
+                (
+                    "submitted_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="workflows.team"
+                    ),
+                ),
             ],
         ),
         migrations.RunPython(forwards, backwards),

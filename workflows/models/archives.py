@@ -12,8 +12,8 @@ from workflows.models.identity import Team
 
 
 class Archive(models.Model):
-    """One run of `manage.py archive` (DESIGN §24): where its files went and
-    the digest of its signed manifest, which the `audit.archived` events
+    """One run of `manage.py archive` (docs/explanation/operations-at-scale.md#operations-at-scale): where its files
+    went and the digest of its signed manifest, which the `audit.archived` events
     of the live chain carry too. What verification trusts is those events
     and the manifest's signature, never this row."""
 

@@ -84,7 +84,7 @@ class AuditEvent(models.Model):
     hash = models.CharField(max_length=64)
     hash_alg = models.CharField(max_length=16, choices=[(SHA256, SHA256), (HMAC_SHA256, HMAC_SHA256)])
     key_id = models.CharField(max_length=32, blank=True, default="")
-    # Who was behind the actor (DESIGN §23), hashed with the event when set:
+    # Who was behind the actor (docs/explanation/teams.md#teams), hashed with the event when set:
     # the identity provider's subject and issuer for an SSO user, the API
     # token's id (its public prefix) for an agent, and the client address.
     subject = models.CharField(max_length=255, blank=True, default="", db_default="")

@@ -18,7 +18,7 @@ class TeamQuerySet(models.QuerySet):
 
 class Team(models.Model):
     """A group of people and agents that see and decide only their own work
-    (DESIGN §23). Rows that existed before teams belong to `default`."""
+    (docs/explanation/teams.md#teams). Rows that existed before teams belong to `default`."""
 
     DEFAULT = teams.DEFAULT
 
@@ -36,7 +36,7 @@ class Team(models.Model):
 
 
 class ProviderIdentity(models.Model):
-    """The account an identity provider's subject signs in as (DESIGN §23):
+    """The account an identity provider's subject signs in as (docs/explanation/teams.md#teams):
     found by (issuer, subject), never by a name or an email address another
     account could share."""
 

@@ -29,7 +29,7 @@ class WorkflowQuerySet(models.QuerySet):
         """People see the plans of their teams (global roles: every team)
         and what they submitted themselves; an agent sees only what it
         submitted. Through a token, anyone sees only that token's team's
-        (DESIGN §27: a token's team scopes its reads)."""
+        (docs/explanation/decisions.md#bound-decisions: a token's team scopes its reads)."""
         if teams.is_global(user):
             return self
         if teams.is_staff_role(user):
@@ -42,7 +42,7 @@ class Workflow(models.Model):
     name = models.CharField(max_length=200)
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     # The team of the token that submitted it: only that team's people see,
-    # decide and replay it (DESIGN §23).
+    # decide and replay it (docs/explanation/teams.md#teams).
     team = models.ForeignKey("Team", on_delete=models.PROTECT, related_name="+", default=teams.default_team_id)
     submission_key = models.CharField(max_length=200)
     submission_hash = models.CharField(max_length=64)
@@ -64,7 +64,7 @@ class Workflow(models.Model):
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
     # When reviewers are reminded and who is told once the review deadline
-    # passes (DESIGN §22), as the plan set it: `{"deadline_seconds",
+    # passes (docs/explanation/review.md#review), as the plan set it: `{"deadline_seconds",
     # "remind_before_seconds": [...], "escalate_to": group}`; null for none
     # (its actions' policies may still set one: `ReviewNotice`).
     review = models.JSONField(null=True, blank=True)
@@ -72,7 +72,7 @@ class Workflow(models.Model):
     # (`operations.revisions`); an approval counts only for its revision.
     revision = models.PositiveIntegerField(default=1, db_default=1)
     # Set when `manage.py restore` brought the plan back from its archive
-    # (DESIGN §24): it is shown, never changed again (a trigger refuses
+    # (docs/explanation/operations-at-scale.md#operations-at-scale): it is shown, never changed again (a trigger refuses
     # every UPDATE of the row; `transitions.move` says why first).
     restored_at = models.DateTimeField(null=True, blank=True)
 
@@ -229,14 +229,14 @@ class Step(models.Model):
     # The preview as approved, kept when the one taken again before the effect
     # differed from it (the step is then BLOCKED): reviewers see both.
     approved_preview = models.JSONField(null=True, blank=True)
-    # A gate in the middle of the plan (DESIGN §22): `{"approvals": N,
+    # A gate in the middle of the plan (docs/explanation/review.md#review): `{"approvals": N,
     # "note": str}`. The run pauses before this step (WAITING_GATE) until N
     # reviewers approve it, seeing the results before it; `gate_opened_at`
     # is when they had.
     gate = models.JSONField(null=True, blank=True)
     gate_opened_at = models.DateTimeField(null=True, blank=True)
     # An operator's answer for this IN_DOUBT step that waits for a second
-    # person (DESIGN §27, `workflows.operations.resolution`): `{"decision",
+    # person (docs/explanation/decisions.md#bound-decisions, `workflows.operations.resolution`): `{"decision",
     # "reason", "external_ref", "result", "at"}`, and who gave it. Null
     # when none waits. Unindexed: nothing looks steps up by proposer, and
     # every step inserted would pay for the index.
@@ -293,7 +293,7 @@ class Attempt(models.Model):
     # The plan hash this attempt ran under, recomputed from the stored steps
     # when it was requested (`workflows.engine.binding`); "" before binding existed.
     plan_hash = models.CharField(max_length=64, blank=True, default="")
-    # The approval proof this attempt's writes carry (DESIGN §25): the key
+    # The approval proof this attempt's writes carry (docs/explanation/approval-proofs.md#approval-proof): the key
     # id it is signed with, its unique id, and the approvals it names
     # (`[{"sub", "at"}]`). Not the token: it is rebuilt at each send.
     # Blank for in-process actions, which send nothing out.

@@ -49,13 +49,13 @@ class ActionPolicy(models.Model):
         null=True, blank=True, help_text="Claims per second across the cluster (a token bucket of one second)."
     )
     # The review every plan using this action gets unless the plan sets its
-    # own (DESIGN §22): a deadline (seconds from submission), a reminder so
+    # own (docs/explanation/review.md#review): a deadline (seconds from submission), a reminder so
     # many seconds before it, and the group told once it passes.
     review_deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
     review_reminder_seconds = models.PositiveIntegerField(null=True, blank=True)
     escalation_group = models.CharField(max_length=150, null=True, blank=True)
     # The Django group whose members alone may approve (and gate-approve) a
-    # plan using this action; "" lets any reviewer (DESIGN §23).
+    # plan using this action; "" lets any reviewer (docs/explanation/teams.md#teams).
     reviewer_group = models.CharField(max_length=150, blank=True, default="", db_default="")
     version = models.PositiveIntegerField(default=1)
     updated_by = models.CharField(max_length=150, blank=True, default="")
@@ -94,7 +94,7 @@ class ActionThrottle(models.Model):
 
 class PolicyChange(models.Model):
     """An operator's request to loosen an action's policy, applied only when
-    another operator authorizes it (DESIGN §19). `base_version` is the policy
+    another operator authorizes it (docs/explanation/concurrency.md#effects-in-flight). `base_version` is the policy
     version it was asked against: a request made stale by a later change is
     refused, never applied over it."""
 

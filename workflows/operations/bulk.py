@@ -1,4 +1,4 @@
-"""Reconcile before replay, in bulk (DESIGN §24).
+"""Reconcile before replay, in bulk (docs/explanation/operations-at-scale.md#operations-at-scale).
 
 After an outage an operator chooses many dead letters (a filter or an
 explicit selection) and first reconciles them: every entry whose action can

@@ -1,5 +1,5 @@
 """Who is handling a plan: a reviewer claims it ("I'm on it"), releases it,
-or hands it to another reviewer (DESIGN §22).
+or hands it to another reviewer (docs/explanation/review.md#review).
 
 A claim informs; it never blocks. Any reviewer may still decide a claimed
 plan, and a claim lapses REVIEW_CLAIM_MINUTES after its holder last showed

@@ -1,4 +1,4 @@
-"""Reviewers' decisions at a gate (DESIGN §22): approve, once per reviewer,
+"""Reviewers' decisions at a gate (docs/explanation/review.md#review): approve, once per reviewer,
 binding the plan's revision and the results of the steps before the gate
 they were shown; the run goes on once the gate's approvals are in, counted
 by person. Reject: the workflow ends REJECTED, and its completed steps can

@@ -1,4 +1,4 @@
-"""Signing in through the identity provider (DESIGN §23).
+"""Signing in through the identity provider (docs/explanation/teams.md#teams).
 
 An SSO account is found by the provider's (issuer, subject), never by a
 username or email another account could share: a first sign-in makes a new

@@ -1,4 +1,4 @@
-"""Deciding from a link (DESIGN §22): a reviewer's notice carries two signed
+"""Deciding from a link (docs/explanation/review.md#review): a reviewer's notice carries two signed
 one-click links, approve and reject, each bound to that reviewer, the plan's
 revision and hash, the decision and an expiry, and usable once.
 

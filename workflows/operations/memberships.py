@@ -1,4 +1,4 @@
-"""Teams and their members (DESIGN §23): created and changed from the
+"""Teams and their members (docs/explanation/teams.md#teams): created and changed from the
 command line (`manage.py team`), each change audited on the system stream."""
 
 from django.contrib.auth import get_user_model
@@ -92,7 +92,7 @@ MAX_RETENTION_DAYS = 36500
 def set_retention(team_name: str, days: str, *, by) -> Team:
     """How many days the team's finished plans stay in the tables before
     `manage.py archive` (without --older-than) moves them out; `none`
-    keeps them (DESIGN §24)."""
+    keeps them (docs/explanation/operations-at-scale.md#operations-at-scale)."""
     team = find(team_name)
     if days.strip().lower() == "none":
         value = None

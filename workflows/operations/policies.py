@@ -1,4 +1,4 @@
-"""Changing an action's policy (DESIGN §19): one operator may tighten it
+"""Changing an action's policy (docs/explanation/concurrency.md#effects-in-flight): one operator may tighten it
 alone; loosening it takes a second operator.
 
 Tightening (kill switch on, a lower limit or one where none was, more

@@ -4,7 +4,7 @@ A step is IN_DOUBT when an effect may have happened and the system cannot
 tell (no lookup, not idempotent, or verification failed). Only a person who
 looked at the other system can say; their decision and reason are audited.
 
-No single person completes a decision chain (DESIGN §27): when the step is
+No single person completes a decision chain (docs/explanation/decisions.md#bound-decisions): when the step is
 said to have happened and a later step of its lane takes a value from its
 result by `$from`, that result is what the rest of the run acts on, so it
 takes effect only once a second person (a reviewer or an operator, not the

@@ -1,4 +1,4 @@
-"""Approve with edits (DESIGN §22): a reviewer replaces the arguments of
+"""Approve with edits (docs/explanation/review.md#review): a reviewer replaces the arguments of
 some steps of a plan awaiting review, which makes revision N+1.
 
 The edit is validated as a submission is (each action's argument model,

@@ -1,4 +1,4 @@
-"""Sessions and tokens follow the person (DESIGN §27).
+"""Sessions and tokens follow the person (docs/explanation/decisions.md#bound-decisions).
 
 A person removed at the identity provider (its back-channel logout, or a
 silent renewal it refuses) keeps no working session or token here: the

@@ -17,7 +17,7 @@ def _hash(token: str) -> str:
 
 def issue(user, name: str = "", team=None) -> str:
     """A new token of `user` for `team`: the plans submitted with it belong
-    to that team (DESIGN §23). None: the user's team if they are a member
+    to that team (docs/explanation/teams.md#teams). None: the user's team if they are a member
     of exactly one, else `default` (`manage.py issue_token` names one)."""
     if team is None:
         only = list(user.teams.all()[:2])

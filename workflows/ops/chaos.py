@@ -12,7 +12,7 @@ seconds, it picks a cluster at random and does one of:
   cluster holds (recognised by its `application_name`).
 
 The kinds come in seeded, shuffled rounds, so every kind happens once per
-round. The driver is also the clusters' supervisor (DESIGN §17): a cluster
+round. The driver is also the clusters' supervisor (docs/explanation/architecture.md#the-queue): a cluster
 whose main process exited or whose heartbeat went stale is killed as a group
 and started again.
 

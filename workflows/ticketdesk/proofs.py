@@ -1,4 +1,4 @@
-"""The desk as a receiver that refuses what no person approved (DESIGN §25):
+"""The desk as a receiver that refuses what no person approved (docs/explanation/approval-proofs.md#approval-proof):
 with ``--require-approval-proof``, every write to ``/tickets`` must carry a
 valid ``Approval-Proof`` for exactly that request, or it is answered 403
 ``approval_proof_invalid`` and changes nothing. The test-only paths

@@ -171,7 +171,7 @@ def ask_to_sign_in_again(request: HttpRequest, back: str) -> HttpResponse:
 
 
 def needs_recent_sign_in(back):
-    """For a view that decides (DESIGN §27: every decision made through a
+    """For a view that decides (docs/explanation/decisions.md#bound-decisions: every decision made through a
     session): without a sign-in younger than DECISION_MAX_AUTH_AGE, nothing
     is decided and the person is asked to sign in again. Only a POST
     decides; a GET (the form) is let through. `back` is the page to return

@@ -1,4 +1,4 @@
-"""Signing out, here and at the identity provider (DESIGN §27).
+"""Signing out, here and at the identity provider (docs/explanation/decisions.md#bound-decisions).
 
 - `POST /logout/` (CSRF-checked; a GET or a cross-site form signs nobody
   out) ends the session; for an SSO session it then sends the browser on to

@@ -1,5 +1,5 @@
 """Sign-in with the company's identity provider: OpenID Connect through
-mozilla-django-oidc (DESIGN §23; docs/deploying.md#sign-in-sso).
+mozilla-django-oidc (docs/explanation/teams.md#teams; docs/deploying.md#sign-in-sso).
 
 The library runs the authorization-code flow with state, nonce and PKCE
 (S256), and renews an SSO session's ID token at the provider when it is due

@@ -1,5 +1,5 @@
 """Waiting for a workflow's decision or its end without holding a database
-connection: `GET /api/v1/workflows/{id}/wait` (DESIGN §21.2).
+connection: `GET /api/v1/workflows/{id}/wait` (docs/explanation/agents.md#waiting).
 
 One watcher per web process learns of status changes for every waiter of
 that process: on PostgreSQL from the announcements that the moving

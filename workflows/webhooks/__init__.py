@@ -1,4 +1,4 @@
-"""Signed outbound webhooks (Standard Webhooks, DESIGN §21.3).
+"""Signed outbound webhooks (Standard Webhooks, docs/explanation/agents.md#webhooks).
 
 `workflows.outbox` writes one row per (event, endpoint) in the transaction
 of the change it reports; `delivery` is run by the workers and sends each row

@@ -1,5 +1,5 @@
 """Operators' webhook endpoints: each receives every event of its team's
-plans (DESIGN §23), signed with a secret of its own that is shown once, when
+plans (docs/explanation/teams.md#teams), signed with a secret of its own that is shown once, when
 made or rotated."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Address rules for calls to URLs that a plan or an operator names
 (webhooks and `http.post`), so that a plan cannot make the server probe
-the internal network (DESIGN §21.3, §27).
+the internal network (docs/explanation/agents.md#webhooks, docs/explanation/decisions.md#bound-decisions).
 
 A URL is parsed once (`parse`), strictly enough that every parser reads
 it the same way: RFC 3986 characters only (no backslash, space or

@@ -11,7 +11,8 @@ class Command(BaseCommand):
     help = (
         "Move finished workflows older than the cutoff (--older-than, else each team's retention_days) with "
         "every row of theirs into compressed JSON Lines files and a signed manifest in DIR, record the archive "
-        "in the live audit chain, then delete them in short batches (DESIGN §24)."
+        "in the live audit chain, then delete them in short batches "
+        "(docs/explanation/operations-at-scale.md#operations-at-scale)."
     )
 
     def add_arguments(self, parser):

@@ -2,8 +2,8 @@
 
 Each runs as its own process group, exactly as it would be started alone;
 Ctrl-C (or SIGTERM) stops all of them and leaves nothing behind. The desk
-refuses every write without a valid approval proof (DESIGN §25, §27),
-trusting the key set the console publishes, so the demo shows that no
+refuses every write without a valid approval proof (docs/explanation/approval-proofs.md#approval-proof,
+docs/explanation/decisions.md#bound-decisions), trusting the key set the console publishes, so the demo shows that no
 effect lands that a person did not approve.
 """
 

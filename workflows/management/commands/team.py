@@ -7,8 +7,8 @@ from workflows.operations import memberships
 
 class Command(BaseCommand):
     help = (
-        "Teams (DESIGN §23): `team add TEAM` creates one; `team member TEAM USER` makes USER a member "
-        "(`--remove` takes them out); `team retention TEAM DAYS|none` sets how long its finished plans stay "
+        "Teams (docs/explanation/teams.md#teams): `team add TEAM` creates one; `team member TEAM USER` makes USER a "
+        "member (`--remove` takes them out); `team retention TEAM DAYS|none` sets how long its finished plans stay "
         "before `archive` moves them out; `team list` shows each team, its retention and its members."
     )
 

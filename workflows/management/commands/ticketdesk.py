@@ -36,7 +36,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--require-approval-proof",
             action="store_true",
-            help="refuse (403 approval_proof_invalid) every write without a valid Approval-Proof (DESIGN §25)",
+            help="refuse (403 approval_proof_invalid) every write without a valid Approval-Proof "
+            "(docs/explanation/approval-proofs.md#approval-proof)",
         )
         parser.add_argument(
             "--jwks",

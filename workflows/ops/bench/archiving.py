@@ -1,4 +1,4 @@
-"""(j) Archive at scale (DESIGN §24): `--archive-workflows` (default
+"""(j) Archive at scale (docs/explanation/operations-at-scale.md#operations-at-scale): `--archive-workflows` (default
 100,000) finished-looking workflows are seeded with valid audit chains
 (workflows.ops.seed), then archived by `workflows.audit.archive.write`, as
 `manage.py archive` does, while a cluster runs a burst of live `noop`

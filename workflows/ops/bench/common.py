@@ -189,7 +189,7 @@ def goals(result: dict) -> list[dict]:
 
 
 def _remote_goals(runs: list[dict]) -> list[dict]:
-    """(g): ratios to the thread-pool ceiling of the same run (DESIGN §19)."""
+    """(g): ratios to the thread-pool ceiling of the same run (docs/explanation/concurrency.md#effects-in-flight)."""
     rows = []
     at = {(run["latency_ms"], run["clusters"]): run for run in runs}
     if slow := at.get((300, 1)):

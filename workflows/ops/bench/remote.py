@@ -56,7 +56,7 @@ from workflows.states import AttemptStatus
 STEPS_PER_PLAN = 5
 # One-step plans approved one at a time to time approval -> effect.
 PACED_PLANS = 40
-DEFAULT_CONCURRENCY = 64  # WORKER_CONCURRENCY's default (DESIGN §19)
+DEFAULT_CONCURRENCY = 64  # WORKER_CONCURRENCY's default (docs/explanation/concurrency.md#effects-in-flight)
 
 
 def concurrency() -> int:

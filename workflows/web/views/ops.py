@@ -164,7 +164,7 @@ def effects_in_flight() -> dict[str, int]:
 
 def in_flight_rows(now) -> list[dict]:
     """Per action with effects in flight, a limit or a pause: how many are in
-    flight now, beside its limits (DESIGN §19)."""
+    flight now, beside its limits (docs/explanation/concurrency.md#effects-in-flight)."""
     in_flight = effects_in_flight()
     limited = {
         p.action: p

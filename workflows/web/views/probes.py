@@ -143,7 +143,7 @@ FORWARDING_HEADERS = (
 
 
 def _metrics_refusal(request: HttpRequest) -> HttpResponse | None:
-    """Who may scrape (DESIGN §27): with METRICS_TOKEN, whoever sends it as
+    """Who may scrape (docs/explanation/decisions.md#bound-decisions): with METRICS_TOKEN, whoever sends it as
     a bearer token (compared in constant time); without, only a direct
     caller on loopback, never one a proxy forwarded."""
     if token := settings.METRICS_TOKEN:
