@@ -185,7 +185,7 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
         events = None
     else:
         # The data is stored as it was hashed: parsed back from its canonical JSON.
-        events = [AuditEvent(**dict(zip(_COLUMNS, row))) for row in rows]
+        events = [AuditEvent(**dict(zip(COLUMNS, row))) for row in rows]
         for event in events:
             event.data = json.loads(event.data)
         AuditEvent.objects.bulk_create(events)
@@ -193,7 +193,9 @@ def append_many(entries: list[Entry]) -> list[AuditEvent] | None:
     return events
 
 
-_COLUMNS = (
+# The columns an event is written with, in order (COPY, bulk_create); what
+# it shows (workflows.audit.reading) is its id and these.
+COLUMNS = (
     "stream",
     "seq",
     "at",
@@ -214,7 +216,7 @@ _COLUMNS = (
 def _copy(connection, rows: list[tuple]) -> None:
     table = AuditEvent._meta.db_table
     with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+        with cursor.cursor.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 

@@ -10,23 +10,8 @@ from django.utils import timezone
 from workflows.audit import journal
 from workflows.models import AuditEvent
 
-FIELDS = (
-    "id",
-    "stream",
-    "seq",
-    "at",
-    "actor",
-    "verb",
-    "object_type",
-    "object_id",
-    "workflow_id",
-    "data",
-    "prev_hash",
-    "hash",
-    "hash_alg",
-    "key_id",
-    *journal.IDENTITY_FIELDS,
-)
+# What an event shows: its id, then the columns it is stored (and hashed) with.
+FIELDS = ("id", *journal.COLUMNS)
 
 
 def select_events(
