@@ -112,6 +112,8 @@ SETTINGS = "durableconsole.settings"
 MODELS_MODULES = ("workflows.models", "workflows.webhooks.models")
 
 MAX_LINES = 600
+# The line limit holds for the tests as for the code they test.
+LINE_LIMITED = (*PACKAGES, "tests")
 # Over MAX_LINES still, each being split on its own branch; an entry goes
 # when its split merges (and fails here once the file is split or gone).
 NOT_YET_SPLIT: set[str] = set()
@@ -343,7 +345,7 @@ def test_the_checks_catch_a_cycle_an_upward_import_and_a_crossing():
 
 def line_counts() -> dict[str, int]:
     counts = {}
-    for package in PACKAGES:
+    for package in LINE_LIMITED:
         for path in (ROOT / package).rglob("*.py"):
             if "migrations" not in path.parts:
                 counts[path.relative_to(ROOT).as_posix()] = len(path.read_text().splitlines())

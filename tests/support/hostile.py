@@ -1,9 +1,12 @@
-"""Hostile list input: cursors no page gave out, and every list that reads
-a cursor, in the API's published schema and in the console."""
+"""Hostile input: cursors no page gave out, every list that reads a cursor
+(in the API's published schema and in the console), and plan bodies Python
+accepts but JSON and the databases do not."""
 
 import base64
 import json
 import re
+
+from tests.support.plans import ticket_plan
 
 
 def cursor_of(*values) -> str:
@@ -54,3 +57,44 @@ def console_lists() -> list[str]:
         for p in urls.urlpatterns
         if re.search(r'"cursor"|list_page\(', inspect.getsource(p.callback))
     )
+
+
+def plan_text(**replace) -> str:
+    """A valid plan's JSON text with raw JSON spliced in for some values."""
+    body = ticket_plan(key="hostile")
+    markers = {}
+    for index, (path, raw) in enumerate(replace.items()):
+        marker = f"@@{index}@@"
+        markers[f'"{marker}"'] = raw
+        target = body
+        *parents, last = path.split(".")
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = marker
+    text = json.dumps(body)
+    for marker, raw in markers.items():
+        text = text.replace(marker, raw)
+    return text
+
+
+HOSTILE_BODIES = {
+    "NaN": (plan_text(**{"steps.0.args.title": "NaN"}), "finite"),
+    "Infinity": (plan_text(**{"steps.0.args.title": "Infinity"}), "finite"),
+    "-Infinity": (plan_text(**{"context": '{"x": -Infinity}'}), "finite"),
+    "1e999": (plan_text(**{"steps.0.args.body": "1e999"}), "finite"),
+    "lone surrogate": (plan_text(**{"steps.0.args.title": '"\\ud800"'}), "steps.0.args.title"),
+    "lone surrogate in a key": (plan_text(**{"context": '{"\\udfff": 1}'}), "key"),
+    "NUL": (plan_text(**{"steps.0.args.body": '"a\\u0000b"'}), "steps.0.args.body"),
+    "NUL in the name": (plan_text(**{"name": '"\\u0000"'}), "name"),
+    "huge deadline": (plan_text(**{"deadline_seconds": "9" * 30}), "64-bit"),
+    "huge argument": (plan_text(**{"steps.0.args.body": str(2**64)}), "64-bit"),
+    "5,000-digit argument": (plan_text(**{"steps.0.args.body": "9" * 5000}), "64-bit"),
+    "huge negative": (plan_text(**{"context": f'{{"n": -{2**63 + 1}}}'}), "64-bit"),
+    "duplicate key": (plan_text(**{"context": '{"a": 1, "a": 2}'}), "twice"),
+    "array": ("[]", "JSON object"),
+    "string": ('"x"', "JSON object"),
+    "number": ("1", "JSON object"),
+    "null": ("null", "JSON object"),
+    "not UTF-8": ("\udcff", "UTF-8"),
+    "not JSON": ("{", "not valid JSON"),
+}
