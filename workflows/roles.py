@@ -34,10 +34,35 @@ def is_auditor(user) -> bool:
     return has_role(user, AUDITORS)
 
 
-def sees_recovery(user) -> bool:
-    """Reads what is left to mend (dead letters, jobs, deliveries) and the
-    actions' policies: operators, and auditors, who check it."""
-    return is_operator(user) or is_auditor(user)
+# Which roles read each kind (docs/reference/http-api.md): a user in none of
+# them is answered 403, on lists and details alike; a row of a kind they read
+# but outside their teams (or another agent's) is a 404 (`visible_to`).
+READS = {
+    "dead_letters": (OPERATORS, AUDITORS),
+    "jobs": (OPERATORS, AUDITORS),
+    "webhooks": (OPERATORS, AUDITORS),
+    "policies": (OPERATORS, AUDITORS),
+    "audit": (AUDITORS,),
+    "compensations": (REVIEWERS, OPERATORS, AUDITORS),
+}
+# Agents (users in no role) read the dead letters of the plans they submitted.
+AGENTS_READ = {"dead_letters"}
+
+
+def is_agent(user) -> bool:
+    """A user in no role: what submits plans through a token."""
+    if not user.is_authenticated or not user.is_active or user.is_superuser:
+        return False
+    return not any(has_role(user, role) for role in ALL)
+
+
+def may_read(user, kind: str) -> bool:
+    """Whether `user`'s role reads this kind at all (superusers read every kind)."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    if user.is_superuser:
+        return True
+    return any(has_role(user, role) for role in READS[kind]) or (kind in AGENTS_READ and is_agent(user))
 
 
 def in_all_groups(user_ids, groups) -> set:

@@ -297,9 +297,10 @@ def test_an_agent_sees_the_dead_letters_of_its_own_workflows_only(people, api, d
         str(mine.pk),
         str(theirs.pk),
     }
-    # Reviewers see none: an empty list and 404, as in the console (tests/test_read_side.py).
-    assert api["reviewer"].get("/dead-letters").json()["items"] == []
-    assert api["reviewer"].get(f"/dead-letters/{mine.pk}").status_code == 404
+    # A reviewer's role reads no dead letters: 403 for the list and one, as in
+    # the console (tests/api/test_read_side.py).
+    assert api["reviewer"].get("/dead-letters").status_code == 403
+    assert api["reviewer"].get(f"/dead-letters/{mine.pk}").status_code == 403
 
 
 # --- audit verification --------------------------------------------------------

@@ -34,9 +34,9 @@ def test_get_shows_policy_limits_in_flight_and_pending_requests(api):
     )
     assert body["pending"] == []
     assert api["auditor"].get("/actions/ticket.create/policy").status_code == 200
-    # Who does not read policies gets 404, as in the console (tests/test_read_side.py).
-    assert api["agent"].get("/actions/ticket.create/policy").status_code == 404
-    assert api["reviewer"].get("/actions/ticket.create/policy").status_code == 404
+    # A role that does not read policies gets 403, as in the console (tests/api/test_read_side.py).
+    assert api["agent"].get("/actions/ticket.create/policy").status_code == 403
+    assert api["reviewer"].get("/actions/ticket.create/policy").status_code == 403
 
 
 def test_tightening_applies_at_once_as_a_new_audited_version(api):
@@ -126,8 +126,8 @@ def test_the_requester_cannot_decide_their_own_request(api):
         answer = api["operator"].post(f"/policy-changes/{request['id']}/{verb}", {"reason": "me"})
         assert answer.status_code == 403
         assert answer.json()["error"]["code"] == "forbidden"
-    # A reviewer does not read policy changes: 404, not 403 (tests/test_read_side.py).
-    assert api["reviewer"].post(f"/policy-changes/{request['id']}/authorize", {}).status_code == 404
+    # A reviewer's role does not read policy changes: 403 (tests/api/test_read_side.py).
+    assert api["reviewer"].post(f"/policy-changes/{request['id']}/authorize", {}).status_code == 403
     assert PolicyChange.objects.get(pk=request["id"]).status == "PENDING"
     assert policy.policy_for("ticket.create").enabled is False
 

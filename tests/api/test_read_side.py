@@ -109,11 +109,12 @@ def api_get(name, path, **params):
     return ApiClient(reader(name)).get(path, **params)
 
 
-SEES, HIDDEN = 200, 404
+SEES, HIDDEN, REFUSED = 200, 404, 403
 
 # kind -> (API path, console path, {reader: answer}): the owner or a member
 # of its team, another team's member, another agent, and a role that does
-# not read the kind each get one answer, the same from both.
+# not read the kind each get one answer, the same from both: a wrong role is
+# 403, not yours (another team's, another agent's) is 404.
 DETAILS = {
     "workflow": (
         "/workflows/{workflow}",
@@ -129,30 +130,31 @@ DETAILS = {
             "agent": SEES,  # its own workflow's
             "pay-operator": HIDDEN,
             "agent2": HIDDEN,
-            "reviewer": HIDDEN,  # reviewers do not read dead letters
+            "reviewer": REFUSED,  # reviewers do not read dead letters
         },
     ),
     "compensation": (
         "/compensations/{comp}",
         "/compensations/{comp}/",
-        {"reviewer": SEES, "operator": SEES, "pay-reviewer": HIDDEN, "agent2": HIDDEN, "agent": HIDDEN},
+        # Agents read no compensations, even of their own plans.
+        {"reviewer": SEES, "operator": SEES, "pay-reviewer": HIDDEN, "agent2": REFUSED, "agent": REFUSED},
     ),
     "job": (
         "/jobs/{job}",
         "/jobs/{job}/",
-        {"operator": SEES, "auditor": SEES, "pay-operator": HIDDEN, "agent2": HIDDEN, "reviewer": HIDDEN},
+        {"operator": SEES, "auditor": SEES, "pay-operator": HIDDEN, "agent2": REFUSED, "reviewer": REFUSED},
     ),
     # Policies are every team's (an action is the same for all): its readers are by role alone.
     "policy": (
         "/actions/ticket.create/policy",
         "/actions/ticket.create/policy",
-        {"operator": SEES, "auditor": SEES, "pay-operator": SEES, "reviewer": HIDDEN, "agent": HIDDEN},
+        {"operator": SEES, "auditor": SEES, "pay-operator": SEES, "reviewer": REFUSED, "agent": REFUSED},
     ),
 }
 
 
 @pytest.mark.parametrize("kind", DETAILS)
-def test_a_detail_answers_alike_in_the_api_and_the_console_and_404_for_not_yours(world, kind):
+def test_a_detail_answers_alike_in_the_api_and_the_console_403_for_a_wrong_role_404_for_not_yours(world, kind):
     api_path, console_path, answers = DETAILS[kind]
     got = {
         name: (
@@ -167,16 +169,18 @@ def test_a_detail_answers_alike_in_the_api_and_the_console_and_404_for_not_yours
 def test_a_policy_change_is_read_by_operators_and_auditors_only(world):
     path = f"/policy-changes/{world['change']}"
     got = {name: api_get(name, path).status_code for name in ("operator", "auditor", "reviewer", "agent")}
-    assert got == {"operator": SEES, "auditor": SEES, "reviewer": HIDDEN, "agent": HIDDEN}
+    assert got == {"operator": SEES, "auditor": SEES, "reviewer": REFUSED, "agent": REFUSED}
 
 
-# kind -> (API list, console list, the key of the object listed, {reader: listed?})
+# kind -> (API list, console list, the key of the object listed, {reader: listed
+# (True), answered without it (False), or refused (403) to a role that does not
+# read the kind})
 LISTS = {
     "dead letters": (
         "/dead-letters",
         "/dead-letters/",
         "dead",
-        {"operator": True, "agent": True, "pay-operator": False, "agent2": False, "reviewer": False},
+        {"operator": True, "agent": True, "pay-operator": False, "agent2": False, "reviewer": REFUSED},
     ),
     "workflows": (
         "/workflows",
@@ -188,8 +192,9 @@ LISTS = {
 
 
 @pytest.mark.parametrize("kind", LISTS)
-def test_a_list_answers_everyone_with_what_they_see_alike_in_the_api_and_the_console(world, kind):
-    """A list is never refused: one who may not read the kind gets it empty, from both."""
+def test_a_list_answers_alike_in_the_api_and_the_console_and_403_for_a_wrong_role(world, kind):
+    """A list shows what its reader sees, without what is not theirs; a role
+    that reads none of the kind is refused it (403), by both, as its details."""
     api_path, console_path, key, listed = LISTS[kind]
     wanted = str(world[key])
     got = {}
@@ -198,31 +203,37 @@ def test_a_list_answers_everyone_with_what_they_see_alike_in_the_api_and_the_con
             api_get(name, api_path, status="FAILED") if kind == "workflows" else api_get(name, api_path),
             console_get(name, console_path),
         )
+        if (answer.status_code, page.status_code) == (REFUSED, REFUSED):
+            got[name] = (REFUSED, REFUSED)
+            continue
         assert (answer.status_code, page.status_code) == (200, 200), name
         got[name] = (wanted in answer.content.decode(), wanted in page.content.decode())
     assert got == {name: (shown, shown) for name, shown in listed.items()}
 
 
-def test_the_compensation_list_and_the_policy_list_are_empty_for_a_role_that_does_not_read_them(world):
+def test_the_compensation_list_and_the_policy_list_are_refused_to_a_role_that_does_not_read_them(world):
     assert str(world["comp"]) in console_get("reviewer", "/compensations/").content.decode()
-    assert str(world["comp"]) not in console_get("agent", "/compensations/").content.decode()
+    assert console_get("agent", "/compensations/").status_code == REFUSED
     assert "ticket.create" in console_get("auditor", "/actions/").content.decode()
-    assert "ticket.create" not in console_get("reviewer", "/actions/").content.decode()
+    assert console_get("reviewer", "/actions/").status_code == REFUSED
 
 
 def test_audit_events_are_an_auditors_in_the_api_the_console_and_the_exports_alike(world):
     def seen(name):
         answer = api_get(name, "/audit", workflow=str(world["workflow"]))
         export = console_get(name, "/audit/export.jsonl", workflow=str(world["workflow"]))
+        page = console_get(name, "/audit/", workflow=str(world["workflow"]))
+        if name != "auditor":
+            return (answer.status_code, export.status_code, page.status_code)
         lines = [json.loads(line) for line in b"".join(export.streaming_content).decode().splitlines()]
         assert (answer.status_code, export.status_code) == (200, 200)
         return (len(answer.json()["items"]) > 0, len(lines) > 0)
 
     assert {name: seen(name) for name in ("auditor", "operator", "reviewer", "agent")} == {
         "auditor": (True, True),
-        "operator": (False, False),
-        "reviewer": (False, False),
-        "agent": (False, False),
+        "operator": (REFUSED, REFUSED, REFUSED),
+        "reviewer": (REFUSED, REFUSED, REFUSED),
+        "agent": (REFUSED, REFUSED, REFUSED),
     }
 
 

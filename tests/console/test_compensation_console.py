@@ -232,10 +232,9 @@ def test_staff_may_read_the_compensation_page(requested, as_user, persona):
 
 
 def test_agents_may_not_read_the_compensation_page(requested, as_user):
-    """Agents see no compensation: 404 for one, an empty list (tests/test_read_side.py)."""
-    assert as_user("agent").get(_page(requested)).status_code == 404
-    listing = as_user("agent").get(LIST)
-    assert listing.status_code == 200 and str(requested.pk) not in _html(listing)
+    """Agents' role reads no compensations: 403 for one and for the list (tests/api/test_read_side.py)."""
+    assert as_user("agent").get(_page(requested)).status_code == 403
+    assert as_user("agent").get(LIST).status_code == 403
 
 
 def test_the_requester_cannot_authorize(failed, as_user):
@@ -250,9 +249,9 @@ def test_the_requester_cannot_authorize(failed, as_user):
     _unchanged(comp)
 
 
-@pytest.mark.parametrize("persona, status", [("operator", 403), ("auditor", 403), ("agent", 404)])
+@pytest.mark.parametrize("persona, status", [("operator", 403), ("auditor", 403), ("agent", 403)])
 def test_non_reviewers_may_not_decide(requested, as_user, persona, status):
-    """403 for who sees it but may not decide; 404 for an agent, who sees none."""
+    """403 for who sees it but may not decide, and for an agent, whose role reads none."""
     client = as_user(persona)
     assert client.post(f"{_page(requested)}authorize", {}).status_code == status
     assert client.post(f"{_page(requested)}decline", {"reason": "no"}).status_code == status

@@ -51,10 +51,9 @@ def test_operators_see_each_actions_limits_and_in_flight(as_user):
     text = page.content.decode()
     assert "ticket.create" in text and "0 / 7" in text and "noop" in text
     assert as_user("auditor").get("/actions/ticket.create/policy").status_code == 200
-    # A reviewer gets the list as everyone does, empty (tests/test_read_side.py).
-    listing = as_user("reviewer").get("/actions/")
-    assert listing.status_code == 200 and "ticket.create" not in listing.content.decode()
-    assert as_user("reviewer").get("/actions/ticket.create/policy").status_code == 404
+    # A reviewer's role reads no policies: the list and a policy are 403 (tests/api/test_read_side.py).
+    assert as_user("reviewer").get("/actions/").status_code == 403
+    assert as_user("reviewer").get("/actions/ticket.create/policy").status_code == 403
     assert as_user("operator").get("/actions/no.such/policy").status_code == 404
 
 

@@ -81,9 +81,10 @@ def console_routes(w):
             {"reviewer", "operator", "admin"},
         ),
         ("GET", f"/workflows/{w['failed']}/compensate", None, {"operator", "admin"}),
-        # A list answers everyone with what they see (tests/test_read_side.py).
-        ("GET", "/compensations/", None, ANY_USER),
-        ("GET", "/dead-letters/", None, ANY_USER),
+        # A role that reads none of a kind is refused its list (403), as its
+        # details; agents read their own plans' dead letters (tests/api/test_read_side.py).
+        ("GET", "/compensations/", None, {"reviewer", "operator", "auditor", "admin"}),
+        ("GET", "/dead-letters/", None, {"agent", "operator", "auditor", "admin"}),
         ("GET", f"/dead-letters/{w['dead']}/", None, {"agent", "operator", "auditor", "admin"}),
         ("POST", f"/dead-letters/{w['dead']}/replay", {"reason": "r"}, {"operator", "admin"}),
         ("POST", f"/dead-letters/{w['dead']}/discard", {"reason": "r"}, {"operator", "admin"}),
@@ -96,10 +97,10 @@ def console_routes(w):
         ("POST", f"/jobs/{w['job']}/replay", {"only": "safe", "reason": "r"}, {"operator", "admin"}),
         ("GET", "/attention/", None, {"operator", "admin"}),
         ("GET", "/dashboard/", None, {"reviewer", "operator", "auditor", "admin"}),
-        ("GET", "/audit/", None, ANY_USER),
+        ("GET", "/audit/", None, {"auditor", "admin"}),
         ("POST", "/audit/verify", {}, {"auditor", "admin"}),
-        ("GET", "/audit/export.csv", None, ANY_USER),
-        ("GET", "/audit/export.jsonl", None, ANY_USER),
+        ("GET", "/audit/export.csv", None, {"auditor", "admin"}),
+        ("GET", "/audit/export.jsonl", None, {"auditor", "admin"}),
         ("GET", f"/compensations/{w['comp']}/", None, {"reviewer", "operator", "auditor", "admin"}),
         ("POST", f"/compensations/{w['comp']}/authorize", {"reason": "ok"}, {"reviewer", "admin"}),
         ("POST", f"/compensations/{w['comp']}/decline", {"reason": "no"}, {"reviewer", "admin"}),
@@ -140,7 +141,7 @@ def api_routes(w):
             {"reviewer", "operator", "admin"},
         ),
         # The agent submitted the failed workflow: its dead letter is the agent's to see.
-        ("GET", "/api/v1/dead-letters", None, ANY_USER),
+        ("GET", "/api/v1/dead-letters", None, {"agent", "operator", "auditor", "admin"}),
         ("GET", f"/api/v1/dead-letters/{w['dead']}", None, {"agent", "operator", "auditor", "admin"}),
         (
             "POST",
@@ -165,7 +166,7 @@ def api_routes(w):
         ("GET", f"/api/v1/compensations/{w['comp']}", None, {"reviewer", "operator", "auditor", "admin"}),
         ("POST", f"/api/v1/compensations/{w['comp']}/authorize", {}, {"reviewer", "admin"}),
         ("POST", f"/api/v1/compensations/{w['comp']}/decline", {"reason": "no"}, {"reviewer", "admin"}),
-        ("GET", "/api/v1/audit", None, ANY_USER),
+        ("GET", "/api/v1/audit", None, {"auditor", "admin"}),
         ("GET", "/api/v1/actions", None, ANY_USER),
     ]
 
@@ -182,7 +183,7 @@ def _judge(persona, allowed, status, location=""):
         return status == 302 and "/login/" in location
     if persona in allowed:
         return status not in (401, 403, 404) and "/login/" not in location
-    return status in (403, 404)
+    return status == 403  # a wrong role, on lists and details alike; 404 is for not yours
 
 
 def _with_compensation(world, people):
@@ -233,7 +234,7 @@ def test_every_api_url_for_every_persona(world, people):
             ok = (
                 status == 401
                 if persona == "anonymous"
-                else (status not in (401, 403, 404) if persona in allowed else status in (403, 404))
+                else (status not in (401, 403, 404) if persona in allowed else status == 403)
             )
             if not ok:
                 wrong.append(f"{persona:9} {method} {path} -> {status}")
@@ -341,7 +342,7 @@ def team_console_routes(w):
     return routes + [
         ("GET", f"/workflows/{w['planned']}/steps/", None, ANY_USER),
         ("POST", f"/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
-        ("GET", "/actions/", None, ANY_USER),
+        ("GET", "/actions/", None, {"operator", "auditor", "admin"}),
         ("GET", "/actions/noop/policy", None, {"operator", "auditor", "admin"}),
     ]
 
@@ -354,12 +355,12 @@ def team_api_routes(w):
     return routes + [
         ("POST", f"/api/v1/workflows/{w['planned']}/previews/retake", {}, {"reviewer", "admin"}),
         ("GET", "/api/v1/actions/noop/policy", None, {"operator", "auditor", "admin"}),
-        ("GET", "/api/v1/webhooks", None, ANY_USER),
+        ("GET", "/api/v1/webhooks", None, {"operator", "auditor", "admin"}),
         ("GET", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "auditor", "admin"}),
         ("PATCH", f"/api/v1/webhooks/{w['endpoint']}", {"description": "d"}, {"operator", "admin"}),
         ("POST", f"/api/v1/webhooks/{w['endpoint']}/secret", {}, {"operator", "admin"}),
         ("DELETE", f"/api/v1/webhooks/{w['endpoint']}", None, {"operator", "admin"}),
-        ("GET", "/api/v1/webhook-deliveries", None, ANY_USER),
+        ("GET", "/api/v1/webhook-deliveries", None, {"operator", "auditor", "admin"}),
         ("POST", f"/api/v1/webhook-deliveries/{w['delivery']}/replay", {"reason": "r"}, {"operator", "admin"}),
         ("POST", "/api/v1/audit/verify", {"workflow": str(w["planned"])}, {"auditor", "admin"}),
     ]
@@ -388,12 +389,15 @@ def _judge_team(kind, role, allowed, path, data, status, location, body, w, befo
     if kind != "other":
         if role in allowed:
             return status not in (401, 403, 404) and "/login/" not in location
-        return status in (403, 404)
+        return status == 403
     if before != after:
         return False  # another team's request changed blue's rows
+    names_blue = _names_blue(path, w) or (path.endswith("/audit/verify") and (data or {}).get("workflow"))
     if role not in allowed:
-        return status in (403, 404)
-    if _names_blue(path, w) or (path.endswith("/audit/verify") and (data or {}).get("workflow")):
+        # A kind the role does not read is 403 before any lookup; an action on
+        # blue's object of a kind it reads is 404 (it is looked up first).
+        return status in (403, 404) if names_blue else status == 403
+    if names_blue:
         return status == 404  # blue's object: as if it did not exist
     # A list, a filter or a selection: answered, without blue's rows.
     return status not in (401, 403, 404) and not _names_blue(body, w)

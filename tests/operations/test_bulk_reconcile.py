@@ -256,9 +256,9 @@ def test_only_operators_reconcile_and_run_jobs(people, desk, api, persona):
         .json()["job"]
     )
     # Auditors may follow a job of their team (then a pause is 403); only
-    # operators act on it. Reviewers and agents see no job: 404.
-    assert api[persona].get(f"/jobs/{job}").status_code == (200 if persona == "auditor" else 404)
-    assert api[persona].post(f"/jobs/{job}/pause").status_code == (403 if persona == "auditor" else 404)
+    # operators act on it. Reviewers' and agents' roles read no jobs: 403.
+    assert api[persona].get(f"/jobs/{job}").status_code == (200 if persona == "auditor" else 403)
+    assert api[persona].post(f"/jobs/{job}/pause").status_code == 403
     assert Job.objects.get(pk=job).status == "RUNNING"
 
 
@@ -310,10 +310,10 @@ def test_the_console_reconciles_shows_the_groups_and_replays_the_safe_ones(peopl
     run_job(second.pk)
     assert bulk.counts(second)["replayed"] == 2
     assert set(DeadLetter.objects.values_list("status", flat=True)) == {"APPLIED", "REPLAYED"}
-    # Others may not look: a reviewer sees no job (404, as the API answers).
+    # Others may not look: a reviewer's role reads no jobs (403, as the API answers).
     reviewer = Client()
     reviewer.login(username="reviewer", password=PASSWORD)
-    assert reviewer.get(f"/jobs/{job.pk}/").status_code == 404
+    assert reviewer.get(f"/jobs/{job.pk}/").status_code == 403
     assert reviewer.post("/dead-letters/reconcile", {"scope": "filter", "action": "ticket.create"}).status_code == 403
 
 

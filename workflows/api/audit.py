@@ -94,6 +94,7 @@ def list_audit_events(
     cursor: str | None = None,
     limit: int = Query(100, ge=1, le=500),
 ):
+    lookup.reads(request, "audit")
     events = select_events(request.user, actor=actor, verb=verb, workflow=workflow, since=since, until=until)
     rows, next_cursor = page_by_id(events, cursor, limit)
     return {"items": [event_row(event) for event in rows], "next": next_cursor}

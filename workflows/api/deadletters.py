@@ -88,6 +88,7 @@ def list_dead_letters(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
+    lookup.reads(request, "dead_letters")
     entries = (
         DeadLetter.objects.visible_to(request.user)
         .select_related("resolved_by")

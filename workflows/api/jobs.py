@@ -66,18 +66,18 @@ def job_out(job: Job) -> dict:
 
 @router.get("/jobs/{job_id}", response=JobOut, summary="A bulk reconcile or replay and its progress (its operator)")
 def get_job(request, job_id: UUID):
-    return job_out(bulk.get_for_user(request.user, job_id))
+    return job_out(lookup.job(request, job_id))
 
 
 @router.post("/jobs/{job_id}/pause", response=JobOut, summary="Pause a running bulk job (operators); 409 otherwise")
 def pause_job(request, job_id: UUID):
-    job = bulk.get_for_user(request.user, job_id)
+    job = lookup.job(request, job_id)
     lookup.require(request, roles.OPERATORS)
     return job_out(bulk.pause(job, by=request.user))
 
 
 @router.post("/jobs/{job_id}/resume", response=JobOut, summary="Resume a paused bulk job (operators); 409 otherwise")
 def resume_job(request, job_id: UUID):
-    job = bulk.get_for_user(request.user, job_id)
+    job = lookup.job(request, job_id)
     lookup.require(request, roles.OPERATORS)
     return job_out(bulk.resume(job, by=request.user))

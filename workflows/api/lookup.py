@@ -1,8 +1,8 @@
 """Fetch an object for the caller through its `visible_to(user)`: what it
-holds, else a 404 (a 410 for an archived workflow they saw), whatever the
-reason (another team's, someone else's, a kind their role does not read).
-A 403 (`require`) answers only an action their role may not take on an
-object they see."""
+holds, else a 404 (a 410 for an archived workflow they saw): another
+team's, someone else's. A 403 answers a kind their role does not read
+(`reads`, before any lookup, on lists and details alike) and an action
+their role may not take on an object they see (`require`)."""
 
 from uuid import UUID
 
@@ -11,13 +11,20 @@ from django.http import Http404
 from workflows import roles
 from workflows.audit import archived
 from workflows.errors import Archived, NotAllowed
-from workflows.models import Compensation, DeadLetter, PolicyChange, Workflow
-from workflows.webhooks.models import WebhookEndpoint
+from workflows.models import Compensation, DeadLetter, Job, PolicyChange, Workflow
+from workflows.operations import bulk
+from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint
 
 
 def require(request, *allowed) -> None:
     if not any(roles.has_role(request.user, role) for role in allowed):
         raise NotAllowed("Your role does not allow this.")
+
+
+def reads(request, kind: str) -> None:
+    """403 for a role that reads none of this kind (`roles.may_read`)."""
+    if not roles.may_read(request.user, kind):
+        raise NotAllowed("Your role does not read these.")
 
 
 def visible_workflows(user):
@@ -45,7 +52,13 @@ def gate_step(workflow: Workflow, step_key: str):
     return step_key
 
 
+def job(request, job_id: UUID) -> Job:
+    reads(request, "jobs")
+    return bulk.get_for_user(request.user, job_id)
+
+
 def dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
+    reads(request, "dead_letters")
     entry = DeadLetter.objects.visible_to(request.user).select_related("resolved_by").filter(pk=dead_letter_id).first()
     if entry is None:
         raise Http404
@@ -53,6 +66,7 @@ def dead_letter(request, dead_letter_id: UUID) -> DeadLetter:
 
 
 def compensation(request, compensation_id: UUID) -> Compensation:
+    reads(request, "compensations")
     comp = (
         Compensation.objects.visible_to(request.user)
         .select_related("workflow", "requested_by", "authorized_by")
@@ -65,6 +79,7 @@ def compensation(request, compensation_id: UUID) -> Compensation:
 
 
 def policy_change(request, change_id: UUID) -> PolicyChange:
+    reads(request, "policies")
     found = (
         PolicyChange.objects.visible_to(request.user)
         .select_related("requested_by", "decided_by")
@@ -77,6 +92,7 @@ def policy_change(request, change_id: UUID) -> PolicyChange:
 
 
 def webhook_endpoint(request, endpoint_id: UUID) -> WebhookEndpoint:
+    reads(request, "webhooks")
     endpoint = (
         WebhookEndpoint.objects.visible_to(request.user)
         .select_related("created_by", "team")
@@ -86,3 +102,11 @@ def webhook_endpoint(request, endpoint_id: UUID) -> WebhookEndpoint:
     if endpoint is None:
         raise Http404
     return endpoint
+
+
+def webhook_delivery(request, delivery_id: UUID) -> WebhookDelivery:
+    reads(request, "webhooks")
+    row = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint").filter(pk=delivery_id).first()
+    if row is None:
+        raise Http404
+    return row

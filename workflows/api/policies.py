@@ -129,6 +129,7 @@ def policy_out(rules: ActionPolicy) -> dict:
     summary="An action's policy and limits, steps in flight, pause, pending changes (operators, auditors)",
 )
 def get_policy(request, name: str):
+    lookup.reads(request, "policies")
     return policy_out(policies.get(name, reader=request.user))
 
 

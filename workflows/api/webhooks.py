@@ -3,7 +3,6 @@
 from datetime import datetime
 from uuid import UUID
 
-from django.http import Http404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import ValidationError
 from pydantic import ConfigDict, StrictBool
@@ -132,6 +131,7 @@ def create_webhook_endpoint(request, payload: WebhookEndpointIn):
 
 @router.get("/webhooks", response=WebhookEndpointList, summary="Webhook endpoints (operators, auditors)")
 def list_webhook_endpoints(request):
+    lookup.reads(request, "webhooks")
     rows = (
         WebhookEndpoint.objects.visible_to(request.user)
         .select_related("created_by", "team")
@@ -192,6 +192,7 @@ def list_webhook_deliveries(
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=200),
 ):
+    lookup.reads(request, "webhooks")
     if event is not None and event not in EVENT_TYPES:
         raise ValidationError([{"loc": ("query", "event"), "msg": f"One of: {', '.join(EVENT_TYPES)}."}])
     rows = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint")
@@ -208,9 +209,7 @@ def list_webhook_deliveries(
     summary="Send a dead-lettered delivery again, same webhook-id and body (operators)",
 )
 def replay_webhook_delivery(request, delivery_id: UUID, payload: ReasonIn):
-    row = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint").filter(pk=delivery_id).first()
-    if row is None:
-        raise Http404
+    row = lookup.webhook_delivery(request, delivery_id)
     lookup.require(request, roles.OPERATORS)
     row = webhook_delivery.replay(row, by=request.user, reason=payload.reason)
     return Status(202, webhook_delivery_out(row))

@@ -33,7 +33,7 @@ class AuditEventQuerySet(models.QuerySet):
         read the trail."""
         if teams.is_global(user):
             return self
-        if not roles.is_auditor(user):
+        if not roles.may_read(user, "audit"):
             return self.none()
         mine = teams.team_ids(user)
         endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]

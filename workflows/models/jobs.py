@@ -18,7 +18,7 @@ class JobQuerySet(models.QuerySet):
         every job. Operators and auditors only, as dead letters."""
         if teams.is_global(user):
             return self
-        if not roles.sees_recovery(user):
+        if not roles.may_read(user, "jobs"):
             return self.none()
         return self.filter(Q(created_by=user, **teams.token_team(user)) | Q(team_id__in=teams.team_ids(user)))
 

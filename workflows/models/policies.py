@@ -16,7 +16,7 @@ class PolicyQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Policies and the requests to change them are every team's (an
         action is the same for all): operators and auditors read them."""
-        if user.is_authenticated and user.is_active and (user.is_superuser or roles.sees_recovery(user)):
+        if roles.may_read(user, "policies"):
             return self
         return self.none()
 

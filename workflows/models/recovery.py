@@ -16,9 +16,11 @@ from workflows.states import CompensationStatus, FailureClass
 class CompensationQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Those of the workflows of the user's teams, for every role;
-        agents see none (they are in no team: `teams.team_ids`)."""
+        agents see none."""
         if teams.is_global(user):
             return self
+        if not roles.may_read(user, "compensations"):
+            return self.none()
         return self.filter(workflow__team_id__in=teams.team_ids(user))
 
 
@@ -107,9 +109,9 @@ class DeadLetterQuerySet(models.QuerySet):
         none for a reviewer (they decide plans, operators mend failures)."""
         if teams.is_global(user):
             return self
+        if not roles.may_read(user, "dead_letters"):
+            return self.none()
         if teams.is_staff_role(user):
-            if not roles.sees_recovery(user):
-                return self.none()
             return self.filter(
                 Q(workflow__team_id__in=teams.team_ids(user))
                 | Q(workflow__submitted_by=user, **teams.token_team(user, "workflow__"))

@@ -4,11 +4,20 @@ operation posted from a form."""
 from collections.abc import Callable
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 
+from workflows import roles
 from workflows.errors import DomainError, StaleRevision
 from workflows.web.pagination import page_by_created
+
+
+def reads(request: HttpRequest, kind: str) -> None:
+    """403 for a role that reads none of this kind (`roles.may_read`), as the
+    API's `lookup.reads`: before any lookup, on lists and details alike."""
+    if not roles.may_read(request.user, kind):
+        raise PermissionDenied("Your role does not read these.")
 
 
 def list_page(request: HttpRequest, items, template: str, *, rows: str, page_size: int, context: dict) -> HttpResponse:

@@ -18,7 +18,7 @@ class WebhookEndpointQuerySet(models.QuerySet):
         """Its team's operators and auditors."""
         if teams.is_global(user):
             return self
-        if not roles.sees_recovery(user):
+        if not roles.may_read(user, "webhooks"):
             return self.none()
         return self.filter(team_id__in=teams.team_ids(user))
 
@@ -74,7 +74,7 @@ class WebhookDeliveryQuerySet(models.QuerySet):
         operators and auditors."""
         if teams.is_global(user):
             return self
-        if not roles.sees_recovery(user):
+        if not roles.may_read(user, "webhooks"):
             return self.none()
         return self.filter(workflow__team_id__in=teams.team_ids(user))
 

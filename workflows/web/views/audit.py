@@ -31,6 +31,7 @@ from workflows.audit.reading import FIELDS, event_row, select_events
 from workflows.db import canonical_json
 from workflows.errors import DomainError
 from workflows.models import AuditEvent, AuditVerification, Workflow
+from workflows.web.pages import reads
 from workflows.web.pagination import page_by_id
 
 PAGE_SIZE = 100
@@ -95,8 +96,8 @@ def _with_data_text(events: list[AuditEvent]) -> list[AuditEvent]:
 
 
 def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
-    """The chain's checks and the button to check it now: an auditor's (the
-    page itself answers anyone, with the events they see: none but an auditor's)."""
+    """The chain's checks and the button to check it now: an auditor's (a
+    superuser who is none reads the page without them)."""
     if not roles.is_auditor(request.user):
         return {"can_verify": False}
     latest = AuditVerification.objects.order_by("-id")
@@ -114,6 +115,7 @@ def _chain_context(request: HttpRequest, workflow: UUID | None) -> dict:
 @require_GET
 @vary_on_headers("HX-Request")
 def audit_list(request: HttpRequest) -> HttpResponse:
+    reads(request, "audit")
     filters = AuditFilter(request.GET, request.user)
     try:
         rows, next_cursor = page_by_id(filters.events(), request.GET.get("cursor") or None, PAGE_SIZE)
@@ -191,6 +193,7 @@ def _jsonl_lines(rows: Iterator[dict]) -> Iterator[str]:
 def _export(request: HttpRequest, lines, content_type: str, extension: str) -> HttpResponse:
     """Stream every matching event, oldest first, in chunks: memory stays flat
     however long the trail is."""
+    reads(request, "audit")
     filters = AuditFilter(request.GET, request.user)
     if filters.errors:
         return HttpResponseBadRequest(

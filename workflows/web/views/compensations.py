@@ -24,7 +24,7 @@ from workflows.operations import compensation
 from workflows.states import CompensationStatus, StepStatus
 from workflows.web import seen
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act, list_page
+from workflows.web.pages import act, list_page, reads
 from workflows.web.views.detail import get_workflow_for_user
 
 PAGE_SIZE = 50
@@ -42,7 +42,9 @@ def _get_workflow_to_compensate(request: HttpRequest, workflow_id: UUID) -> Work
 
 def _get_compensation_for_user(request: HttpRequest, compensation_id: UUID, *, decide: bool = False) -> Compensation:
     """Those who see it read it (`Compensation.objects.visible_to`: 404
-    otherwise); only reviewers decide (and `compensation` refuses the requester)."""
+    otherwise, 403 for a role that reads none); only reviewers decide (and
+    `compensation` refuses the requester)."""
+    reads(request, "compensations")
     comp = get_object_or_404(
         Compensation.objects.visible_to(request.user).select_related("workflow", "requested_by", "authorized_by"),
         pk=compensation_id,
@@ -184,6 +186,7 @@ def compensation_decline(request: HttpRequest, compensation_id: UUID) -> HttpRes
 @vary_on_headers("HX-Request")
 def compensation_list(request: HttpRequest) -> HttpResponse:
     """Awaiting a decision by default, newest first."""
+    reads(request, "compensations")
     status = request.GET.get("status") or CompensationStatus.REQUESTED
     comps = Compensation.objects.visible_to(request.user).select_related("workflow", "requested_by", "authorized_by")
     if status in CompensationStatus.values:

@@ -28,7 +28,7 @@ from workflows.operations import deadletters
 from workflows.reasons import clean_reason
 from workflows.states import FailureClass
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act, list_page
+from workflows.web.pages import act, list_page, reads
 
 PAGE_SIZE = 50
 ALL_STATUSES = "all"
@@ -112,7 +112,9 @@ def _check_resolver(user) -> None:
 
 
 def _get_dead_letter_for_user(request: HttpRequest, dead_letter_id: UUID, *, resolve: bool = False) -> DeadLetter:
-    """404 for one the user does not see, whatever the reason; then 403 to resolve it unless an operator."""
+    """403 for a role that reads no dead letters, 404 for one the user does not
+    see; then 403 to resolve it unless an operator."""
+    reads(request, "dead_letters")
     entry = get_object_or_404(
         DeadLetter.objects.visible_to(request.user).select_related("workflow", "trace", "resolved_by"),
         pk=dead_letter_id,
@@ -131,6 +133,7 @@ def list_url(filters: DeadLetterFilter) -> str:
 @require_GET
 @vary_on_headers("HX-Request")
 def dead_letter_list(request: HttpRequest) -> HttpResponse:
+    reads(request, "dead_letters")
     filters = DeadLetterFilter(request.GET, request.user)
     entries = filters.apply(DeadLetter.objects.visible_to(request.user).select_related("workflow"))
     return list_page(

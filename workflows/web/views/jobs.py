@@ -25,12 +25,14 @@ from workflows.errors import DomainError, NotVisible
 from workflows.models import Job, JobItem
 from workflows.operations import bulk, deadletters
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act, list_page
+from workflows.web.pages import act, list_page, reads
 from workflows.web.views.dead_letters import PAGE_SIZE, DeadLetterFilter, list_url, posted_ids
 
 
 def _get_job_for_user(request: HttpRequest, job_id: UUID, *, act_on: bool = False) -> Job:
-    """404 for a job the user does not see; then 403 to act on it unless an operator."""
+    """403 for a role that reads no jobs, 404 for a job the user does not see;
+    then 403 to act on it unless an operator."""
+    reads(request, "jobs")
     try:
         job = bulk.get_for_user(request.user, job_id)
     except NotVisible:
@@ -156,6 +158,7 @@ def job_replay(request: HttpRequest, job_id: UUID) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def job_list(request: HttpRequest) -> HttpResponse:
     """The bulk jobs the user may see, newest first, with their progress."""
+    reads(request, "jobs")
     jobs = (
         Job.objects.visible_to(request.user)
         .select_related("created_by")

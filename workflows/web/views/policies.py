@@ -25,7 +25,7 @@ from workflows.errors import DomainError
 from workflows.models import ActionPolicy, PolicyChange
 from workflows.operations import policies
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act
+from workflows.web.pages import act, reads
 
 
 class PolicyForm(forms.Form):
@@ -54,6 +54,7 @@ class PolicyForm(forms.Form):
 
 
 def _get_policy(request: HttpRequest, name: str) -> ActionPolicy:
+    reads(request, "policies")
     try:
         return policies.get(name, reader=request.user)
     except policies.UnknownAction:
@@ -86,6 +87,7 @@ def _detail_context(request: HttpRequest, rules: ActionPolicy, form: PolicyForm 
 @login_required
 @require_GET
 def policy_list(request: HttpRequest) -> HttpResponse:
+    reads(request, "policies")
     names = sorted(set(actions.names()) | set(ActionPolicy.objects.values_list("action", flat=True)))
     current = policies.engine_policy.policies_for(names)
     shown = set(ActionPolicy.objects.visible_to(request.user).filter(action__in=names).values_list("action", flat=True))

@@ -20,7 +20,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from workflows import roles
 from workflows.web.auth import needs_recent_sign_in
-from workflows.web.pages import act, list_page
+from workflows.web.pages import act, list_page, reads
 from workflows.webhooks import delivery as webhook_delivery
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint
 
@@ -30,14 +30,16 @@ Status = WebhookDelivery.Status
 
 
 def _get_endpoint(request: HttpRequest, endpoint_id: UUID) -> WebhookEndpoint:
+    reads(request, "webhooks")
     return get_object_or_404(
         WebhookEndpoint.objects.visible_to(request.user).select_related("team", "created_by"), pk=endpoint_id
     )
 
 
 def _get_delivery(request: HttpRequest, delivery_id: UUID, *, replay: bool = False) -> WebhookDelivery:
-    """The delivery if the user sees it (404 otherwise, `visible_to` decides);
-    seeing it, only an operator replays it (403)."""
+    """The delivery if the user sees it (403 for a role that reads none, 404
+    otherwise, `visible_to` decides); seeing it, only an operator replays it (403)."""
+    reads(request, "webhooks")
     row = get_object_or_404(
         WebhookDelivery.objects.visible_to(request.user).select_related("endpoint", "workflow"), pk=delivery_id
     )
@@ -49,6 +51,7 @@ def _get_delivery(request: HttpRequest, delivery_id: UUID, *, replay: bool = Fal
 @login_required
 @require_GET
 def webhook_list(request: HttpRequest) -> HttpResponse:
+    reads(request, "webhooks")
     endpoints = (
         WebhookEndpoint.objects.visible_to(request.user).select_related("team", "created_by").order_by("created_at")
     )
@@ -71,6 +74,7 @@ def webhook_detail(request: HttpRequest, endpoint_id: UUID) -> HttpResponse:
 def webhook_delivery_list(request: HttpRequest) -> HttpResponse:
     """Dead-lettered deliveries by default, newest first; one endpoint's
     when `endpoint` names it."""
+    reads(request, "webhooks")
     status = request.GET.get("status") or Status.DEAD
     rows = WebhookDelivery.objects.visible_to(request.user).select_related("endpoint", "workflow")
     if status in Status.values:
