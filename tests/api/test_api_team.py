@@ -28,15 +28,21 @@ def test_workflow_answers_carry_the_team(people, api):
     assert plain["team"] == Team.DEFAULT
     assert api["agent"].get(f"/workflows/{plain['id']}").json()["team"] == Team.DEFAULT
     assert paid.get(f"/api/v1/workflows/{paid_id}").json()["team"] == "payments"
-    # Someone who sees both teams reads each plan's own team in the list.
+    # A global auditor's token reads its own team's plans, each naming it.
     auditor = User.objects.create_user("global-auditor", password=PASSWORD)
     auditor.groups.add(*(Group.objects.get_or_create(name=name)[0] for name in (roles.AUDITORS, roles.GLOBAL)))
-    both = ApiClient(auditor)
-    listed = {item["id"]: item["team"] for item in both.get("/workflows").json()["items"]}
-    assert listed == {plain["id"]: Team.DEFAULT, paid_id: "payments"}
+    for team, expected in (
+        (Team.objects.get(name=Team.DEFAULT), {plain["id"]: Team.DEFAULT}),
+        (payments, {paid_id: "payments"}),
+    ):
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.issue(auditor, team=team)}")
+        listed = {item["id"]: item["team"] for item in client.get("/api/v1/workflows").json()["items"]}
+        assert listed == expected
     # The team is read with its plan, not once per plan.
-    before = _queries(both, "/workflows")
+    reader = ApiClient(people["agent"])
+    reader.get("/workflows")  # a token's first use is recorded once
+    before = _queries(reader, "/workflows")
     for n in range(3):
-        paid.post("/api/v1/workflows", ticket_plan(f"more-{n}"), content_type="application/json")
-    assert _queries(both, "/workflows") == before
-    assert _queries(both, f"/workflows/{paid_id}") == _queries(both, f"/workflows/{plain['id']}")
+        api["agent"].post("/workflows", ticket_plan(f"more-{n}"))
+    assert _queries(reader, "/workflows") == before
+    assert _queries(reader, f"/workflows/{plain['id']}") == _queries(paid, f"/api/v1/workflows/{paid_id}")

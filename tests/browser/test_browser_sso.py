@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from tests.support.chromium import SCREENSHOTS
 from tests.support.oidc_mock import running_provider, set_person
 from tests.support.plans import ticket_plan
+from tests.support.seeing import previews_taken
 from workflows.models import Approval, AuditEvent, ProviderIdentity
 from workflows.operations import plans
 from workflows.web import sso
@@ -63,6 +64,7 @@ def _sign_in_at_provider(page, base_url, sub):
 
 def test_a_reviewer_signs_in_through_the_provider_and_decides(live_server, people, sso_settings, page):
     workflow = plans.submit(people["agent"], ticket_plan("sso-journey", name="Printer ticket")).workflow
+    previews_taken(workflow.pk)  # as a worker does after submission: the page shows them
     _sign_in_at_provider(page, live_server.url, "rita")
     expect(page.get_by_role("heading", name="Plans awaiting your review")).to_be_visible()
     expect(page.locator("form.who span")).to_have_text("rita@example.com · reviewer")

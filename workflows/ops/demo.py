@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from workflows import actions, roles
 from workflows.actions import ActionError
-from workflows.engine import execution, outcomes
+from workflows.engine import execution, outcomes, previews
 from workflows.models import Compensation, DeadLetter, Step, Workflow
 from workflows.operations import approvals, compensation, plans
 from workflows.operations.deciding import Seen
@@ -120,6 +120,9 @@ COMPENSABLE = {
 
 
 def _approve(workflow, by) -> None:
+    # As a reviewer does: the previews taken first (a step that sends a
+    # request is approved only with its preview), then the plan as it is.
+    previews.compute(workflow.pk)
     approvals.approve(workflow, by=by, seen=Seen.current(workflow))
 
 

@@ -17,6 +17,7 @@ import requests
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.test.utils import override_settings
 
 from workflows import roles
 from workflows.engine import policy, previews
@@ -60,7 +61,7 @@ class BulkPart:
             if landed:
                 fault(desk, mode="commit_then_drop", count=landed)
             fault(desk, mode="error", status=503, count=lost)
-            ids = self.submit(count)
+            ids = self.submit(count, desk.url)
             with Fleet(self.bench.workdir, env) as fleet:
                 fleet.start("i-1")
                 began = time.monotonic()
@@ -118,7 +119,7 @@ class BulkPart:
             "each_key_once": once,
         }
 
-    def submit(self, count: int) -> list:
+    def submit(self, count: int, desk_url: str) -> list:
         ids = []
         for first in range(0, count, 200):
             with transaction.atomic():
@@ -131,7 +132,9 @@ class BulkPart:
                             "steps": [{"key": "open", "action": ACTION, "args": {"title": f"outage {n}"}}],
                         },
                     ).workflow
-                    previews.compute(workflow.pk)  # what the reviewer approves: no remote read for a create
+                    # What the reviewer approves: the request to the desk the fleet calls (no remote read).
+                    with override_settings(TICKET_DESK_URL=desk_url):
+                        previews.compute(workflow.pk)
                     approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
                     ids.append(workflow.pk)
         return ids

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 from django.conf import settings
 from django.db.models import Count, F, Max, Min
+from django.test.utils import override_settings
 
 from workflows.engine import previews
 from workflows.models import Attempt, Step, Workflow, operation_key_for
@@ -186,8 +187,10 @@ class RemotePart:
         label = f"g{latency}-{count}"
         ids = self.submit(max(1, -(-self.o.remote_steps // STEPS_PER_PLAN)), label)
         for workflow in Workflow.objects.filter(pk__in=ids):
-            # No worker runs yet: the previews a reviewer approves are taken here (no remote read).
-            previews.compute(workflow.pk)
+            # No worker runs yet: the previews a reviewer approves are taken here (no remote read),
+            # of the requests to the desk the fleet will call.
+            with override_settings(TICKET_DESK_URL=desk.url):
+                previews.compute(workflow.pk)
             approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
         paced = self.submit(min(PACED_PLANS, self.o.remote_steps), f"{label}-paced", steps=1)
         total = len(ids) * STEPS_PER_PLAN
@@ -209,7 +212,8 @@ class RemotePart:
                 approved_at = {}
                 interval = 2 / (total / seconds)
                 for workflow in Workflow.objects.filter(pk__in=paced):
-                    previews.compute(workflow.pk)  # the fleet took them already, unless it is behind
+                    with override_settings(TICKET_DESK_URL=desk.url):
+                        previews.compute(workflow.pk)  # the fleet took them already, unless it is behind
                     began = time.monotonic()
                     approved_at[workflow.pk] = time.time()
                     approvals.approve(workflow, by=self.bench.reviewer, seen=Seen.current(workflow))
