@@ -12,13 +12,13 @@ from django.utils import timezone
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
+from tests.support.failing import fail_next_step
 from tests.support.plans import ticket_plan
 from tests.support.seeing import Client
-from workflows import actions, roles
-from workflows.actions import ActionError
+from workflows import roles
 from workflows.ages import MESSAGE as AGE_MESSAGE
 from workflows.audit import archived
-from workflows.engine import execution, outcomes
+from workflows.engine import execution
 from workflows.models import Archive, ArchivedWorkflow, AuditEvent, DeadLetter, Team, Workflow
 from workflows.operations import bulk, compensation, plans
 from workflows.reasons import MAX_LENGTH, REQUIRED, TOO_LONG
@@ -43,12 +43,7 @@ def park(agent, approver, key):
     }
     workflow = plans.submit(agent, body).workflow
     decide.approve(workflow, by=approver)
-    step = execution.claim(workflow.pk)
-    attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(
-        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "400"), step.fence
-    )
-    return DeadLetter.objects.get(step=step)
+    return fail_next_step(workflow.pk)
 
 
 # --- one rule for who sees what -------------------------------------------------------
@@ -77,11 +72,7 @@ def world(people, api):
     failed = plans.submit(people["agent"], body).workflow
     decide.approve(failed, by=people["reviewer2"])
     execution.execute(execution.claim(failed.pk))
-    step = execution.claim(failed.pk)
-    attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(
-        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "400"), step.fence
-    )
+    fail_next_step(failed.pk)
     comp = compensation.request(Workflow.objects.get(pk=failed.pk), by=people["operator"], reason="undo")
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
     api["operator"].patch("/actions/ticket.create/policy", {"max_in_flight": 2, "reason": "tighten"})

@@ -8,12 +8,11 @@ from django.contrib.auth.models import Group, User
 
 from tests.support import deciding as decide
 from tests.support.desk import free_port
+from tests.support.failing import fail_next_step
 from tests.support.personas import PASSWORD
 from tests.support.seeing import Client
-from workflows import actions, roles
-from workflows.actions import ActionError
-from workflows.engine import execution, outcomes
-from workflows.models import AuditEvent, DeadLetter, Job, Team
+from workflows import roles
+from workflows.models import AuditEvent, Job, Team
 from workflows.operations import bulk, plans
 from workflows.webhooks import delivery
 from workflows.webhooks import endpoints as webhook_endpoints
@@ -130,12 +129,7 @@ def test_the_jobs_list_shows_only_the_jobs_the_user_may_see(people, as_user):
     step = {"key": "one", "action": "ticket.create", "args": {"title": "t"}}
     workflow = plans.submit(people["agent"], {"name": "parked", "submission_key": "parked", "steps": [step]}).workflow
     decide.approve(workflow, by=people["reviewer"])
-    step = execution.claim(workflow.pk)
-    attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(
-        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "400"), step.fence
-    )
-    entry = DeadLetter.objects.get(step=step)
+    entry = fail_next_step(workflow.pk)
     ours, _ = bulk.reconcile(
         people["operator"], {"ids": [entry.pk]}, shown_filter={"ids": [str(entry.pk)]}, dry_run=True
     )

@@ -19,14 +19,14 @@ from django.urls import reverse
 
 from tests.support import deciding as decide
 from tests.support.desk import free_port
+from tests.support.failing import fail_next_step
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.resolving import READ_BY_NEXT, READ_BY_NONE, SAW, in_doubt
 from tests.support.running import run_job, run_until
 from tests.support.seeing import Client, previews_taken
-from workflows import actions, roles
-from workflows.actions import ActionError
-from workflows.engine import binding, execution, gates, outcomes
+from workflows import roles
+from workflows.engine import binding, execution, gates
 from workflows.models import (
     ActionPolicy,
     AuditEvent,
@@ -99,11 +99,7 @@ def _failed(people):
     workflow = plans.submit(people["agent"], body).workflow
     decide.approve(workflow, by=people["reviewer2"])
     execution.execute(execution.claim(workflow.pk))
-    step = execution.claim(workflow.pk)
-    attempt = execution._request_attempt(step, step.fence)
-    outcomes.record_failure(
-        step, attempt, actions.get(step.action), ActionError("INVALID_ARGUMENTS", "HTTP 400"), step.fence
-    )
+    fail_next_step(workflow.pk, "HTTP 400")
     workflow.refresh_from_db()
     return workflow
 
