@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 
 from tests.support.processes import PROJECT_DIR
 from workflows import roles
@@ -110,3 +111,19 @@ def test_make_run_takes_its_ports_from_port_and_desk_port():
     assert run_line().endswith("rundemo --web 127.0.0.1:8000 --desk-port 8100")
     assert run_line(PORT="9000", DESK_PORT="9100").endswith("rundemo --web 127.0.0.1:9000 --desk-port 9100")
     assert run_line("PORT=9001").endswith("rundemo --web 127.0.0.1:9001 --desk-port 8100")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--web", "127.0.0.1:abc"], "a port is a whole number from 1 to 65535, not 'abc'"),
+        (["--web", "127.0.0.1:0"], "not '0'"),
+        (["--desk-port", "99999"], "not '99999'"),
+        (["--desk-port", "٣"], "not '٣'"),
+        (["--web", "8000"], "--web is HOST:PORT, not '8000'"),
+    ],
+)
+def test_bad_ports_are_refused_before_anything_starts(db, args, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("rundemo", *args)
+    assert not Workflow.objects.exists()  # not even seeded

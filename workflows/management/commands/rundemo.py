@@ -18,7 +18,7 @@ import urllib.request
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from workflows.ops import demo
 from workflows.ops.demo import PASSWORD, USERS
@@ -105,14 +105,25 @@ def banner(web: str, desk_port: int) -> str:
     return "\n".join(lines)
 
 
+def _port(text: str) -> int:
+    """A TCP port, 1 to 65535 (`make run PORT=... DESK_PORT=...`)."""
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise CommandError(f"a port is a whole number from 1 to 65535, not {text!r}")
+    return int(text)
+
+
 class Command(BaseCommand):
     help = "Migrate, seed the demo, and run web + worker + ticket desk until Ctrl-C."
 
     def add_arguments(self, parser):
-        parser.add_argument("--web", default="127.0.0.1:8000")
-        parser.add_argument("--desk-port", type=int, default=8100)
+        parser.add_argument("--web", default="127.0.0.1:8000", help="HOST:PORT the console listens on.")
+        parser.add_argument("--desk-port", default="8100", help="The ticket desk's port.")
 
     def handle(self, *args, web, desk_port, **options):
+        host, _, port = web.rpartition(":")
+        if not host:
+            raise CommandError(f"--web is HOST:PORT, not {web!r}")
+        web, desk_port = f"{host}:{_port(port)}", _port(str(desk_port))
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
         # The demo's receivers listen on loopback: webhooks and http.post may call them.
