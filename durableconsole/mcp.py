@@ -44,13 +44,32 @@ repeat the work another way. A rejected plan did nothing."""
 HTTP_LOOPBACK = "127.0.0.1"
 LOCAL_ORIGIN_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # How long one wait_for_decision call may hold: a person may take hours, but
-# an MCP client gives up on a call long before, so a model asks again.
-MAX_WAIT_SECONDS = 600
+# most MCP clients give up on a tool call after 60 s, so each call answers
+# within this and the model calls again. A longer request is clamped, not
+# refused: the model's intent ("wait") is still served, in slices.
+# `MCP_WAIT_SECONDS` may lower it (tests do), never raise it.
+MAX_WAIT_SECONDS = 50
 MAX_DEAD_LETTERS = 200
+WAIT_TIMEOUT_DESCRIPTION = (
+    f"How long this call may wait, at most {MAX_WAIT_SECONDS}: a longer request is clamped to "
+    f"{MAX_WAIT_SECONDS} (call again to wait longer)"
+)
+WAIT_DESCRIPTION = """\
+Wait until a person approves or rejects the plan (or it expires or is
+cancelled), and answer with the plan and its `decision`: approved, rejected,
+expired, cancelled, or null when no one has decided yet. One call answers
+within {cap} seconds at most (a longer timeout_seconds is clamped to {cap});
+a person may take hours, so while `decision` is null, call again with the
+same plan id until decision is not null. Only an approved plan runs, and it
+runs in the console, not here. While the decision is null, nothing has
+happened: do not do the work another way."""
 
 
-def build(console: Console) -> MCPServer:
-    """The server and its tools, speaking to `console`."""
+def build(console: Console, *, max_wait: int = MAX_WAIT_SECONDS) -> MCPServer:
+    """The server and its tools, speaking to `console`; one
+    wait_for_decision call holds at most `max_wait` seconds."""
+    if not 1 <= max_wait <= MAX_WAIT_SECONDS:
+        raise ValueError(f"max_wait is 1 to {MAX_WAIT_SECONDS} seconds; got {max_wait!r}")
     server = MCPServer("durable-console", instructions=INSTRUCTIONS)
 
     def review_url(plan_id: str) -> str:
@@ -133,20 +152,23 @@ def build(console: Console) -> MCPServer:
         decides), and each step's status, attempts and result."""
         return plan(_calling(console.get, plan_id))
 
-    @server.tool()
+    @server.tool(description=" ".join(WAIT_DESCRIPTION.format(cap=max_wait).split()))
     def wait_for_decision(
         plan_id: Annotated[str, Field(description="The id propose_plan answered with")],
         timeout_seconds: Annotated[
-            int, Field(ge=1, le=MAX_WAIT_SECONDS, description=(f"How long to wait, at most {MAX_WAIT_SECONDS}"))
-        ] = 60,
+            int,
+            Field(ge=1, description=WAIT_TIMEOUT_DESCRIPTION),
+        ] = max_wait,
     ) -> dict[str, Any]:
-        """Wait until a person approves or rejects the plan (or it expires
-        or is cancelled), and answer with the plan and its `decision`:
-        approved, rejected, expired, cancelled, or null when no one has
-        decided yet within the timeout. Only an approved plan runs, and it
-        runs in the console, not here. While the decision is null, nothing
-        has happened: wait again, and do not do the work another way."""
-        return plan(_calling(console.wait, plan_id, until="decision", timeout=timeout_seconds))
+        granted = min(timeout_seconds, max_wait)
+        workflow = plan(_calling(console.wait, plan_id, until="decision", timeout=granted))
+        answer = {**workflow, "timeout_seconds": granted}
+        if workflow.get("decision") is None:
+            answer["next"] = (
+                "No decision yet and nothing has run. Call wait_for_decision again with the same plan_id "
+                f"({plan_id}); do not do the work another way."
+            )
+        return answer
 
     @server.tool()
     def list_dead_letters(
@@ -240,8 +262,12 @@ def main(argv: list[str] | None = None) -> None:
                 "`Authorization: Bearer <token>`"
             )
 
+    max_wait = os.environ.get("MCP_WAIT_SECONDS", str(MAX_WAIT_SECONDS))
+    if not max_wait.isdigit() or not 1 <= int(max_wait) <= MAX_WAIT_SECONDS:
+        parser.error(f"MCP_WAIT_SECONDS is how long one wait_for_decision call holds, 1 to {MAX_WAIT_SECONDS}")
+
     with Console(url, token) as console:
-        server = build(console)
+        server = build(console, max_wait=int(max_wait))
         if options.http is None:
             server.run("stdio")
             return

@@ -66,6 +66,12 @@ READ_ELSEWHERE = (
     ),
     Setting("DURABLE_CONSOLE_TOKEN", "secret", "(unset)", "The agent's API token, for the MCP server."),
     Setting("MCP_HTTP_TOKEN", "secret", "(unset)", "Bearer token the MCP server requires in `--http` mode."),
+    Setting(
+        "MCP_WAIT_SECONDS",
+        "integer 1 to 50",
+        "50",
+        "Longest one MCP `wait_for_decision` call holds before answering `decision: null` (MCP clients time out).",
+    ),
     Setting("TICKETDESK_VERBOSE", "boolean", "0", "The ticket desk logs every request."),
     Setting(
         "FAILPOINTS",

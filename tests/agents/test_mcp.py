@@ -28,6 +28,7 @@ from workflows.ops.processes import free_port
 from workflows.web import waiting
 
 SERVER = [sys.executable, "-m", "durableconsole.mcp"]
+NOOP = [{"key": "s", "action": "noop", "args": {}}]
 
 
 @pytest.fixture(autouse=True)
@@ -42,14 +43,14 @@ def agent_mcp(live_server, people):
     """Runs `script(session)` against the MCP server spawned over stdio for the agent."""
     token = tokens.issue(people["agent"])
 
-    def run(script):
+    def run(script, **env):
         @asynccontextmanager
         async def session():
             params = StdioServerParameters(
                 command=SERVER[0],
                 args=SERVER[1:],
                 cwd=settings.BASE_DIR,
-                env={"DURABLE_CONSOLE_URL": live_server.url, "DURABLE_CONSOLE_TOKEN": token},
+                env={"DURABLE_CONSOLE_URL": live_server.url, "DURABLE_CONSOLE_TOKEN": token, **env},
             )
             with open(os.devnull, "w") as quiet:
                 async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as opened:
@@ -110,7 +111,43 @@ def test_tools_are_listed_and_tell_a_model_nothing_runs_until_a_person_approves(
     assert "until a reviewer approves" in tools["propose_plan"].description
     assert "approves" in tools["wait_for_decision"].description
     assert tools["propose_plan"].input_schema["required"] == ["name", "steps", "submission_key"]
-    assert tools["wait_for_decision"].input_schema["properties"]["timeout_seconds"]["maximum"] == 600
+    waiting_for = tools["wait_for_decision"]
+    assert "call again with the same plan id until decision is not null" in waiting_for.description
+    assert "within 50 seconds at most" in waiting_for.description
+    timeout = waiting_for.input_schema["properties"]["timeout_seconds"]
+    assert timeout["default"] == 50 and "maximum" not in timeout and "clamped to 50" in timeout["description"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wait_for_decision_clamps_a_long_request_to_its_cap_and_answers_null_with_the_plan_to_ask_again(
+    agent_mcp, http_api
+):
+    async def script(session):
+        proposed = structured(
+            await session.call_tool("propose_plan", {"name": "slow person", "steps": NOOP, "submission_key": "w-1"})
+        )
+        asked = {"plan_id": proposed["id"], "timeout_seconds": 600}
+        undecided = structured(await session.call_tool("wait_for_decision", asked))
+        approve = http_api["reviewer"].post
+        approving = await anyio.to_thread.run_sync(approve, f"/workflows/{proposed['id']}/approve", {"comment": "go"})
+        decided_by = approving.status_code
+        decided = structured(await session.call_tool("wait_for_decision", asked))
+        return proposed, undecided, decided_by, decided
+
+    proposed, undecided, decided_by, decided = agent_mcp(script, MCP_WAIT_SECONDS="1")
+
+    assert undecided["decision"] is None and undecided["status"] == "PLANNED"
+    assert undecided["timeout_seconds"] == 1  # 600 asked, clamped to the cap
+    assert undecided["id"] == proposed["id"] and proposed["id"] in undecided["next"]
+    assert decided_by == 200
+    assert decided["decision"] == "approved" and "next" not in decided and decided["timeout_seconds"] == 1
+
+
+def test_the_mcp_server_refuses_a_wait_cap_above_50_seconds():
+    env = {**os.environ, "DURABLE_CONSOLE_URL": "http://127.0.0.1:1", "DURABLE_CONSOLE_TOKEN": "dc_x"}
+    refused = subprocess.run(SERVER, env={**env, "MCP_WAIT_SECONDS": "600"}, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode == 2 and "MCP_WAIT_SECONDS" in refused.stderr
 
 
 @pytest.mark.django_db(transaction=True)
