@@ -552,6 +552,11 @@ if Q_BROKER == "orm":
     Q_CLUSTER["broker_class"] = "workflows.queue.QueueBroker"
     if Q_LISTEN and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         Q_CLUSTER["broker_class"] = "workflows.queue.ListeningBroker"
+# Notices, previews, webhook and chat deliveries have a lane of their own
+# (workflows.queue.LANES), served in each cluster by these workers.
+Q_MESSAGE_WORKERS = env_int(
+    "Q_MESSAGE_WORKERS", 1, minimum=1, help="Worker processes per cluster for notices, previews and deliveries."
+)
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

@@ -2,12 +2,29 @@
 the brokers that hand the tasks out. The queue carries only a task path and
 ids (`workflows.tasks`); the state it points at is in the tables.
 
+Lanes (docs/explanation/architecture.md#queue-lanes). A cluster serves two
+queues, each with workers of its own: the steps lane (the drains of due
+steps, bulk jobs: `Q_WORKERS` workers) and the messages lane (reviewers'
+notices, previews, webhook and chat deliveries: `Q_MESSAGE_WORKERS`
+workers). Under a backlog every step worker spends its whole claiming
+budget inside a drain, so a notice queued behind the drains waited for one
+to end; on its own lane it is taken as soon as it is queued, whatever the
+backlog. A lane is a django-q2 queue (its list key: the cluster's name, and
+`<name>.<lane>` for the messages lane), served by a django-q2 cluster of its
+own that `qcluster` starts beside the steps' (its own sentinel, pusher,
+monitor and workers). django-q2 has no priorities or reserved workers: its
+pusher hands tasks to whichever worker is free, and a free worker is what
+a backlog of drains leaves none of; a second queue with its own workers is
+the one thing in django-q2 that gives a task a worker regardless. Which
+lane a task takes is `LANES`, by the task's path: adding a task to the
+messages lane is one line there.
+
 On PostgreSQL with the ORM broker (and `Q_LISTEN` on), a wake-up also sends
-`NOTIFY durableconsole_wake` in the caller's transaction, and each cluster's
-pusher waits on a `LISTEN` connection (`ListeningBroker`) instead of
-sleeping `Q_POLL` between looks at the queue: an approval reaches a worker
-when it commits, not at the next poll. The queue stays the record of what
-to do; a lost notification costs at most one poll interval.
+a NOTIFY on its lane's channel (`channel`) in the caller's transaction, and
+each lane's pusher waits on a `LISTEN` connection (`ListeningBroker`)
+instead of sleeping `Q_POLL` between looks at its queue: an approval reaches
+a worker when it commits, not at the next poll. The queue stays the record
+of what to do; a lost notification costs at most one poll interval.
 """
 
 import logging
@@ -19,6 +36,7 @@ import psycopg
 from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
+from django_q.brokers import Broker, get_broker
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
@@ -31,25 +49,65 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "durableconsole_wake"
 
+STEPS, MESSAGES = "steps", "messages"
+# Which lane each task takes, by its path; a task not listed takes the steps
+# lane. Only tasks that are short and never run due steps belong on the
+# messages lane: its few workers must stay free for the next notice.
+LANES = {
+    "workflows.tasks.notify_reviewers": MESSAGES,
+    "workflows.tasks.send_review_notices": MESSAGES,
+    "workflows.tasks.compute_previews": MESSAGES,
+    "workflows.tasks.deliver_webhooks": MESSAGES,
+}
+
+
+def lane_of(func: str) -> str:
+    return LANES.get(func, STEPS)
+
+
+def lane_key(lane: str) -> str:
+    """The queue (django-q2 list key) of a lane of this cluster. The steps
+    lane keeps the cluster's own key: tasks queued before lanes existed are
+    still served there, whatever their lane now."""
+    return Conf.CLUSTER_NAME if lane == STEPS else f"{Conf.CLUSTER_NAME}.{lane}"
+
+
+def channel(lane: str) -> str:
+    """The NOTIFY channel that wakes a lane's pusher."""
+    return CHANNEL if lane == STEPS else f"{CHANNEL}_{lane}"
+
+
+def workers(lane: str) -> int:
+    """How many workers serve a lane in each cluster."""
+    return settings.Q_CLUSTER["workers"] if lane == STEPS else settings.Q_MESSAGE_WORKERS
+
+
+def brokers() -> dict[str, Broker]:
+    """A broker for each lane (the worker loop's, to queue its own wake-ups)."""
+    return {lane: get_broker(lane_key(lane)) for lane in (STEPS, MESSAGES)}
+
 
 def _notifying() -> bool:
     return settings.Q_CLUSTER.get("broker_class") == f"{__name__}.ListeningBroker"
 
 
 def enqueue(func: str, *args, name: str, **kwargs) -> None:
-    """Queue a task from inside a transaction. With the ORM broker on the
-    same database it commits or rolls back with the caller's transaction
-    (and so does its NOTIFY, which PostgreSQL delivers at commit, once per
-    transaction however many wake-ups it sent); with another broker it is
-    sent only after the commit. Either way the worker loop's sweep covers a
-    wake-up that never arrives."""
+    """Queue a task on its lane from inside a transaction. With the ORM
+    broker on the same database it commits or rolls back with the caller's
+    transaction (and so does its NOTIFY, which PostgreSQL delivers at
+    commit, once per channel and transaction however many wake-ups it
+    sent); with another broker it is sent only after the commit. Either way
+    the worker loop's sweep covers a wake-up that never arrives."""
+    lane = lane_of(func)
     if "orm" in settings.Q_CLUSTER:
-        async_task(func, *args, task_name=name, **kwargs)
+        async_task(func, *args, task_name=name, broker=get_broker(lane_key(lane)), **kwargs)
         if _notifying():
             with connections[settings.Q_CLUSTER["orm"]].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+                cursor.execute("SELECT pg_notify(%s, '')", [channel(lane)])
     else:
-        transaction.on_commit(lambda: async_task(func, *args, task_name=name, **kwargs))
+        transaction.on_commit(
+            lambda: async_task(func, *args, task_name=name, broker=get_broker(lane_key(lane)), **kwargs)
+        )
 
 
 def wake(workflow: Workflow) -> None:
@@ -80,10 +138,11 @@ def drains_queued(broker) -> int:
     return broker.drains_queued() if isinstance(broker, QueueBroker) else broker.queue_size()
 
 
-def send(func: str, *, name: str, broker) -> None:
-    """Queue a task now, outside any transaction: the worker loop's own
-    wake-ups, for work that has none (a retry come due, an expired lease)."""
-    async_task(func, task_name=name, broker=broker)
+def send(func: str, *, name: str, brokers: dict[str, Broker]) -> None:
+    """Queue a task on its lane now, outside any transaction: the worker
+    loop's own wake-ups, for work that has none (a retry come due, an
+    expired lease)."""
+    async_task(func, task_name=name, broker=brokers[lane_of(func)])
 
 
 def _func(payload: str) -> str:
@@ -105,8 +164,11 @@ class QueueBroker(ORM):
     dated `HEAD_START` back instead (`lock`, django-q2's "not before"), and
     the queue is read in `lock` order through its own index (migration
     0027), so the first task a worker takes after an outage starts the
-    effects; the notices follow. Order is a hint only: each task re-reads
-    the tables, and a task taken twice changes nothing."""
+    effects; the rest follow. Notices and previews now take the messages
+    lane (`LANES`); what still shares the steps lane with the drains is bulk
+    jobs' batches and tasks queued before lanes existed. Order is a hint
+    only: each task re-reads the tables, and a task taken twice changes
+    nothing."""
 
     def enqueue(self, task: str):
         lock = timezone.now()
@@ -125,10 +187,11 @@ class QueueBroker(ORM):
         """The next tasks to take: wake-ups of due work first, oldest first,
         except that after a drain, a task that has waited `FAIR_WAIT` goes
         first. Under a sustained backlog the loop keeps a drain queued for
-        every worker, and without that turn reviewers' notices and previews
-        would wait until the backlog cleared; with it each drain's end lets
-        one of them through. Just after an outage the first take is a
-        drain, so the effects still start before the notices queued ahead."""
+        every worker, and without that turn the other tasks of the lane (a
+        bulk job's next batch) would wait until the backlog cleared; with it
+        each drain's end lets one of them through. Just after an outage the
+        first take is a drain, so the effects still start before the tasks
+        queued ahead."""
         queue = self.get_connection().filter(key=self.list_key)
         if self.last_was_drain:
             overdue = list(
@@ -190,14 +253,17 @@ class QueueBroker(ORM):
 
 
 class ListeningBroker(QueueBroker):
-    """The queue broker (above), woken by NOTIFY. The cluster's pusher (one
-    process per cluster) is the only caller of `dequeue`, so a cluster holds
-    one LISTEN connection, whatever its number of workers. When that
+    """The queue broker (above), woken by NOTIFY on its lane's channel. A
+    lane's pusher (one process per lane and cluster) is the only caller of
+    `dequeue`, so a cluster holds one LISTEN connection per lane, whatever
+    its number of workers. When that
     connection fails, the broker sleeps `Q_POLL` like the ORM broker and
     connects again at the next empty look."""
 
     def __init__(self, list_key: str = None):
         super().__init__(list_key=list_key)
+        lanes = [lane for lane in set(LANES.values()) if self.list_key == lane_key(lane)]
+        self.channel = channel(lanes[0] if lanes else STEPS)
         self._listener: psycopg.Connection | None = None
         self._listener_pid: int | None = None
         # Looks at an empty queue that a notification (not the poll
@@ -212,7 +278,7 @@ class ListeningBroker(QueueBroker):
         try:
             params = connections[Conf.ORM].get_connection_params()
             listener = psycopg.connect(**params, autocommit=True)
-            listener.execute(f"LISTEN {CHANNEL}")
+            listener.execute(f"LISTEN {self.channel}")
         except psycopg.Error:
             log.warning("cannot LISTEN for wake-ups; polling every %s s until it can", Conf.POLL, exc_info=True)
             return None

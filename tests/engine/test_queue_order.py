@@ -4,7 +4,11 @@ reviewers' notice queued ahead of the approvals' wake-ups. The broker takes
 wake-ups of due work first, oldest first among them, then every other task
 oldest first, through an index in that order, on both databases; the
 worker loop's sweep counts only drains already queued, so a queue full of
-notices never keeps it from asking for one."""
+notices never keeps it from asking for one.
+
+Here every task takes the steps lane, as the tasks queued before lanes
+existed do (and bulk jobs' batches): notices stand for any task that shares
+a lane with the drains. Lanes themselves: tests/engine/test_queue_lanes.py."""
 
 import time
 
@@ -37,6 +41,11 @@ def taken_names(broker, count):
         (task,) = broker.dequeue()
         names.append(OrmQ.objects.get(pk=task[0]).task["name"])
     return names
+
+
+@pytest.fixture(autouse=True)
+def one_lane(monkeypatch):
+    monkeypatch.setattr(queue, "LANES", {})
 
 
 @pytest.fixture
@@ -143,11 +152,11 @@ def test_the_sweep_asks_for_a_drain_when_the_queue_is_full_of_other_tasks(people
     OrmQ.objects.filter(pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] in queue.DRAINS]).delete()
     assert broker.queue_size() > settings.Q_CLUSTER["workers"] and broker.drains_queued() == 0
 
-    assert worker.tick(broker) is True  # the step is due
+    assert worker.tick({queue.STEPS: broker}) is True  # the step is due
 
     assert broker.drains_queued() == settings.Q_CLUSTER["workers"]
     assert taken_names(broker, 1) == ["drain"]
-    worker.tick(broker)
+    worker.tick({queue.STEPS: broker})
     assert broker.drains_queued() == settings.Q_CLUSTER["workers"]  # no more than the workers take
 
 

@@ -19,7 +19,6 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.utils import DatabaseError
 from django.utils import timezone
-from django_q.brokers import get_broker
 from django_q.signals import pre_execute
 
 from workflows import outbox, queue
@@ -30,14 +29,14 @@ from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
 
-# When a worker of this cluster last took a task off the cluster's queue:
+# When a worker of this cluster last took a task off each lane's queue:
 # shared memory made at import, before the cluster forks, so every worker
 # process of the cluster writes to the same place.
-_last_pickup = multiprocessing.RawValue("d", 0.0)
+_last_pickup = {lane: multiprocessing.RawValue("d", 0.0) for lane in (queue.STEPS, queue.MESSAGES)}
 
 
-def _task_taken(**kwargs) -> None:
-    _last_pickup.value = time.time()
+def _task_taken(task, **kwargs) -> None:
+    _last_pickup[queue.lane_of(str(task.get("func", "")))].value = time.time()
 
 
 pre_execute.connect(_task_taken, dispatch_uid="workflows.engine.worker.task_taken")
@@ -50,18 +49,19 @@ class StallWatch:
     this loop keeps ticking. Work due for longer than any task may run, with
     no task taken meanwhile, means the cluster is wedged."""
 
-    def __init__(self, limit: float):
-        self.limit = limit
+    def __init__(self, limit: float, lane: str = queue.STEPS):
+        self.limit, self.lane = limit, lane
         self.due_since: float | None = None
         self.stalled = False
 
     def check(self, due: bool, now: float) -> bool:
         self.due_since = (self.due_since or now) if due else None
-        stalled = due and now - max(self.due_since, _last_pickup.value) > self.limit
+        stalled = due and now - max(self.due_since, _last_pickup[self.lane].value) > self.limit
         if stalled and not self.stalled:
             log.error(
-                "no worker took a task for %.0f s while work was due: the cluster is wedged; "
+                "no worker of the %s lane took a task for %.0f s while work was due: the cluster is wedged; "
                 "withholding the heartbeat so that the supervisor restarts the process group",
+                self.lane,
                 self.limit,
             )
         self.stalled = stalled
@@ -74,9 +74,9 @@ def work_is_due() -> bool:
     )
 
 
-def tick(broker) -> bool:
-    """Expire overdue plans, recover expired leases and wake the cluster;
-    True when work is due."""
+def tick(brokers: dict) -> bool:
+    """Expire overdue plans, recover expired leases and wake the cluster's
+    lanes (`queue.brokers()`); True when work is due."""
     expiry.expire_overdue()
     recovered = recovery.recover_expired_leases()
     if recovered:
@@ -85,21 +85,27 @@ def tick(broker) -> bool:
         log.info("queued again the batch of a bulk job that stalled")
     due = work_is_due()
     if due:
-        wanted = settings.Q_CLUSTER["workers"] - queue.drains_queued(broker)
+        wanted = settings.Q_CLUSTER["workers"] - queue.drains_queued(brokers[queue.STEPS])
         for _ in range(max(0, wanted)):
-            queue.send("workflows.tasks.drain", name="drain", broker=broker)
+            queue.send("workflows.tasks.drain", name="drain", brokers=brokers)
     # Webhooks whose retry came due, or whose worker died mid-call (its
     # lease ended), have no wake-up of their own.
-    if outbox.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
-        queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", broker=broker)
+    if outbox.any_due() and _room("workflows.tasks.deliver_webhooks", brokers):
+        queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", brokers=brokers)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.
-    if (
-        ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists()
-        and broker.queue_size() < settings.Q_CLUSTER["workers"]
+    if ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists() and _room(
+        "workflows.tasks.send_review_notices", brokers
     ):
-        queue.send("workflows.tasks.send_review_notices", name="review notices", broker=broker)
+        queue.send("workflows.tasks.send_review_notices", name="review notices", brokers=brokers)
     return due
+
+
+def _room(func: str, brokers: dict) -> bool:
+    """Whether the lane of `func` has fewer tasks queued than workers: a
+    sweep's wake-up on a longer queue would only wait behind the others."""
+    lane = queue.lane_of(func)
+    return brokers[lane].queue_size() < queue.workers(lane)
 
 
 def heartbeat() -> None:
@@ -125,14 +131,18 @@ def checkpoint() -> float:
 
 
 def loop(should_run) -> None:
-    broker = get_broker()
+    brokers = queue.brokers()
     interval = settings.WORKER_TICK_SECONDS
     # A task runs at most `timeout` seconds before django-q replaces its worker.
     watch = StallWatch(settings.Q_CLUSTER["timeout"] + 5)
+    # The messages lane is wedged when a task waits ready on it and none is taken.
+    watch_messages = StallWatch(settings.Q_CLUSTER["timeout"] + 5, queue.MESSAGES)
     next_checkpoint = 0.0
     while should_run():
         try:
-            if not watch.check(tick(broker), time.time()):
+            now = time.time()
+            steps_stalled = watch.check(tick(brokers), now)
+            if not watch_messages.check(brokers[queue.MESSAGES].queue_size() > 0, now) and not steps_stalled:
                 heartbeat()
             if time.time() >= next_checkpoint:
                 next_checkpoint = time.time() + checkpoint()

@@ -1,19 +1,44 @@
-"""`qcluster`: django-q2's cluster plus the project's recovery loop."""
+"""`qcluster`: django-q2's clusters, one per queue lane, plus the project's
+recovery loop."""
 
 import os
 import signal
 
 from django.conf import settings
+from django_q.brokers import get_broker
 from django_q.cluster import Cluster
+from django_q.conf import Conf
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
-from workflows import telemetry
+from workflows import queue, telemetry
 from workflows.audit import keys, signing
 from workflows.engine import draining, worker
 
 
+def start_lane(lane: str) -> Cluster:
+    """A django-q2 cluster (sentinel, pusher, monitor, workers) serving one
+    lane's queue (docs/explanation/architecture.md#queue-lanes). django-q2
+    sizes a cluster's pool from `Conf.WORKERS` when its sentinel starts, in
+    the sentinel's process, which it forks; so the messages lane's pool size
+    is set for the fork and put back once the sentinel has started (its
+    workers are up). Only the steps lane runs django-q2's scheduler, as a
+    single cluster did."""
+    if lane == queue.STEPS:
+        cluster = Cluster()
+        cluster.start()
+        return cluster
+    cluster = Cluster(get_broker(queue.lane_key(lane)))
+    saved = Conf.WORKERS, Conf.SCHEDULER
+    Conf.WORKERS, Conf.SCHEDULER = queue.workers(lane), False
+    try:
+        cluster.start()
+    finally:
+        Conf.WORKERS, Conf.SCHEDULER = saved
+    return cluster
+
+
 class Command(QClusterCommand):
-    help = "Starts the worker cluster and its recovery loop."
+    help = "Starts the worker clusters (the steps lane and the messages lane) and their recovery loop."
 
     def handle(self, *args, **options):
         _ = settings.SECRET_KEY  # signing needs it: fail before forking anything
@@ -25,29 +50,38 @@ class Command(QClusterCommand):
         telemetry.setup()
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
-        cluster = Cluster()
-        cluster.start()
-        if options.get("run_once"):
-            cluster.stop()
-            return
+        clusters = []
         stopping = []
 
         # django-q2's own handler can block forever on an Event that the
         # sentinel held when a signal to the whole process group killed it.
-        # Here a signal only ends the loop; then the sentinel, if still alive,
-        # is asked to stop gracefully, and killed if it does not.
+        # Here a signal only ends the loop; then each sentinel, if still
+        # alive, is asked to stop gracefully, and killed if it does not.
         # A signal also drains: the workers claim nothing more and finish the
-        # effects they have in flight before the sentinel stops them.
+        # effects they have in flight before the sentinels stop them.
         def stop(*_):
             draining.request()
             stopping.append(True)
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, stop)
-        worker.loop(lambda: not stopping and cluster.sentinel.is_alive())
-        sentinel = cluster.sentinel
-        if sentinel.is_alive():
+        try:
+            for lane in (queue.STEPS, queue.MESSAGES):
+                clusters.append(start_lane(lane))
+                # Each Cluster() installs django-q2's handler: put ours back at once.
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, stop)
+            if not options.get("run_once"):
+                worker.loop(lambda: not stopping and all(cluster.sentinel.is_alive() for cluster in clusters))
+        finally:
+            _stop(clusters)
+
+
+def _stop(clusters: list[Cluster]) -> None:
+    """Ask every lane's sentinel to stop at once (their workers finish in
+    parallel), then wait for each; kill one that does not stop."""
+    for cluster in clusters:
+        if cluster.sentinel.is_alive():
             cluster.stop_event.set()
-            sentinel.join(settings.Q_CLUSTER["timeout"] + 5)
-        if sentinel.is_alive():
-            sentinel.kill()
+    for cluster in clusters:
+        cluster.sentinel.join(settings.Q_CLUSTER["timeout"] + 5)
+        if cluster.sentinel.is_alive():
+            cluster.sentinel.kill()

@@ -21,8 +21,8 @@ from django.db.models import Count, Max, Min
 from django.test import Client
 from django.test.utils import override_settings
 from django.utils import timezone
-from django_q.brokers import get_broker
 
+from workflows import queue
 from workflows.audit import keys, signing
 from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
@@ -164,11 +164,11 @@ class Bench:
         and wake-ups a burst of approvals left behind once its work was done
         (a task that finds nothing due). However long the queue, it must keep
         draining: no progress for `stalled_after` seconds is an error."""
-        broker = get_broker()
-        left, progress_at = broker.queue_size(), time.monotonic()
+        lanes = queue.brokers().values()
+        left, progress_at = sum(broker.queue_size() for broker in lanes), time.monotonic()
         while left:
             time.sleep(0.5)
-            now_left = broker.queue_size()
+            now_left = sum(broker.queue_size() for broker in lanes)
             if now_left < left:
                 progress_at = time.monotonic()
             elif time.monotonic() - progress_at > stalled_after:
