@@ -10,7 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, statuses=(), default=200, hold_first: threading.Event | None = None):
+    def __init__(self, statuses=(), default=200, hold_first: threading.Event | None = None, on_arrival=None):
+        """`on_arrival(body)`, if given, runs in the server's thread as each
+        request arrives, before it is answered: what a test records there
+        is what held at the moment of delivery."""
         self.statuses = list(statuses)
         self.default = default
         self.hold_first = hold_first
@@ -23,6 +26,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if on_arrival is not None:
+                    on_arrival(json.loads(body))
                 with receiver.lock:
                     number = len(receiver.requests)
                     receiver.requests.append(

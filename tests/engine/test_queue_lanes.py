@@ -1,0 +1,176 @@
+"""Queue lanes (docs/explanation/architecture.md#queue-lanes): a real
+`qcluster` saturated by a backlog of thousands of due steps against a slow
+desk still delivers a reviewer's notice and takes a plan's previews at
+once, on the messages lane; the same notice queued on the steps lane, as
+when every task shared one queue, waits for a drain to end.
+
+Nothing here is timed: each delivery records how many of the backlog's
+steps were still unfinished at the moment it arrived."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+from django_q.models import OrmQ
+
+from tests.support.plans import ticket_plan
+from tests.support.previewing import wait_for_previews
+from tests.support.receiver import Receiver
+from workflows import queue
+from workflows.engine import previews
+from workflows.models import Step
+from workflows.operations import approvals, plans
+from workflows.operations.deciding import Seen
+from workflows.states import StepStatus
+
+pytestmark = pytest.mark.live
+
+PLANS, STEPS_PER_PLAN = 300, 10  # 3,000 due steps
+BACKLOG = PLANS * STEPS_PER_PLAN
+# One step worker with few effects in flight against a desk that answers
+# slowly: the backlog takes minutes, every drain spends its whole budget
+# (Q_TIMEOUT 20 s: about 12 s of claiming) and the step lane is saturated.
+WORKER = {
+    "Q_WORKERS": "1",
+    "Q_MESSAGE_WORKERS": "1",
+    "WORKER_CONCURRENCY": "4",
+    "Q_TIMEOUT": "20",
+    "Q_RETRY": "40",
+    "ACTION_TIMEOUT_SECONDS": "5",
+}
+DESK_LATENCY_MS = 200
+
+
+@pytest.fixture
+def backlog(people, desk):
+    """Approved plans of `ticket.create` steps, due before any worker runs;
+    the notices and previews of their own submission are already done
+    (their queued tasks removed), so that the lanes hold only the drains
+    the worker loop asks for."""
+    ids = []
+    for first in range(0, PLANS, 50):
+        with transaction.atomic():
+            for n in range(first, first + 50):
+                steps = [
+                    {"key": f"s{k}", "action": "ticket.create", "args": {"title": f"backlog {n}.{k}"}}
+                    for k in range(STEPS_PER_PLAN)
+                ]
+                body = {"name": f"backlog {n}", "submission_key": f"backlog-{n}", "steps": steps}
+                workflow = plans.submit(people["agent"], body).workflow
+                previews.compute(workflow.pk)
+                approvals.approve(workflow, by=people["reviewer"], seen=Seen.current(workflow))
+                ids.append(workflow.pk)
+    OrmQ.objects.all().delete()
+    desk.fault(mode="latency", ms=DESK_LATENCY_MS)
+    yield ids
+    desk.clear_faults()
+
+
+def unfinished(ids) -> int:
+    return Step.objects.filter(workflow_id__in=ids).exclude(status=StepStatus.COMPLETE).count()
+
+
+class Deliveries:
+    """Notices (REVIEW_WEBHOOK_URL) as they arrive, each with the backlog's
+    unfinished steps counted in the receiver's thread on arrival."""
+
+    def __init__(self, backlog):
+        self.backlog = backlog
+        self.unfinished_at: dict[str, int] = {}
+        self.order: list[str] = []
+        self.lock = threading.Lock()
+        self.receiver = Receiver(on_arrival=self.arrived)
+
+    def arrived(self, body: dict) -> None:
+        try:
+            left = unfinished(self.backlog)
+        finally:
+            connection.close()  # the server thread's own connection
+        with self.lock:
+            self.unfinished_at.setdefault(body["workflow_id"], left)
+            self.order.append(body["workflow_id"])
+
+    def __enter__(self):
+        self.receiver.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.receiver.__exit__(*exc)
+
+    def wait(self, workflow_id: str, timeout: float = 120) -> int:
+        deadline = time.monotonic() + timeout
+        while workflow_id not in self.unfinished_at:
+            assert time.monotonic() < deadline, f"no notice for {workflow_id} within {timeout} s"
+            time.sleep(0.05)
+        return self.unfinished_at[workflow_id]
+
+
+def saturated(backlog, worker, completed: int = 20) -> int:
+    """Until the step lane is under way (`completed` backlog steps done);
+    the backlog's unfinished steps then."""
+    deadline = time.monotonic() + 120
+    while (left := unfinished(backlog)) > BACKLOG - completed:
+        assert worker.alive, worker.log()[-3000:]
+        assert time.monotonic() < deadline, "the backlog did not start"
+        time.sleep(0.1)
+    return left
+
+
+def submit(people, key: str):
+    return plans.submit(people["agent"], ticket_plan(key)).workflow
+
+
+def test_a_notice_and_previews_are_delivered_at_once_while_a_backlog_of_steps_saturates_the_step_lane(
+    people, backlog, start_worker
+):
+    with Deliveries(backlog) as deliveries:
+        worker = start_worker(REVIEW_WEBHOOK_URL=deliveries.receiver.url, **WORKER)
+        saturated(backlog, worker)
+
+        workflow = submit(people, "behind-the-backlog")  # queues its notice and its previews
+        at_notice = deliveries.wait(str(workflow.pk))
+        at_previews = previews_taken(workflow, backlog)
+
+    assert at_notice > BACKLOG // 2, f"the notice came only once the backlog was nearly drained ({at_notice} left)"
+    assert at_previews > BACKLOG // 2, f"the previews came only once the backlog was nearly drained ({at_previews})"
+    assert unfinished(backlog) > BACKLOG // 2  # and the backlog is still far from drained after both
+
+
+def test_the_same_notice_on_the_step_lane_waits_behind_the_drains(people, backlog, start_worker, monkeypatch):
+    """The converse: two plans submitted in one transaction, one of them as
+    when every task shared one queue (its notice on the steps lane). The
+    one on the messages lane arrives first; the other only once a drain
+    has ended, with many more of the backlog's steps finished."""
+    with Deliveries(backlog) as deliveries:
+        worker = start_worker(REVIEW_WEBHOOK_URL=deliveries.receiver.url, **WORKER)
+        at_start = saturated(backlog, worker)
+
+        with transaction.atomic():
+            laned = submit(people, "on-the-messages-lane")
+            with monkeypatch.context() as one_queue:
+                one_queue.setattr(queue, "LANES", {})
+                shared = submit(people, "on-the-step-lane")
+            lanes = notice_lanes()
+        assert lanes == {str(laned.pk): queue.lane_key(queue.MESSAGES), str(shared.pk): queue.lane_key(queue.STEPS)}
+        at_laned = deliveries.wait(str(laned.pk))
+        at_shared = deliveries.wait(str(shared.pk))
+
+    assert deliveries.order.index(str(laned.pk)) < deliveries.order.index(str(shared.pk))
+    assert at_start - at_laned < 40, f"the messages lane waited: {at_start - at_laned} steps finished meanwhile"
+    assert at_laned - at_shared >= 40, f"the step lane's notice did not wait: {at_laned - at_shared} steps"
+
+
+def previews_taken(workflow, backlog) -> int:
+    """Until every step of `workflow` has its preview; the backlog's unfinished steps then."""
+    wait_for_previews(workflow.pk, timeout=120)
+    return unfinished(backlog)
+
+
+def notice_lanes() -> dict[str, str]:
+    """The queue of each notice task queued (workflow id -> list key)."""
+    return {
+        row.task["args"][0]: row.key
+        for row in OrmQ.objects.all()
+        if row.task["func"] == "workflows.tasks.notify_reviewers"
+    }
