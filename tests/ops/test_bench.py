@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j",
+        "g,h,i,j,k",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j",
+        "a,b,c,d,e,h,i,j,k",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j",
+        "a,b,c,d,e,f,h,i,j,k",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j",
+        "a,b,c,d,e,g,i,j,k",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j",
+        "a,b,c,d,e,g,h,j,k",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i",
+        "a,b,c,d,e,g,h,i,k",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -449,3 +449,37 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     assert goal["met"] is None  # far fewer than 100k: reported, not judged
     assert Workflow.objects.filter(status__in=["COMPLETE", "REJECTED"], name__startswith="seeded").count() == 0
     assert journal.verify().ok  # the archived streams, signed by the checkpoint, are held to the archive
+
+
+@pytest.mark.live
+def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_steps(
+    transactional_db, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the clusters it starts work on the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i,j",
+        "--lanes-steps",
+        "4000",
+        "--lanes-samples",
+        "3",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    lanes = result["lanes"]
+    assert lanes["steps"] == 4000 and lanes["idle"]["notice"]["n"] == 3
+    assert lanes["backlog"]["notice"]["n"] >= 2 and lanes["backlog"]["previews"]["n"] == lanes["backlog"]["notice"]["n"]
+    # Samples under the backlog were taken while its steps ran: a notice arrived with steps of it unfinished.
+    assert 0 < lanes["backlog"]["unfinished_steps_at_notice"]["max"] <= 4000
+    assert is_number(lanes["ratio_p50"]["notice"]) and is_number(lanes["ratio_p95"]["previews"])
+    assert re.search(r"\(k\) notice / previews ms under 4,000 due steps +p50 [\d.]+ / [\d.]+", report), report
+    assert set(Workflow.objects.filter(name__startswith="bench k").values_list("status", flat=True)) == {"COMPLETE"}

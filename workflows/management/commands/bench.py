@@ -2,7 +2,7 @@
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--dead-letters 2000]
-                           [--archive-workflows 100000]
+                           [--archive-workflows 100000] [--lanes-steps 10000 --lanes-samples 20]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -92,6 +92,15 @@ class Command(BaseCommand):
             default=common.ARCHIVE_WORKFLOWS,
             help="(j): finished workflows seeded, then archived while a cluster runs",
         )
+        parser.add_argument(
+            "--lanes-steps",
+            type=int,
+            default=common.LANES_STEPS,
+            help="(k): due steps of the backlog notices and previews are delivered under",
+        )
+        parser.add_argument(
+            "--lanes-samples", type=int, default=common.LANES_SAMPLES, help="(k): notices timed idle and under it"
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -112,6 +121,8 @@ class Command(BaseCommand):
                 opts["waiters"],
                 opts["dead_letters"],
                 opts["archive_workflows"],
+                opts["lanes_steps"],
+                opts["lanes_samples"],
             )
             < 1
             or opts["raw_seconds"] <= 0
@@ -138,6 +149,8 @@ class Command(BaseCommand):
             waiters=opts["waiters"],
             dead_letters=opts["dead_letters"],
             archive_workflows=opts["archive_workflows"],
+            lanes_steps=opts["lanes_steps"],
+            lanes_samples=opts["lanes_samples"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

@@ -24,6 +24,9 @@
     j  archive: `--archive-workflows` (100k) seeded finished workflows
        archived while a cluster runs live plans: time, peak memory, no lost
        or blocked work (`archiving`)
+    k  lanes: how soon a reviewer's notice and a plan's previews are
+       delivered under a backlog of `--lanes-steps` (10,000) due steps,
+       against the same idle, p50/p95 and their ratio (`lanes`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

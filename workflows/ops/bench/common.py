@@ -23,6 +23,7 @@ SECTIONS = {
     "h": "waiters",
     "i": "bulk",
     "j": "archive",
+    "k": "lanes",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -34,6 +35,9 @@ WAITERS = 200
 DEAD_LETTERS = 2_000
 # (j): finished workflows archived while workers run.
 ARCHIVE_WORKFLOWS = 100_000
+# (k): the backlog of due steps notices and previews are delivered under, and the samples.
+LANES_STEPS = 10_000
+LANES_SAMPLES = 20
 
 
 class BenchError(Exception):
@@ -59,6 +63,8 @@ class Options:
     waiters: int = WAITERS
     dead_letters: int = DEAD_LETTERS
     archive_workflows: int = ARCHIVE_WORKFLOWS
+    lanes_steps: int = LANES_STEPS
+    lanes_samples: int = LANES_SAMPLES
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")

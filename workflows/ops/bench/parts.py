@@ -42,6 +42,7 @@ from workflows.ops.bench.common import (
 )
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.fleet import Fleet, spread
+from workflows.ops.bench.lanes import LanesPart
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
@@ -115,6 +116,7 @@ class Bench:
             ("h", self.waiters),
             ("i", self.bulk),
             ("j", self.archive),
+            ("k", self.lanes),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -439,6 +441,11 @@ class Bench:
 
     def archive(self) -> dict:
         return ArchivePart(self).run()
+
+    # -- (k) ---------------------------------------------------------------
+
+    def lanes(self) -> dict:
+        return LanesPart(self).run()
 
     # -- (h) ---------------------------------------------------------------
 

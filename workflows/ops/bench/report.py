@@ -140,6 +140,19 @@ def report(result: dict) -> str:
                 f"{archived['verify_s']} s",
             )
         )
+    if "backlog" in (lanes := result.get("lanes", {})):
+        idle, busy = lanes["idle"], lanes["backlog"]
+        rows.append(
+            (
+                f"(k) notice / previews ms under {lanes['steps']:,} due steps",
+                f"p50 {busy['notice']['p50']} / {busy['previews']['p50']}, p95 {busy['notice']['p95']} / "
+                f"{busy['previews']['p95']} (idle p50 {idle['notice']['p50']} / {idle['previews']['p50']}, "
+                f"p95 {idle['notice']['p95']} / {idle['previews']['p95']}; ratio p50 {lanes['ratio_p50']['notice']} / "
+                f"{lanes['ratio_p50']['previews']}, p95 {lanes['ratio_p95']['notice']} / "
+                f"{lanes['ratio_p95']['previews']}); {busy['unfinished_steps_at_notice']['p50']:,.0f} steps "
+                "unfinished at the median notice",
+            )
+        )
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
