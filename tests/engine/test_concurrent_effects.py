@@ -8,6 +8,7 @@ import signal
 from collections import Counter
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
@@ -77,10 +78,11 @@ def test_four_workers_with_64_effects_each_in_flight_hold_a_small_fixed_number_o
     workers = {attempt.worker for attempt in in_flight}
     assert len(workers) == 4, "four worker processes share the 256 effects"
     assert Counter(a.worker for a in in_flight).most_common(1)[0][1] <= 64
-    # Per cluster: its main loop, the sentinel's scheduler, the pusher's two
-    # (queue reads and LISTEN), the monitor's, and two per worker (the
-    # worker's own and its lease heartbeat's): 2W + 5, whatever in flight.
-    per_cluster = 5 + 2 * 2
+    # Per cluster: its main loop, the steps lane's sentinel's scheduler, each
+    # lane's pusher's two (queue reads and LISTEN) and monitor's, and two per
+    # worker of either lane (the worker's own and its lease heartbeat's):
+    # 2(W + M) + 8, whatever in flight (docs/deploying.md#workers).
+    per_cluster = 8 + 2 * (2 + settings.Q_MESSAGE_WORKERS)
     assert all(count <= per_cluster for count in sessions.values()), sessions
     assert sum(sessions.values()) < int(max_connections) < 256
     desk.clear_faults()
