@@ -113,35 +113,49 @@ def test_notifications_of_one_burst_wake_the_broker_for_one_look(listening, api,
     assert broker.woken == 1
 
 
-def _listening_sessions(application_name):
+def _listening_sessions(application_name, channel=CHANNEL):
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query = %s",
-            [application_name, f"LISTEN {CHANNEL}"],
+            [application_name, f"LISTEN {channel}"],
         )
         return cursor.fetchone()[0]
 
 
-def test_a_cluster_holds_one_listen_connection_and_a_notify_starts_its_step(postgresql, api, start_worker):
+def test_a_cluster_holds_one_listen_connection_per_lane_and_a_notify_starts_its_step_and_its_notice(
+    postgresql, api, start_worker
+):
     workflow_id = submitted(api)
+    messages = queue.channel(queue.MESSAGES)
     # Polling every 10 minutes: the step can only start this test's way if the
     # approval's NOTIFY wakes the cluster's pusher.
-    worker = start_worker("listening", Q_WORKERS="4", Q_POLL="600", PGAPPNAME="wakeups-test")
+    worker = start_worker("listening", Q_WORKERS="4", Q_MESSAGE_WORKERS="2", Q_POLL="600", PGAPPNAME="wakeups-test")
     deadline = time.monotonic() + 30
-    while _listening_sessions("wakeups-test") == 0 and time.monotonic() < deadline:
+    while not (_listening_sessions("wakeups-test") and _listening_sessions("wakeups-test", messages)):
+        assert time.monotonic() < deadline, "the lanes' pushers never listened"
         time.sleep(0.1)
-    assert _listening_sessions("wakeups-test") == 1  # one per cluster, not one per worker
+    # One per lane, not one per worker.
+    assert (_listening_sessions("wakeups-test"), _listening_sessions("wakeups-test", messages)) == (1, 1)
 
     response = api["reviewer"].post(f"/workflows/{workflow_id}/approve", {"comment": "ok"})
     assert response.status_code == 200, response.content
     assert wait_for_status(workflow_id, "COMPLETE", timeout=60) == "COMPLETE"
-    assert _listening_sessions("wakeups-test") == 1
-    # Let a graceful stop through: the pusher leaves its wait at the next notification.
+    # A submission's notice goes to the messages lane, and its own NOTIFY wakes that lane's pusher.
+    response = api["agent"].post("/workflows", {**NOOP_PLAN, "submission_key": "wake-notice"})
+    assert response.status_code == 201, response.content
+    notices = OrmQ.objects.filter(key=queue.lane_key(queue.MESSAGES))
+    deadline = time.monotonic() + 30
+    while notices.exists():  # taken and acknowledged (deleted) by a worker of the messages lane
+        assert time.monotonic() < deadline, "the notice waited for the poll"
+        time.sleep(0.1)
+    assert (_listening_sessions("wakeups-test"), _listening_sessions("wakeups-test", messages)) == (1, 1)
+    # Let a graceful stop through: each lane's pusher leaves its wait at the next notification.
     stopper = threading.Thread(target=worker.stop)
     stopper.start()
     while stopper.is_alive():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+            for channel in (CHANNEL, messages):
+                cursor.execute("SELECT pg_notify(%s, '')", [channel])
         stopper.join(0.2)
 
 
