@@ -480,6 +480,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     assert lanes["backlog"]["notice"]["n"] >= 2 and lanes["backlog"]["previews"]["n"] == lanes["backlog"]["notice"]["n"]
     # Samples under the backlog were taken while its steps ran: a notice arrived with steps of it unfinished.
     assert 0 < lanes["backlog"]["unfinished_steps_at_notice"]["max"] <= 4000
+    assert lanes["one_queue"]["notice"]["n"] >= 1  # and the same on one queue, for comparison
     assert is_number(lanes["ratio_p50"]["notice"]) and is_number(lanes["ratio_p95"]["previews"])
     assert re.search(r"\(k\) notice / previews ms under 4,000 due steps +p50 [\d.]+ / [\d.]+", report), report
     assert set(Workflow.objects.filter(name__startswith="bench k").values_list("status", flat=True)) == {"COMPLETE"}

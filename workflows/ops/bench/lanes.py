@@ -16,7 +16,10 @@ previews taken off the messages lane first: a backlog of steps is one of
 plans reviewed earlier), then the cluster started and the same samples
 taken while the steps run; each records the backlog's steps still
 unfinished when its notice arrived. Reported: p50 / p95 / max of each
-delay, idle and under the backlog, and their ratio.
+delay, idle and under the backlog, and their ratio. Then the same under a
+second backlog with each sample's tasks queued on the steps lane (this
+process's `queue.LANES` emptied), as when every task shared one queue: what
+the lanes spare.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class LanesPart:
 
     def __init__(self, bench):
         self.bench, self.o = bench, bench.o
-        self.submitted = 0
+        self.submitted = self.backlogs = 0
 
     def run(self) -> dict:
         notices = Notices(self)
@@ -93,19 +96,23 @@ class LanesPart:
             with Fleet(self.bench.workdir, env) as fleet:
                 fleet.start("lanes-idle")
                 idle = self.samples(notices, lambda: True)
-            backlog = self.backlog()
-            notices.backlog = backlog
-            with Fleet(self.bench.workdir, env) as fleet:
-                cluster = fleet.start("lanes-backlog")
-                busy = self.samples(notices, lambda: cluster.alive and self.unfinished(backlog) > 0)
-                self.bench.wait_steps(backlog, self.o.lanes_steps, [cluster], timeout=max(120.0, self.o.lanes_steps))
-                self.bench.wait_queue_idle()
+            busy = self.under_backlog(notices, env, "lanes-backlog")
+            # The same, each sample's tasks queued on the steps lane, as when every task shared one queue.
+            saved, queue.LANES = queue.LANES, {}
+            try:
+                shared = self.under_backlog(notices, env, "lanes-one-queue")
+            finally:
+                queue.LANES = saved
         finally:
             notices.close()
-        if len(busy) < 2:
-            raise BenchError(f"the backlog drained after {len(busy)} sample(s): take more --lanes-steps")
+        if len(busy) < 2 or not shared:
+            raise BenchError(
+                f"a backlog drained after {min(len(busy), len(shared))} sample(s): take more --lanes-steps"
+            )
         result = {"steps": self.o.lanes_steps, "idle": _summary(idle), "backlog": _summary(busy)}
         result["backlog"]["unfinished_steps_at_notice"] = spread([s["unfinished"] for s in busy], 0)
+        result["one_queue"] = _summary(shared)
+        result["one_queue"]["unfinished_steps_at_notice"] = spread([s["unfinished"] for s in shared], 0)
         for percentile in ("p50", "p95"):
             result[f"ratio_{percentile}"] = {
                 kind: _ratio(result["backlog"][kind][percentile], result["idle"][kind][percentile])
@@ -116,9 +123,22 @@ class LanesPart:
             f"under {self.o.lanes_steps:,} steps {result['backlog']['notice']['p50']}/"
             f"{result['backlog']['notice']['p95']} (ratio {result['ratio_p50']['notice']}/"
             f"{result['ratio_p95']['notice']}); {len(busy)} samples, "
-            f"{result['backlog']['unfinished_steps_at_notice']['p50']:,.0f} steps unfinished at the median notice"
+            f"{result['backlog']['unfinished_steps_at_notice']['p50']:,.0f} steps unfinished at the median notice; "
+            f"on one queue p50/p95 {result['one_queue']['notice']['p50']}/{result['one_queue']['notice']['p95']}, "
+            f"{result['one_queue']['unfinished_steps_at_notice']['p50']:,.0f} unfinished"
         )
         return result
+
+    def under_backlog(self, notices: Notices, env: dict, name: str) -> list[dict]:
+        """Samples taken while a cluster runs a fresh backlog of due steps."""
+        backlog = self.backlog()
+        notices.backlog = backlog
+        with Fleet(self.bench.workdir, env) as fleet:
+            cluster = fleet.start(name)
+            taken = self.samples(notices, lambda: cluster.alive and self.unfinished(backlog) > 0)
+            self.bench.wait_steps(backlog, self.o.lanes_steps, [cluster], timeout=max(120.0, self.o.lanes_steps))
+            self.bench.wait_queue_idle()
+        return taken
 
     def samples(self, notices: Notices, going) -> list[dict]:
         """Up to `--lanes-samples` plans submitted `SAMPLE_GAP` apart while
@@ -160,10 +180,12 @@ class LanesPart:
 
     def backlog(self) -> list:
         """`noop` plans approved while no worker runs; their notices and
-        previews already taken off the messages lane."""
+        previews already taken off the queue (whichever lane they took)."""
         per = self.o.steps_per_workflow
-        ids = self.bench.submit(-(-self.o.lanes_steps // per), per, "k")
-        queue.brokers()[queue.MESSAGES].purge_queue()
+        self.backlogs += 1
+        ids = self.bench.submit(-(-self.o.lanes_steps // per), per, f"k{self.backlogs}")
+        for broker in queue.brokers().values():
+            broker.purge_queue()
         self.bench.approve_all(ids)
         self.o.lanes_steps = len(ids) * per
         return ids

@@ -150,7 +150,13 @@ def report(result: dict) -> str:
                 f"p95 {idle['notice']['p95']} / {idle['previews']['p95']}; ratio p50 {lanes['ratio_p50']['notice']} / "
                 f"{lanes['ratio_p50']['previews']}, p95 {lanes['ratio_p95']['notice']} / "
                 f"{lanes['ratio_p95']['previews']}); {busy['unfinished_steps_at_notice']['p50']:,.0f} steps "
-                "unfinished at the median notice",
+                "unfinished at the median notice"
+                + (
+                    f"; on one queue p50 {one['notice']['p50']} / {one['previews']['p50']}, "
+                    f"{one['unfinished_steps_at_notice']['p50']:,.0f} unfinished"
+                    if (one := lanes.get("one_queue"))
+                    else ""
+                ),
             )
         )
     width = max((len(name) for name, _ in rows), default=0)
