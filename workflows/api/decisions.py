@@ -2,30 +2,27 @@
 each item as its own `POST /workflows/{id}/approve` or `/reject` would be,
 answered with the status and error that call would have had."""
 
-from typing import Annotated, Literal
+from typing import Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema
-from pydantic import ConfigDict, StringConstraints
+from pydantic import ConfigDict
 
 from workflows.api.errors import ErrorBody, of_domain_error
-from workflows.api.schemas import DecisionIn, Digest, seen
+from workflows.api.schemas import seen
+from workflows.api.workflows import ApprovalIn
 from workflows.operations import approvals
 
 router = Router()
 
 
-class BulkDecisionIn(DecisionIn):
-    """One plan's decision: the body of its own approve or reject call, and
+class BulkDecisionIn(ApprovalIn):
+    """One plan's decision: the body of its own approve or reject call (a
+    rejection binds no previews: its `preview_digests` are not checked), and
     which plan and which decision."""
 
     workflow: UUID = Field(..., description="The plan decided on")
     decision: Literal["approve", "reject"]
-    preview_digests: dict[Annotated[str, StringConstraints(max_length=64)], Digest] | None = Field(
-        None,
-        description="As for `POST /workflows/{id}/approve`: the previews you were shown, required when the plan "
-        "has previews; a rejection binds none and ignores them.",
-    )
 
 
 class DecisionsIn(Schema):
