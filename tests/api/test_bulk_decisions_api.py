@@ -3,6 +3,7 @@ each item answers exactly what its own approve or reject call would have,
 each is decided in its own transaction, and a bad call is refused whole
 before anything is decided."""
 
+import json
 import uuid
 
 import pytest
@@ -82,6 +83,8 @@ def test_each_item_answers_what_its_own_call_answers_on_an_identical_plan(api):
             {"status": alone.status_code, **({"error": alone.json()["error"]} if alone.status_code != 200 else {})}
         )
     assert [{k: v for k, v in r.items() if k != "workflow"} for r in results] == expected
+    # Member for member, in the same order: a client reads an item as it reads that call's answer.
+    assert [json.dumps(r.get("error")) for r in results] == [json.dumps(e.get("error")) for e in expected]
     assert [r["status"] for r in results] == [200, 409, 403, 404, 400, 200]
     assert results[1]["error"]["code"] == "stale_revision" and results[1]["error"]["current"]["revision"] == 2
     assert set(results[4]["error"]["fields"]) == {"preview_digests"}
