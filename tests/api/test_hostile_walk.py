@@ -188,6 +188,18 @@ TEMPLATES = {
             }
         ],
     },
+    "/decisions": {
+        "decisions": [
+            {
+                "workflow": "00000000-0000-0000-0000-000000000000",
+                "decision": "approve",
+                "revision": 1,
+                "plan_hash": "a" * 64,
+                "preview_digests": {"open": "a" * 64},
+                "comment": "ok",
+            }
+        ]
+    },
     "/approve": {"comment": "ok"},
     "/cancel": {"reason": "r"},
     "/revise": {"steps": [{"key": "open", "args": {"title": "t", "body": "b"}}], "comment": "c"},

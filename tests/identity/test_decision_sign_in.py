@@ -38,6 +38,7 @@ from workflows.models import (
     Workflow,
 )
 from workflows.operations import bulk, compensation, plans, policies, resolution
+from workflows.operations.deciding import Seen
 from workflows.web import urls as console_urls
 from workflows.web.auth import SIGNED_IN_AT
 from workflows.webhooks import delivery as webhook_delivery
@@ -178,6 +179,23 @@ def _decision(name, people):
             {"comment": "ok", "revision": workflow.revision, "plan_hash": workflow.plan_hash},
             _detail(workflow),
         )
+    if name == "decide_several":
+        workflow = _planned(people)
+        seen = Seen.current(workflow)
+        suffix = f"-{workflow.pk}"
+        return (
+            "reviewer",
+            reverse(name),
+            {
+                "decision": "approve",
+                "workflow": [str(workflow.pk)],
+                f"revision{suffix}": seen.revision,
+                f"plan_hash{suffix}": seen.plan_hash,
+                f"previews_shown{suffix}": "1",
+                f"preview{suffix}": [f"{key}={digest}" for key, digest in seen.preview_digests.items()],
+            },
+            reverse("inbox"),
+        )
     if name == "workflow_revise":
         workflow = _planned(people)
         return (
@@ -284,6 +302,7 @@ def _decision(name, people):
 DECISIONS = [
     "workflow_approve",
     "workflow_reject",
+    "decide_several",
     "workflow_revise",
     "workflow_cancel",
     "gate_approve",

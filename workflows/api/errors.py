@@ -28,6 +28,15 @@ class ErrorOut(Schema):
     error: ErrorBody
 
 
+def body(code: str, message: str, fields: dict | None = None, details: dict | None = None) -> dict[str, Any]:
+    """The error object: what `{"error": ...}` holds."""
+    found: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        found["fields"] = fields
+    found.update(details or {})
+    return found
+
+
 def error(
     api: NinjaAPI,
     request,
@@ -37,11 +46,13 @@ def error(
     fields: dict | None = None,
     details: dict | None = None,
 ):
-    body: dict[str, Any] = {"code": code, "message": message}
-    if fields:
-        body["fields"] = fields
-    body.update(details or {})
-    return api.create_response(request, {"error": body}, status=status)
+    return api.create_response(request, {"error": body(code, message, fields, details)}, status=status)
+
+
+def of_domain_error(exc: DomainError) -> dict[str, Any]:
+    """The error object a refused operation answers with: the one an
+    endpoint answers alone, and one item of a bulk call answers within it."""
+    return body(exc.code, exc.message, exc.fields, exc.details)
 
 
 def _field_path(loc) -> str:
@@ -66,7 +77,7 @@ def on_auth_error(api, request, exc):
 
 
 def on_domain_error(api, request, exc: DomainError):
-    return error(api, request, exc.status, exc.code, exc.message, exc.fields, exc.details)
+    return api.create_response(request, {"error": of_domain_error(exc)}, status=exc.status)
 
 
 def on_plan_invalid(api, request, exc: plans.PlanInvalid):

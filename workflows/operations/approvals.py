@@ -9,6 +9,9 @@ the policy recheck (or by a binding preview that changed) needs a fresh
 approval of the same plan to go on.
 """
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 from uuid import UUID
 
 from django.db import transaction
@@ -19,7 +22,7 @@ from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.engine import binding, expiry, locks, policy
 from workflows.engine.transitions import move
-from workflows.errors import PreviewChanged, PreviewPending, WrongState
+from workflows.errors import DomainError, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
 from workflows.operations import deciding
 from workflows.operations.deciding import Seen
@@ -212,3 +215,54 @@ def reject(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> W
             data={"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash},
         )
     return locked
+
+
+# One bulk call decides at most this many plans (docs/guides/reviewers.md#deciding-several-plans-at-once).
+MAX_AT_ONCE = 100
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One plan's decision among several: approve or reject `workflow` as `seen`."""
+
+    workflow: UUID
+    decision: Literal["approve", "reject"]
+    seen: Seen
+    comment: str = ""
+
+
+class BatchRefused(DomainError):
+    """A bulk call refused whole: nothing in it was decided."""
+
+    code = "invalid"
+
+
+def decide_each(decisions: Sequence[Decision], *, by) -> list[DomainError | None]:
+    """Decide each plan on its own, in order, by `approve` or `reject`: their
+    checks under the plan's lock, their transaction, their audit event. None
+    where the decision was recorded, else the error that refused it (which
+    changed nothing); one refused never undoes another. None, more than
+    MAX_AT_ONCE, or a plan named twice is refused whole, before anything is
+    decided: a second decision on one plan would be judged against the first."""
+    if not decisions or len(decisions) > MAX_AT_ONCE:
+        raise BatchRefused(
+            f"Decide from 1 to {MAX_AT_ONCE} plans at once, not {len(decisions)}.",
+            fields={"decisions": f"From 1 to {MAX_AT_ONCE} decisions."},
+        )
+    first: dict[UUID, int] = {}
+    twice = {}
+    for index, decision in enumerate(decisions):
+        if first.setdefault(decision.workflow, index) != index:
+            twice[f"decisions.{index}.workflow"] = f"This plan is named already (decisions.{first[decision.workflow]})."
+    if twice:
+        raise BatchRefused("Each plan is decided once per call: it is named more than once.", fields=twice)
+    outcomes: list[DomainError | None] = []
+    for decision in decisions:
+        decide = approve if decision.decision == "approve" else reject
+        try:
+            decide(decision.workflow, by=by, seen=decision.seen, comment=decision.comment)
+        except DomainError as exc:
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes

@@ -15,26 +15,27 @@ def _revision(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() and len(value) < 10 else None
 
 
-def previews_shown(request: HttpRequest) -> dict[str, str] | None:
+def previews_shown(request: HttpRequest, suffix: str = "") -> dict[str, str] | None:
     """`{step key: digest}` of the previews the page showed (`key=digest`
     fields); None from a form that did not carry them."""
-    if not request.POST.get("previews_shown"):
+    if not request.POST.get(f"previews_shown{suffix}"):
         return None
     shown = {}
-    for item in request.POST.getlist("preview"):
+    for item in request.POST.getlist(f"preview{suffix}"):
         key, _, digest = item.rpartition("=")
         shown[key] = digest
     return shown
 
 
-def from_form(request: HttpRequest) -> Seen:
+def from_form(request: HttpRequest, suffix: str = "") -> Seen:
     """The plan as the page showed it; a field the form left out is None,
-    which the decision refuses by name."""
+    which the decision refuses by name. A form deciding several plans names
+    each plan's fields with its own `suffix` (`-<workflow id>`)."""
     return Seen(
-        revision=_revision(request.POST.get("revision")),
-        plan_hash=request.POST.get("plan_hash") or None,
-        preview_digests=previews_shown(request),
-        results_digest=request.POST.get("results_digest") or None,
+        revision=_revision(request.POST.get(f"revision{suffix}")),
+        plan_hash=request.POST.get(f"plan_hash{suffix}") or None,
+        preview_digests=previews_shown(request, suffix),
+        results_digest=request.POST.get(f"results_digest{suffix}") or None,
     )
 
 

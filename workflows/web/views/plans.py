@@ -14,7 +14,7 @@ from workflows import actions, roles
 from workflows.engine import policy
 from workflows.errors import DomainError
 from workflows.models import Approval, Step, Workflow
-from workflows.operations import cancellation, claims
+from workflows.operations import approvals, cancellation, claims
 from workflows.states import WorkflowStatus
 from workflows.web import arguments
 from workflows.web.auth import needs_recent_sign_in
@@ -64,6 +64,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
             "claim": claim,
             "filters": INBOX_FILTERS,
             "at_gates": at_gates,
+            "max_at_once": approvals.MAX_AT_ONCE,
         },
     )
 
