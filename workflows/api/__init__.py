@@ -7,6 +7,7 @@ from workflows.api import (
     claims,
     compensations,
     deadletters,
+    delegation,
     errors,
     jobs,
     policies,
@@ -28,5 +29,17 @@ api = DurableAPI(
     docs_url="/docs",
 )
 errors.install(api)
-for resource in (workflows, steps, claims, actions, deadletters, jobs, compensations, policies, audit, webhooks):
+for resource in (
+    workflows,
+    steps,
+    claims,
+    actions,
+    deadletters,
+    jobs,
+    compensations,
+    policies,
+    audit,
+    webhooks,
+    delegation,
+):
     api.add_router("", resource.router)

@@ -25,7 +25,7 @@ from django_q.signals import pre_execute
 from workflows import outbox, queue
 from workflows.audit import checkpoints
 from workflows.engine import execution, expiry, jobs, recovery
-from workflows.models import ReviewNotice, Step
+from workflows.models import Delegation, ReviewNotice, Step
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,10 @@ def tick(broker) -> bool:
         and broker.queue_size() < settings.Q_CLUSTER["workers"]
     ):
         queue.send("workflows.tasks.send_review_notices", name="review notices", broker=broker)
+    # A delegation whose time passed is over already (reads check `until`);
+    # closing it records when, in the audit trail.
+    if Delegation.objects.lapsed().exists() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+        queue.send("workflows.tasks.end_lapsed_delegations", name="lapsed delegations", broker=broker)
     return due
 
 
