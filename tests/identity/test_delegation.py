@@ -11,9 +11,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from tests.support.personas import PASSWORD
+from tests.support.plans import ticket_plan
 from workflows import roles
 from workflows.models import AuditEvent, Delegation, Team
-from workflows.operations import delegation, persons
+from workflows.operations import delegation, persons, plans
 
 
 def later(**delta) -> str:
@@ -164,3 +165,13 @@ def test_the_console_page_is_for_reviewers(people, client):
     assert client.login(username="operator", password=PASSWORD)
     assert client.get("/me/delegation/").status_code == 403
     assert client.post("/me/delegation/", {"to": "reviewer2", "until": later(days=1)}).status_code == 403
+
+
+def test_the_console_says_when_an_assignment_went_to_the_delegate(people, client):
+    delegation.start(people["reviewer2"], to="reviewer", until=timezone.now() + timedelta(days=1))
+    workflow = plans.submit(people["agent"], ticket_plan()).workflow
+    assert client.login(username="admin", password=PASSWORD)
+    page = client.post(f"/workflows/{workflow.pk}/assign", {"to": "reviewer2"}, follow=True).content.decode()
+    assert "reviewer2 is away: assigned to their delegate, reviewer." in page
+    workflow.refresh_from_db()
+    assert workflow.claimed_by == people["reviewer"]
