@@ -5,6 +5,7 @@ delegate decides with their own eligibility, and their decision names
 `delegated_from`; the one away may still decide; once `until` passes,
 everything reaches them again."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -162,3 +163,15 @@ def test_one_hop_a_delegate_s_own_delegation_is_not_followed(mailboxes):
     tasks.notify_reviewers(str(workflow.pk))
     # reviewer's notice goes to reviewer2 (their choice), reviewer2's own to admin.
     assert told() == ["admin@example.com", "reviewer2@example.com"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_worker_closes_a_lapsed_delegation_audited_once(people, start_worker):
+    back_already(away(people, "reviewer", "reviewer2"))
+    start_worker()
+    deadline = time.monotonic() + 60
+    while Delegation.objects.open().exists():
+        assert time.monotonic() < deadline, "the worker never closed the lapsed delegation"
+        time.sleep(0.2)
+    [ended] = AuditEvent.objects.filter(verb="delegation.ended")
+    assert (ended.actor, ended.data["reason"]) == ("system", "expired")
