@@ -56,6 +56,8 @@ def test_the_notice_of_a_new_plan_goes_to_the_delegate_once_and_not_to_the_one_a
     workflow = submitted(mailboxes)
     assert tasks.notify_reviewers(str(workflow.pk)) == 2
     assert told() == ["admin@example.com", "reviewer2@example.com"]  # reviewer2 once, though told for two
+    notified = AuditEvent.objects.get(workflow_id=workflow.pk, verb="reviewers.notified")
+    assert notified.data["delegated"] == {"reviewer": "reviewer2"}  # the audit names who handed over
 
 
 def test_once_until_passes_the_reviewer_is_told_again(mailboxes):
@@ -63,6 +65,7 @@ def test_once_until_passes_the_reviewer_is_told_again(mailboxes):
     workflow = submitted(mailboxes)
     tasks.notify_reviewers(str(workflow.pk))
     assert told() == ["admin@example.com", "reviewer2@example.com", "reviewer@example.com"]
+    assert "delegated" not in AuditEvent.objects.get(workflow_id=workflow.pk, verb="reviewers.notified").data
 
 
 def test_a_notice_stays_with_the_one_away_when_their_delegate_may_not_approve_the_plan(mailboxes):
@@ -88,6 +91,13 @@ def test_reminders_and_escalations_go_to_the_delegate(mailboxes, django_user_mod
     assert notifications.send_due() == 2
     assert told("Reminder:") == ["admin@example.com", "reviewer2@example.com"]
     assert told("Escalation:") == ["operator@example.com"]  # the lead's delegate, of the plan's team
+    sent = {
+        e.verb: e.data["delegated"]
+        for e in AuditEvent.objects.filter(
+            workflow_id=workflow.pk, verb__in=["reviewers.reminder", "reviewers.escalation"]
+        )
+    }
+    assert sent == {"reviewers.reminder": {"reviewer": "reviewer2"}, "reviewers.escalation": {"lead": "operator"}}
 
 
 def test_the_delegate_s_approval_names_the_one_away(people):

@@ -174,33 +174,35 @@ def _close(delegation: Delegation, *, actor, reason: str) -> int:
 # --- where the delegation routes attention -------------------------------------
 
 
-def route(people: list, may_receive: QuerySet) -> list:
+def route(people: list, may_receive: QuerySet) -> tuple[list, dict[str, str]]:
     """`people` (users) with each who is away replaced by their delegate,
     when the delegate is among `may_receive` (else the notice stays with the
     one away: it never goes to someone who cannot act on it or see it). In
-    order, each person once. One hop: a delegate's own delegation is not
-    followed."""
+    order, each person once; and `{away username: delegate username}` for
+    the audit. One hop: a delegate's own delegation is not followed."""
     away = dict(
         Delegation.objects.active()
         .filter(delegator__in=[person.pk for person in people])
         .values_list("delegator_id", "delegate_id")
     )
     if not away:
-        return people
+        return people, {}
     delegates = {user.pk: user for user in may_receive.filter(pk__in=set(away.values()))}
-    routed, seen = [], set()
+    routed, seen, moved = [], set(), {}
     for person in people:
         receiver = delegates.get(away.get(person.pk), person)
+        if receiver.pk != person.pk:
+            moved[person.get_username()] = receiver.get_username()
         if receiver.pk not in seen:
             seen.add(receiver.pk)
             routed.append(receiver)
-    return routed
+    return routed, moved
 
 
 def stand_in(user, may_receive: QuerySet):
     """Who gets an assignment meant for `user`: their delegate while they are
     away, if the delegate is among `may_receive`; else `user`."""
-    return route([user], may_receive)[0]
+    return route([user], may_receive)[0][0]
 
 
 def on_behalf(workflow: Workflow, by) -> str | None:
