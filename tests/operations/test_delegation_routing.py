@@ -14,7 +14,8 @@ from django.core import mail
 from django.utils import timezone
 
 from tests.support import deciding as decide
-from tests.support.plans import ticket_plan
+from tests.support.plans import gated_plan, ticket_plan
+from tests.support.running import run_until
 from workflows import tasks
 from workflows.engine import policy
 from workflows.errors import NotAllowed
@@ -185,3 +186,12 @@ def test_a_running_worker_closes_a_lapsed_delegation_audited_once(people, start_
         time.sleep(0.2)
     [ended] = AuditEvent.objects.filter(verb="delegation.ended")
     assert (ended.actor, ended.data["reason"]) == ("system", "expired")
+
+
+def test_the_delegate_s_gate_approval_names_the_one_away(people, desk):
+    workflow = plans.submit(people["agent"], gated_plan()).workflow
+    decide.approve(workflow, by=people["reviewer"])
+    run_until(str(workflow.pk), "WAITING_GATE")
+    away(people, "admin", "reviewer2")
+    decide.gate_approve(workflow, "close", by=people["reviewer2"])
+    assert AuditEvent.objects.get(workflow_id=workflow.pk, verb="gate.opened").data["delegated_from"] == "admin"
