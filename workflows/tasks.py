@@ -6,7 +6,7 @@ just what is due, so duplicated or late deliveries are harmless.
 
 from workflows import telemetry
 from workflows.engine import execution, previews
-from workflows.operations import bulk, notifications
+from workflows.operations import bulk, delegation, notifications
 from workflows.webhooks import delivery
 
 
@@ -29,6 +29,10 @@ def notify_reviewers(workflow_id: str) -> int:
 
 def send_review_notices() -> int:
     return notifications.send_due()
+
+
+def end_lapsed_delegations() -> int:
+    return delegation.end_lapsed()
 
 
 def compute_previews(workflow_id: str) -> int:

@@ -340,7 +340,7 @@ def console_posts() -> set[str]:
 
 def test_every_console_post_has_an_api_twin_in_the_guide_s_table(api):
     guide = Path(django_settings.BASE_DIR, "docs", "guides", "agents.md").read_text()
-    rows = re.findall(r"^\| `(/[^`]+)` \| [^|]+ \| `(PATCH|POST) (/api/v1/[^`]+)`", guide, re.MULTILINE)
+    rows = re.findall(r"^\| `(/[^`]+)` \| [^|]+ \| `(PATCH|POST|PUT|DELETE) (/api/v1/[^`]+)`", guide, re.MULTILINE)
     listed = {console: (method, path) for console, method, path in rows}
     posts = console_posts()
     assert "/workflows/<id>/cancel" in posts and "/audit/verify" in posts

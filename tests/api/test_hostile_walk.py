@@ -6,6 +6,7 @@ superuser, so the admin's pages run), with CSRF checks on as in production.
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urlencode
 
 import hypothesis
@@ -206,6 +207,12 @@ TEMPLATES = {
     "/claim": {},
     "/release": {},
     "/assign": {"to": "reviewer2"},
+    # A valid delegation (admin away until tomorrow), so that each swapped value reaches the operation.
+    "/me/delegation": {
+        "to": "reviewer2",
+        "until": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+        "note": "n",
+    },
     "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
     "/resolve/confirm": {"reason": "r", "resolution_digest": "d"},
     # Before "/replay": the first suffix that matches is taken.

@@ -25,6 +25,12 @@ class ApiClient:
     def patch(self, path, body=None):
         return self.client.patch(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
 
+    def put(self, path, body=None):
+        return self.client.put(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
+
+    def delete(self, path):
+        return self.client.delete(f"/api/v1{path}")
+
 
 class HttpApi:
     """Calls the JSON API over real HTTP as one persona."""

@@ -8,6 +8,7 @@ from workflows.api import (
     compensations,
     deadletters,
     decisions,
+    delegation,
     errors,
     jobs,
     policies,
@@ -41,5 +42,6 @@ for resource in (
     policies,
     audit,
     webhooks,
+    delegation,
 ):
     api.add_router("", resource.router)

@@ -36,6 +36,10 @@ NAMED: dict[str, str] = {
     "reviewers.notified": "Reviewers were told of a plan that awaits review (mail, webhook).",
     "reviewers.reminder": "A plan's review reminder was sent.",
     "reviewers.escalation": "A plan's review was escalated to its escalation group.",
+    "delegation.started": "A reviewer away until a time handed their notices, reminders, escalations and "
+    "assignments to a delegate (a replaced delegation ends first).",
+    "delegation.ended": "A delegation ended: its reviewer ended it, replaced it, or its time passed (`expired`, "
+    "closed by the worker).",
     # Running
     "workflow.started": "A worker took the approved workflow: it is RUNNING.",
     "workflow.waiting_gate": "The run reached a gated step and pauses for its approvals.",

@@ -24,7 +24,7 @@ from django_q.signals import pre_execute
 from workflows import outbox, queue
 from workflows.audit import checkpoints
 from workflows.engine import execution, expiry, jobs, recovery
-from workflows.models import ReviewNotice, Step
+from workflows.models import Delegation, ReviewNotice, Step
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,10 @@ def tick(brokers: dict) -> bool:
         "workflows.tasks.send_review_notices", brokers
     ):
         queue.send("workflows.tasks.send_review_notices", name="review notices", brokers=brokers)
+    # A delegation whose time passed is over already (reads check `until`);
+    # closing it records when, in the audit trail.
+    if Delegation.objects.lapsed().exists() and _room("workflows.tasks.end_lapsed_delegations", brokers):
+        queue.send("workflows.tasks.end_lapsed_delegations", name="lapsed delegations", brokers=brokers)
     return due
 
 

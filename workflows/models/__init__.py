@@ -18,6 +18,7 @@ from workflows.models.audit import (
     AuditHead,
     AuditVerification,
 )
+from workflows.models.delegation import Delegation, DelegationQuerySet
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
 from workflows.models.plans import (
@@ -71,6 +72,8 @@ __all__ = [
     "AuditCheckpointHead",
     "AuditVerification",
     # identity
+    "DelegationQuerySet",
+    "Delegation",
     "TeamQuerySet",
     "Team",
     "ProviderIdentity",

@@ -24,7 +24,7 @@ from workflows.engine import binding, expiry, locks, policy
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Step, Workflow
-from workflows.operations import deciding
+from workflows.operations import deciding, delegation
 from workflows.operations.deciding import Seen
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
@@ -79,6 +79,7 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
         "approvals": have,
         "required": required,
     }
+    data = delegation.stamped(data, locked, by)
     if have < required:
         journal.append(
             actor=by,
@@ -212,7 +213,9 @@ def reject(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> W
             WorkflowStatus.REJECTED,
             actor=by,
             verb="workflow.rejected",
-            data={"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash},
+            data=delegation.stamped(
+                {"comment": comment, "revision": locked.revision, "plan_hash": locked.plan_hash}, locked, by
+            ),
         )
     return locked
 

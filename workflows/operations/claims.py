@@ -25,6 +25,7 @@ from workflows import roles, teams
 from workflows.audit import journal
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Workflow
+from workflows.operations import delegation
 from workflows.states import StepStatus, WorkflowStatus
 
 # A holder's activity renews the claim at most this often (a page view is a write then).
@@ -122,7 +123,8 @@ def release(workflow: Workflow, *, by) -> Workflow:
 
 def assign(workflow: Workflow, *, by, to: str) -> Workflow:
     """Hand the plan to another reviewer: by a reviewer, when the plan is
-    unclaimed or is theirs. `to` is a username."""
+    unclaimed or is theirs. `to` is a username; while they are away, the plan
+    goes to their delegate, if the delegate may take it (docs/explanation/review.md#delegation)."""
     if not _may_review(workflow, by):
         raise NotAllowed("Only a reviewer other than the plan's submitter can assign it.")
     target = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: to}).first() if to else None
@@ -136,6 +138,10 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
         raise DomainError(
             "The plan's submitter cannot review it.", fields={"to": "The plan's submitter cannot review it."}
         )
+    named, target = target, delegation.stand_in(target, assignees(workflow))
+    data = {"to": target.get_username()}
+    if target.pk != named.pk:
+        data["delegated_from"] = named.get_username()
     with transaction.atomic():
         locked = _locked(workflow)
         current = holder(locked)
@@ -146,7 +152,7 @@ def assign(workflow: Workflow, *, by, to: str) -> Workflow:
             target,
             by=by,
             verb="workflow.assigned",
-            data={"to": target.get_username(), "from": current.get_username() if current else None},
+            data={**data, "from": current.get_username() if current else None},
         )
     return locked
 

@@ -20,7 +20,7 @@ from workflows.engine import binding, gates, locks
 from workflows.engine.transitions import move
 from workflows.errors import WrongState
 from workflows.models import GateApproval, Step, Workflow
-from workflows.operations import deciding
+from workflows.operations import deciding, delegation
 from workflows.operations.deciding import Seen
 from workflows.states import StepStatus, WorkflowStatus
 
@@ -98,6 +98,7 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
             "required": need,
             "results_digest": gates.results_digest(step),
         }
+        data = delegation.stamped(data, locked, by)
         if have < need:
             journal.append(
                 actor=by,
@@ -124,7 +125,7 @@ def reject(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment:
         )
         deciding.current_plan(locked, seen)
         _record(locked, step, by, GateApproval.Decision.REJECT, comment, seen.results_digest)
-        data = {"step": step.key, "comment": comment}
+        data = delegation.stamped({"step": step.key, "comment": comment}, locked, by)
         move(step, StepStatus.PENDING, actor=by, verb="gate.rejected", data=data)
         move(locked, WorkflowStatus.REJECTED, actor=by, verb="workflow.rejected", data=data)
     return locked

@@ -18,7 +18,7 @@ from workflows import roles, teams
 from workflows.audit import journal
 from workflows.engine import policy
 from workflows.models import ReviewNotice, Workflow
-from workflows.operations import links
+from workflows.operations import delegation, links
 from workflows.states import PreviewState, WorkflowStatus
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,14 @@ def reviewers_for(workflow: Workflow):
     return people.exclude(pk=workflow.submitted_by_id).distinct().order_by("pk")
 
 
+def _reviewers(workflow: Workflow) -> tuple[list, dict]:
+    """Who a plan's notices go to: its reviewers, each who is away replaced by
+    their delegate where the delegate is one of them too
+    (docs/explanation/review.md#delegation); and who was replaced by whom."""
+    eligible = reviewers_for(workflow)
+    return delegation.route(list(eligible), eligible)
+
+
 def notify_reviewers(workflow_id) -> int:
     workflow = Workflow.objects.select_related("submitted_by").filter(pk=workflow_id).first()
     if workflow is None or workflow.status != WorkflowStatus.PLANNED:
@@ -47,7 +55,7 @@ def notify_reviewers(workflow_id) -> int:
     link = workflow_url(workflow)
     subject = f"Plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
     risk, about = _about(workflow, workflow.deadline)
-    reviewers = list(reviewers_for(workflow))
+    reviewers, delegated = _reviewers(workflow)
     own = _links(workflow, reviewers)
     sent = send_mass_mail(_mails(subject, about, reviewers, own), fail_silently=False)
     hook = settings.REVIEW_WEBHOOK_URL
@@ -86,7 +94,7 @@ def notify_reviewers(workflow_id) -> int:
             obj_type="workflow",
             obj_id=workflow.pk,
             workflow_id=workflow.pk,
-            data={"emails": sent, "webhook": bool(hook)},
+            data={"emails": sent, "webhook": bool(hook), **({"delegated": delegated} if delegated else {})},
         )
     return sent
 
@@ -156,7 +164,7 @@ def send_due(limit: int = 100) -> int:
             notice = due.select_related("workflow__submitted_by").first()
             if notice is None:
                 return settled
-            notice.outcome = _send(notice)
+            notice.outcome, delegated = _send(notice)
             notice.sent_at = timezone.now()
             notice.save(update_fields=["sent_at", "outcome"])
             journal.append(
@@ -165,43 +173,50 @@ def send_due(limit: int = 100) -> int:
                 obj_type="workflow",
                 obj_id=notice.workflow_id,
                 workflow_id=notice.workflow_id,
-                data={"due_at": notice.due_at.isoformat(), "outcome": notice.outcome},
+                data={
+                    "due_at": notice.due_at.isoformat(),
+                    "outcome": notice.outcome,
+                    **({"delegated": delegated} if delegated else {}),
+                },
             )
         settled += 1
     return settled
 
 
-def _send(notice: ReviewNotice) -> str:
+def _send(notice: ReviewNotice) -> tuple[str, dict]:
+    """(outcome, `{away: delegate}` of those whose delegate was told instead)."""
     workflow = notice.workflow
     if workflow.status != WorkflowStatus.PLANNED:
-        return f"not sent: the plan is {workflow.status}"
+        return f"not sent: the plan is {workflow.status}", {}
     review_deadline = notice.deadline
     if notice.kind == ReviewNotice.Kind.REMINDER:
         _, about = _about(workflow, review_deadline)
-        reviewers = list(reviewers_for(workflow))
+        reviewers, delegated = _reviewers(workflow)
         subject = f"Reminder: plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
         sent = send_mass_mail(_mails(subject, about, reviewers, _links(workflow, reviewers)), fail_silently=False)
-        return f"{sent} reviewer(s) reminded"
+        return f"{sent} reviewer(s) reminded", delegated
     group = notice.group
     if not group:
-        return "not sent: the plan names no escalation group"
+        return "not sent: the plan names no escalation group", {}
     _, about = _about(workflow, workflow.deadline)
-    # Only the group's people of the plan's team: the plan is no one else's to see.
-    told = (
+    # Only the group's people of the plan's team: the plan is no one else's to
+    # see. One away is replaced by their delegate, who must be of the team too.
+    may_see = (
         get_user_model()
-        .objects.filter(teams.members_q(workflow.team_id), is_active=True, groups__name=group)
+        .objects.filter(teams.members_q(workflow.team_id), is_active=True)
         .exclude(pk=workflow.submitted_by_id)
         .exclude(email="")
         .distinct()
         .order_by("pk")
     )
+    told, delegated = delegation.route(list(may_see.filter(groups__name=group)), may_see)
     subject = f"Escalation: plan not reviewed in time: {workflow.name}"[:200].replace("\n", " ")
     body = (
         f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "
         f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}"
     )
     sent = send_mass_mail([(subject, body, None, [user.email]) for user in told], fail_silently=False)
-    return f"{sent} member(s) of {group} told"
+    return f"{sent} member(s) of {group} told", delegated
 
 
 def _duration(left: timedelta) -> str:

@@ -38,7 +38,7 @@ def act(
     request: HttpRequest,
     operation: Callable[[], object],
     *,
-    done: str,
+    done: str | Callable[[object], str],
     back: str,
     partial: Callable[[], HttpResponse],
     stale: Callable[[StaleRevision], HttpResponse] | None = None,
@@ -47,9 +47,10 @@ def act(
     message. A plain post is redirected to `back` (POST/redirect/GET); htmx
     gets `partial()`, rendered after the change. A refusal is a message,
     not an error status, because htmx swaps only 2xx answers; a decision on
-    what is no longer current goes to `stale`, when given."""
+    what is no longer current goes to `stale`, when given. `done` may be
+    worded from what the operation returned."""
     try:
-        operation()
+        result = operation()
     except StaleRevision as exc:
         messages.warning(request, exc.message)
         if stale is not None:
@@ -57,7 +58,7 @@ def act(
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, done)
+        messages.success(request, done(result) if callable(done) else done)
     if not request.htmx:
         return redirect(back)
     return partial()

@@ -14,7 +14,7 @@ from workflows.web.pages import act
 from workflows.web.views.detail import detail_url, get_workflow_for_user, live
 
 
-def _claiming(request: HttpRequest, workflow_id: UUID, operation, done: str) -> HttpResponse:
+def _claiming(request: HttpRequest, workflow_id: UUID, operation, done) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied
     workflow = get_workflow_for_user(request, workflow_id)
@@ -50,6 +50,10 @@ def release(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
 @require_POST
 def assign(request: HttpRequest, workflow_id: UUID) -> HttpResponse:
     to = request.POST.get("to", "")
-    return _claiming(
-        request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to), f"Assigned to {to}."
-    )
+
+    def assigned(workflow) -> str:
+        # While `to` is away, the plan went to their delegate (docs/explanation/review.md#delegation).
+        holder = workflow.claimed_by.get_username()
+        return f"Assigned to {to}." if holder == to else f"{to} is away: assigned to their delegate, {holder}."
+
+    return _claiming(request, workflow_id, lambda workflow: claims.assign(workflow, by=request.user, to=to), assigned)
