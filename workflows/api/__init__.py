@@ -3,6 +3,7 @@ One router per resource; the routes' paths are written out whole."""
 
 from workflows.api import (
     actions,
+    analytics,
     audit,
     claims,
     compensations,
@@ -28,5 +29,17 @@ api = DurableAPI(
     docs_url="/docs",
 )
 errors.install(api)
-for resource in (workflows, steps, claims, actions, deadletters, jobs, compensations, policies, audit, webhooks):
+for resource in (
+    workflows,
+    steps,
+    claims,
+    actions,
+    deadletters,
+    jobs,
+    compensations,
+    policies,
+    audit,
+    webhooks,
+    analytics,
+):
     api.add_router("", resource.router)
