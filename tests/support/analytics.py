@@ -7,6 +7,7 @@ from uuid import uuid4
 
 from django.utils import timezone
 
+from workflows import teams
 from workflows.models import DecisionAction, DecisionRecord, Team
 
 
@@ -21,7 +22,7 @@ def decided(
     ago: timedelta = timedelta(hours=1),
 ) -> DecisionRecord:
     """A plan that left review `ago`, `seconds` after its submission."""
-    team = team or Team.objects.get(name=Team.DEFAULT)
+    team = team or teams.default_team()  # created again if a transactional test flushed it
     at = timezone.now() - ago
     record = DecisionRecord.objects.create(
         workflow_id=uuid4(),
