@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Aggregate, Count, Exists, FloatField, Max, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from workflows import actions, ages, roles
@@ -100,17 +100,6 @@ def parse(user, *, since: str | None, team: str | None, action: str | None, now:
     return Filters(since=since_at, team=chosen, action=action)
 
 
-class PercentileCont(Aggregate):
-    """PostgreSQL's `percentile_cont(p) WITHIN GROUP (ORDER BY expr)`."""
-
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
-
-    def __init__(self, expression, fraction: float, **extra):
-        super().__init__(expression, fraction=float(fraction), **extra)
-
-
 def percentile(ordered: list[float], fraction: float) -> float | None:
     """`percentile_cont` over values sorted ascending."""
     if not ordered:
@@ -129,30 +118,48 @@ def _stats(counts: dict, p50, p95, top) -> dict:
     return {
         "decisions": sum(counts.get(outcome, 0) for outcome in DECIDED),
         **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "auto": counts.get("auto", 0),
         "p50": _seconds(p50),
         "p95": _seconds(p95),
         "max": _seconds(top),
     }
 
 
-def _grouped_sql(rows, field: str | None) -> dict:
-    """{group: stats} in one query (PostgreSQL): counts of each outcome and
-    the time to decision of the decided ones."""
-    decided = Q(outcome__in=DECIDED)
-    measures = {outcome: Count("id", filter=Q(outcome=outcome)) for outcome in OUTCOMES}
-    measures.update(
-        p50=PercentileCont("seconds", 0.5, filter=decided),
-        p95=PercentileCont("seconds", 0.95, filter=decided),
-        top=Max("seconds", filter=decided),
-        name=Max("actor"),
+def _grouped_sql(rows, fields: list[str | None]) -> dict:
+    """{field: {group: stats}} in one pass over the window (PostgreSQL): the
+    grouping sets share the read of the rows, and each group's two
+    percentiles one sort (`percentile_cont` of an array of fractions)."""
+    names = [field for field in fields if field is not None]
+    columns = [*names, *(["reviewer_key"] if "reviewer_key" not in names else []), "outcome", "seconds", "actor"]
+    inner, params = rows.order_by().values(*columns).query.sql_with_params()
+    decided = "outcome IN ({})".format(", ".join(["%s"] * len(DECIDED)))
+    counts = ", ".join(f"count(*) FILTER (WHERE outcome = %s) AS {outcome}" for outcome in OUTCOMES)
+    counts += ", count(*) FILTER (WHERE outcome = %s AND reviewer_key = '') AS auto"
+    grouping = f"GROUPING({', '.join(names)})" if names else "0"
+    sets = ", ".join("()" if field is None else f"({field})" for field in fields)
+    sql = (
+        f"SELECT {grouping}, {', '.join([*names, ''])}{counts}, "
+        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds) FILTER (WHERE {decided}), "
+        f"max(seconds) FILTER (WHERE {decided}), max(actor) "
+        f"FROM ({inner}) AS window_rows GROUP BY GROUPING SETS ({sets})"
     )
-    if field is None:
-        found = rows.aggregate(**measures)
-        return {None: _stats(found, found["p50"], found["p95"], found["top"]) | {"name": found["name"]}}
-    return {
-        row[field]: _stats(row, row["p50"], row["p95"], row["top"]) | {"name": row["name"]}
-        for row in rows.order_by().values(field).annotate(**measures)
-    }
+    args = [*OUTCOMES, Outcome.APPROVED.value, *DECIDED, *DECIDED, *params]
+    # GROUPING() sets a bit for each column a row is not grouped by, the first column's highest.
+    every = (1 << len(names)) - 1
+    masks = {every: None} | {every & ~(1 << (len(names) - 1 - n)): name for n, name in enumerate(names)}
+    found = {field: {} for field in fields}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        for mask, *row in cursor.fetchall():
+            keys, (*tallies, fractions, top, actor) = row[: len(names)], row[len(names) :]
+            field = masks[mask]
+            key = None if field is None else keys[names.index(field)]
+            p50, p95 = fractions if fractions is not None else (None, None)
+            stats = _stats(dict(zip([*OUTCOMES, "auto"], tallies)), p50, p95, top)
+            found[field][key] = stats | {"name": actor or ""}
+    if None in found and not found[None]:
+        found[None][None] = _stats({}, None, None, None) | {"name": ""}
+    return found
 
 
 def _grouped_python(rows, fields: list[str | None]) -> dict:
@@ -161,13 +168,16 @@ def _grouped_python(rows, fields: list[str | None]) -> dict:
     counts = {field: defaultdict(lambda: defaultdict(int)) for field in fields}
     times = {field: defaultdict(list) for field in fields}
     actor = {field: {} for field in fields}
+    read = [*names, *(["reviewer_key"] if "reviewer_key" not in names else [])]
     for *keys, outcome, seconds, who in (
-        rows.order_by().values_list(*names, "outcome", "seconds", "actor").iterator(chunk_size=5000)
+        rows.order_by().values_list(*read, "outcome", "seconds", "actor").iterator(chunk_size=5000)
     ):
-        by_field = dict(zip(names, keys))
+        by_field = dict(zip(read, keys))
+        auto = outcome == Outcome.APPROVED and not by_field["reviewer_key"]
         for field in fields:
             key = by_field.get(field)
             counts[field][key][outcome] += 1
+            counts[field][key]["auto"] += auto
             if outcome in DECIDED:
                 times[field][key].append(seconds)
             actor[field][key] = max(actor[field].get(key, ""), who)
@@ -187,7 +197,7 @@ def _grouped_python(rows, fields: list[str | None]) -> dict:
 
 def _grouped(rows, fields: list[str | None]) -> dict:
     if connection.vendor == "postgresql":
-        return {field: _grouped_sql(rows, field) for field in fields}
+        return _grouped_sql(rows, fields)
     return _grouped_python(rows, fields)
 
 
@@ -258,7 +268,8 @@ def decisions(user, filters: Filters, now: datetime | None = None) -> dict:
         "time_to_decision_seconds": {key: total[key] for key in time_keys},
         "outcomes": {
             **{outcome: total[outcome] for outcome in OUTCOMES},
-            "auto": _auto(rows),
+            # Approvals no person made (a policy's): counted from the rows, though no path writes one yet.
+            "auto": total["auto"],
         },
         "open_by_age": open_by_age(user, filters, now),
         **notices_sent(user, filters),
@@ -283,12 +294,6 @@ def decisions(user, filters: Filters, now: datetime | None = None) -> dict:
             key=lambda item: (-item["decisions"], item["name"]),
         ),
     }
-
-
-def _auto(rows) -> int:
-    """Approvals no person made (a policy's): counted from the rows, none
-    being written yet by any path."""
-    return rows.filter(outcome=Outcome.APPROVED.value, reviewer_key="").count()
 
 
 CSV_COLUMNS = ("group", "key", "name", "decisions", *OUTCOMES, "p50_seconds", "p95_seconds", "max_seconds")

@@ -24,6 +24,9 @@
     j  archive: `--archive-workflows` (100k) seeded finished workflows
        archived while a cluster runs live plans: time, peak memory, no lost
        or blocked work (`archiving`)
+    k  analytics: `--analytics-decisions` (100k) review endings seeded in
+       the analytics tables, `GET /api/v1/analytics/decisions` timed over
+       HTTP as a ratio to a trivial authenticated GET (`analytics`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

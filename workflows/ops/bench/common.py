@@ -23,6 +23,7 @@ SECTIONS = {
     "h": "waiters",
     "i": "bulk",
     "j": "archive",
+    "k": "analytics",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -34,6 +35,8 @@ WAITERS = 200
 DEAD_LETTERS = 2_000
 # (j): finished workflows archived while workers run.
 ARCHIVE_WORKFLOWS = 100_000
+# (k): plans' review endings the analytics answer over.
+ANALYTICS_DECISIONS = 100_000
 
 
 class BenchError(Exception):
@@ -59,6 +62,7 @@ class Options:
     waiters: int = WAITERS
     dead_letters: int = DEAD_LETTERS
     archive_workflows: int = ARCHIVE_WORKFLOWS
+    analytics_decisions: int = ANALYTICS_DECISIONS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")

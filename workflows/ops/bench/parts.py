@@ -28,6 +28,7 @@ from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen
+from workflows.ops.bench.analytics import AnalyticsPart
 from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.bulk import BulkPart
 from workflows.ops.bench.common import (
@@ -115,6 +116,7 @@ class Bench:
             ("h", self.waiters),
             ("i", self.bulk),
             ("j", self.archive),
+            ("k", self.analytics),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -444,6 +446,9 @@ class Bench:
 
     def waiters(self) -> dict:
         return WaitersPart(self).run()
+
+    def analytics(self) -> dict:
+        return AnalyticsPart(self).run()
 
     # -- (i) ---------------------------------------------------------------
 
