@@ -9,13 +9,13 @@ from workflows.operations import analytics
 router = Router()
 
 
-class TimesOut(Schema):
+class AnalyticsTimesOut(Schema):
     p50: float | None
     p95: float | None
     max: float | None
 
 
-class OutcomesOut(Schema):
+class AnalyticsOutcomesOut(Schema):
     approved: int
     rejected: int
     expired: int
@@ -23,12 +23,12 @@ class OutcomesOut(Schema):
     auto: int = Field(..., description="Approvals no person made (a policy's); included in `approved`")
 
 
-class OpenAgeOut(Schema):
+class AnalyticsOpenAgeOut(Schema):
     older_than_seconds: int
     count: int
 
 
-class GroupOut(Schema):
+class AnalyticsGroupOut(Schema):
     decisions: int = Field(..., description="Approved and rejected")
     approved: int
     rejected: int
@@ -39,15 +39,15 @@ class GroupOut(Schema):
     max: float | None
 
 
-class TeamOut(GroupOut):
+class AnalyticsTeamOut(AnalyticsGroupOut):
     team: str
 
 
-class ActionOut(GroupOut):
+class AnalyticsActionOut(AnalyticsGroupOut):
     action: str
 
 
-class ReviewerOut(Schema):
+class AnalyticsReviewerOut(Schema):
     reviewer: str = Field(..., description="The person (their linked accounts counted as one)")
     name: str = Field(..., description="An account name of that person")
     decisions: int
@@ -62,16 +62,16 @@ class AnalyticsOut(Schema):
     since: str
     until: str
     decisions: int = Field(..., description="Plans approved or rejected since `since`")
-    time_to_decision_seconds: TimesOut = Field(
+    time_to_decision_seconds: AnalyticsTimesOut = Field(
         ..., description="From submission to the approval or rejection (percentile_cont), over `decisions`"
     )
-    outcomes: OutcomesOut
-    open_by_age: list[OpenAgeOut] = Field(..., description="Plans awaiting review now, for longer than each age")
+    outcomes: AnalyticsOutcomesOut
+    open_by_age: list[AnalyticsOpenAgeOut] = Field(..., description="Plans awaiting review now, for longer than each age")
     reminders_sent: int
     escalations_sent: int
-    by_team: list[TeamOut]
-    by_action: list[ActionOut] = Field(..., description="A plan counts once under each action it names")
-    by_reviewer: list[ReviewerOut]
+    by_team: list[AnalyticsTeamOut]
+    by_action: list[AnalyticsActionOut] = Field(..., description="A plan counts once under each action it names")
+    by_reviewer: list[AnalyticsReviewerOut]
 
 
 @router.get(
