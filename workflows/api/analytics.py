@@ -66,7 +66,9 @@ class AnalyticsOut(Schema):
         ..., description="From submission to the approval or rejection (percentile_cont), over `decisions`"
     )
     outcomes: AnalyticsOutcomesOut
-    open_by_age: list[AnalyticsOpenAgeOut] = Field(..., description="Plans awaiting review now, for longer than each age")
+    open_by_age: list[AnalyticsOpenAgeOut] = Field(
+        ..., description="Plans awaiting review now, for longer than each age"
+    )
     reminders_sent: int
     escalations_sent: int
     by_team: list[AnalyticsTeamOut]
