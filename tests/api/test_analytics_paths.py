@@ -4,8 +4,10 @@ console and a link, a rejection, an expiry and a cancellation. The rows
 are counted against the audit trail's own record of those moves, so a
 path that forgot its row fails here."""
 
+import importlib
 from datetime import timedelta
 
+from django.apps import apps as django_apps
 from django.utils import timezone
 
 from tests.support.personas import PASSWORD
@@ -101,3 +103,25 @@ def test_a_lost_race_writes_no_row(people):
     cancellation.cancel(workflow, by=people["agent"], reason="first")
     assert move(stale, "REJECTED", actor=people["reviewer"]) is False
     assert DecisionRecord.objects.count() == 1
+
+
+def test_the_migration_reads_earlier_endings_back_from_the_audit_trail(people, api):
+    """The backfill of 0033 (run here with today's models, which have the
+    fields it reads) writes the rows the paths wrote, the same ones."""
+    backfill = importlib.import_module("workflows.migrations.0033_decision_analytics").backfill
+    approved = submitted(people, "old-approved", actions=("noop", "noop"))
+    api["reviewer"].post(f"/workflows/{approved.pk}/approve", {})
+    rejected = submitted(people, "old-rejected")
+    api["reviewer2"].post(f"/workflows/{rejected.pk}/reject", {})
+    cancelled = submitted(people, "old-cancelled")
+    cancellation.cancel(cancelled, by=people["agent"], reason="gone")
+    columns = ("workflow_id", "team_id", "outcome", "reviewer_key", "actor", "entered_review_at", "revision")
+    written = sorted(DecisionRecord.objects.values_list(*columns))
+    actions_written = sorted(DecisionAction.objects.values_list("record__workflow_id", "action", "outcome"))
+    DecisionRecord.objects.all().delete()
+    backfill(django_apps, None)
+    assert sorted(DecisionRecord.objects.values_list(*columns)) == written
+    assert sorted(DecisionAction.objects.values_list("record__workflow_id", "action", "outcome")) == actions_written
+    for row in DecisionRecord.objects.all():
+        # The audit event's time, written in the same transaction as the move: within a moment of it.
+        assert abs((row.decided_at - Workflow.objects.get(pk=row.workflow_id).updated_at).total_seconds()) < 1
