@@ -2,10 +2,12 @@
 numbers on known decisions, the same on SQLite and PostgreSQL; only the
 caller's teams; `since` as a time or an age; bad filters refused."""
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -13,7 +15,7 @@ from tests.support.analytics import decided, team_of
 from tests.support.api import ApiClient
 from tests.support.personas import PASSWORD
 from workflows import roles
-from workflows.models import ReviewNotice, Team, Workflow
+from workflows.models import DecisionAction, DecisionRecord, ReviewNotice, Team, Workflow
 from workflows.operations import analytics, plans, tokens
 
 PATH = "/analytics/decisions"
@@ -217,3 +219,28 @@ def test_reminders_and_escalations_sent_are_counted(people, api):
     answer = api["reviewer"].get(PATH).json()
     assert (answer["reminders_sent"], answer["escalations_sent"]) == (2, 1)
     assert Team.objects.filter(name="elsewhere").exists()
+
+
+def test_postgresql_and_python_compute_the_same_numbers(people):
+    """The two ways of computing them (SQL on PostgreSQL, Python on SQLite)
+    over the same random rows: equal, group by group."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the SQL way runs on PostgreSQL only")
+    rng = random.Random(7)
+    teams = [team_of("t1"), team_of("t2")]
+    for _ in range(60):
+        outcome = rng.choice(["approved", "approved", "rejected", "expired", "cancelled"])
+        decided(
+            round(rng.uniform(1, 5000), 3),
+            outcome=outcome,
+            team=rng.choice(teams),
+            reviewer=rng.choice(["user:1", "user:2", "person:x", ""]),
+            actor=rng.choice(["ann", "bob"]),
+            actions=rng.sample(["a.one", "a.two", "a.three"], rng.choice([1, 2])),
+        )
+    for model, fields in (
+        (DecisionRecord, [None, "team_id", "reviewer_key"]),
+        (DecisionAction, ["action"]),
+    ):
+        rows = model.objects.all()
+        assert analytics._grouped_sql(rows, fields) == analytics._grouped_python(rows, fields)
