@@ -70,7 +70,8 @@ def seed(count: int, teams: list[Team], rng: random.Random) -> int:
         for _ in range(size):
             team = rng.choices(teams, weights)[0]
             outcome = rng.choices([name for name, _ in OUTCOMES], outcome_weights)[0]
-            decided_at = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+            # An hour short of the window: every ending is inside "since 90d" when it is asked.
+            decided_at = now - timedelta(seconds=rng.uniform(0, DAYS * 86400 - 3600))
             seconds = min(rng.lognormvariate(7.1, 1.3), 7 * 86400)  # median ~20 min, a long tail
             reviewer = f"user:bench-{rng.randrange(REVIEWERS)}" if outcome in ("approved", "rejected") else ""
             records.append(
