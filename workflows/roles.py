@@ -44,6 +44,7 @@ READS = {
     "policies": (OPERATORS, AUDITORS),
     "audit": (AUDITORS,),
     "compensations": (REVIEWERS, OPERATORS, AUDITORS),
+    "analytics": (REVIEWERS, AUDITORS),
 }
 # Agents (users in no role) read the dead letters of the plans they submitted.
 AGENTS_READ = {"dead_letters"}

@@ -260,6 +260,7 @@ def persona_pages(w) -> dict[str, list[str]]:
             "/compensations/",
             f"/compensations/{w['comp']}/",
             "/dashboard/",
+            "/analytics/",
             f"/{w['link']}",
             f"/workflows/{w['gated']}/",
         ],
@@ -274,7 +275,7 @@ def persona_pages(w) -> dict[str, list[str]]:
             "/actions/",
             "/actions/ticket.create/policy",
         ],
-        "auditor": ["/audit/", "/dead-letters/", "/compensations/", "/actions/ticket.create/policy"],
+        "auditor": ["/audit/", "/dead-letters/", "/compensations/", "/actions/ticket.create/policy", "/analytics/"],
     }
 
 

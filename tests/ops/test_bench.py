@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j,k",
+        "g,h,i,j,k,l",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j,k",
+        "a,b,c,d,e,h,i,j,k,l",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j,k",
+        "a,b,c,d,e,f,h,i,j,k,l",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j,k",
+        "a,b,c,d,e,g,i,j,k,l",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j,k",
+        "a,b,c,d,e,g,h,j,k,l",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,k",
+        "a,b,c,d,e,g,h,i,k,l",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -461,7 +461,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j",
+        "a,b,c,d,e,g,h,i,j,l",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -484,3 +484,34 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     assert is_number(lanes["ratio_p50"]["notice"]) and is_number(lanes["ratio_p95"]["previews"])
     assert re.search(r"\(k\) notice / previews ms under 4,000 due steps +p50 [\d.]+ / [\d.]+", report), report
     assert set(Workflow.objects.filter(name__startswith="bench k").values_list("status", flat=True)) == {"COMPLETE"}
+
+
+def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
+    transactional_db, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the web process it starts reads the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i,j,k",
+        "--analytics-decisions",
+        "300",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    found = result["analytics"]
+    assert (found["decisions"], found["seeded"]) == (300, 300)
+    # Every team's endings counted by the global auditor's answer over the 90 days seeded.
+    assert found["all_teams_decisions_counted"] == 300
+    assert set(found["answers_ms"]) == {"default (30d)", "since 90d", "since 90d, one action"}
+    assert all(times["n"] == 30 and times["p50"] > 0 for times in found["answers_ms"].values())
+    assert found["baseline_ms"]["n"] == 30
+    assert re.search(r"\(l\) analytics API, since 90d, ms +p50 [\d.]+, p95 [\d.]+ = [\d.]+ x a trivial GET", report)

@@ -72,7 +72,7 @@ LAYERS = {
     # 8. The engine, and the API's shape of a workflow (it reads the gates).
     "workflows.engine": 8,
     "workflows.shapes": 8,
-    # 9. What people do.
+    # 9. What people do, and the analytics of what they decided.
     "workflows.operations": 9,
     # 10. Entry points: the queue's tasks, the console, the JSON API, the
     # templates' tags, the admin.

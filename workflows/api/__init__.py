@@ -3,6 +3,7 @@ One router per resource; the routes' paths are written out whole."""
 
 from workflows.api import (
     actions,
+    analytics,
     audit,
     claims,
     compensations,
@@ -43,5 +44,6 @@ for resource in (
     audit,
     webhooks,
     delegation,
+    analytics,
 ):
     api.add_router("", resource.router)

@@ -3,9 +3,9 @@
 `move` checks the transition table, applies the change with a conditional
 update (the row must still be in the status the caller read), and appends
 the audit event in the same transaction, where a workflow's move is also
-announced to its waiters (`announcements`) and emits its webhook event
-(`workflows.outbox`). A lost race returns False; an
-illegal move raises.
+announced to its waiters (`announcements`), emits its webhook event
+(`workflows.outbox`) and, leaving review, is counted for the analytics
+(`review_outcomes`). A lost race returns False; an illegal move raises.
 """
 
 from django.db import transaction
@@ -14,7 +14,7 @@ from django.utils import timezone
 from workflows import outbox
 from workflows.audit import journal
 from workflows.db import update_rows
-from workflows.engine import announcements
+from workflows.engine import announcements, review_outcomes
 from workflows.errors import WrongState
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
 from workflows.shapes import workflow_out
@@ -84,6 +84,8 @@ def move(
         if model is Workflow:
             announcements.workflows_moved([obj.pk], current, target)
             outbox.workflows_moved([obj.pk], target, shape=workflow_out)
+        if review_outcomes.ends_review(model, current, target):
+            review_outcomes.record([obj], target, actor, fields["updated_at"])
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -185,6 +187,8 @@ def move_many(
     if model is Workflow:
         announcements.workflows_moved([obj.pk for obj in moving], current, target)
         outbox.workflows_moved([obj.pk for obj in moving], target, shape=workflow_out)
+    if review_outcomes.ends_review(model, current, target):
+        review_outcomes.record(moving, target, actor, fields["updated_at"])
     return moving
 
 

@@ -8,6 +8,7 @@ import Workflow`), which is also what registers them, the webhook tables of
 `workflows.webhooks.models` included, with the `workflows` app.
 """
 
+from workflows.models.analytics import DecisionAction, DecisionQuerySet, DecisionRecord, Outcome
 from workflows.models.archives import Archive, ArchivedWorkflow, ArchivedWorkflowQuerySet
 from workflows.models.audit import (
     TEAM_SCOPED_EVENTS,
@@ -84,6 +85,11 @@ __all__ = [
     "Archive",
     "ArchivedWorkflowQuerySet",
     "ArchivedWorkflow",
+    # analytics
+    "Outcome",
+    "DecisionQuerySet",
+    "DecisionRecord",
+    "DecisionAction",
     # webhooks
     "WebhookEndpoint",
     "WebhookSecret",

@@ -82,7 +82,11 @@ class ReviewNotice(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workflow", "kind", "due_at"], name="review_notice_once")]
-        indexes = [models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="review_notice_due")]
+        indexes = [
+            models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="review_notice_due"),
+            # The analytics count the notices sent since a time (docs/guides/analytics.md).
+            models.Index(fields=["sent_at"], condition=Q(sent_at__isnull=False), name="review_notice_sent"),
+        ]
 
 
 class UsedReviewLink(models.Model):

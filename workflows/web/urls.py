@@ -2,6 +2,7 @@ from django.urls import path
 
 from workflows.web import auth, signout, sso
 from workflows.web.views import (
+    analytics,
     audit,
     changed,
     claims,
@@ -88,6 +89,8 @@ urlpatterns = [
     path("policy-changes/<uuid:change_id>/decline", policies.policy_change_decline, name="policy_change_decline"),
     path("attention/", ops.attention, name="attention"),
     path("dashboard/", ops.dashboard, name="dashboard"),
+    path("analytics/", analytics.analytics_page, name="analytics"),
+    path("analytics/decisions.csv", analytics.analytics_csv, name="analytics_csv"),
     path("audit/", audit.audit_list, name="audit_list"),
     path("audit/verify", audit.audit_verify, name="audit_verify"),
     path("audit/export.csv", audit.audit_export_csv, name="audit_export_csv"),

@@ -3,6 +3,7 @@
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--dead-letters 2000]
                            [--archive-workflows 100000] [--lanes-steps 10000 --lanes-samples 20]
+                           [--analytics-decisions 100000]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -101,6 +102,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--lanes-samples", type=int, default=common.LANES_SAMPLES, help="(k): notices timed idle and under it"
         )
+        parser.add_argument(
+            "--analytics-decisions",
+            type=int,
+            default=common.ANALYTICS_DECISIONS,
+            help="(l): review endings seeded in the analytics tables, then answered over HTTP",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -123,6 +130,7 @@ class Command(BaseCommand):
                 opts["archive_workflows"],
                 opts["lanes_steps"],
                 opts["lanes_samples"],
+                opts["analytics_decisions"],
             )
             < 1
             or opts["raw_seconds"] <= 0
@@ -151,6 +159,7 @@ class Command(BaseCommand):
             archive_workflows=opts["archive_workflows"],
             lanes_steps=opts["lanes_steps"],
             lanes_samples=opts["lanes_samples"],
+            analytics_decisions=opts["analytics_decisions"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

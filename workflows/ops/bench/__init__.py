@@ -27,6 +27,9 @@
     k  lanes: how soon a reviewer's notice and a plan's previews are
        delivered under a backlog of `--lanes-steps` (10,000) due steps,
        against the same idle, p50/p95 and their ratio (`lanes`)
+    l  analytics: `--analytics-decisions` (100k) review endings seeded in
+       the analytics tables, `GET /api/v1/analytics/decisions` timed over
+       HTTP as a ratio to a trivial authenticated GET (`analytics`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

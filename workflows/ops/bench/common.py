@@ -24,6 +24,7 @@ SECTIONS = {
     "i": "bulk",
     "j": "archive",
     "k": "lanes",
+    "l": "analytics",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -38,6 +39,8 @@ ARCHIVE_WORKFLOWS = 100_000
 # (k): the backlog of due steps notices and previews are delivered under, and the samples.
 LANES_STEPS = 10_000
 LANES_SAMPLES = 20
+# (l): plans' review endings the analytics answer over.
+ANALYTICS_DECISIONS = 100_000
 
 
 class BenchError(Exception):
@@ -65,6 +68,7 @@ class Options:
     archive_workflows: int = ARCHIVE_WORKFLOWS
     lanes_steps: int = LANES_STEPS
     lanes_samples: int = LANES_SAMPLES
+    analytics_decisions: int = ANALYTICS_DECISIONS
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")

@@ -28,6 +28,7 @@ from workflows.engine import execution, failpoints
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step, Workflow
 from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen
+from workflows.ops.bench.analytics import AnalyticsPart
 from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.bulk import BulkPart
 from workflows.ops.bench.common import (
@@ -117,6 +118,7 @@ class Bench:
             ("i", self.bulk),
             ("j", self.archive),
             ("k", self.lanes),
+            ("l", self.analytics),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -451,6 +453,9 @@ class Bench:
 
     def waiters(self) -> dict:
         return WaitersPart(self).run()
+
+    def analytics(self) -> dict:
+        return AnalyticsPart(self).run()
 
     # -- (i) ---------------------------------------------------------------
 

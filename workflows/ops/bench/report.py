@@ -159,6 +159,19 @@ def report(result: dict) -> str:
                 ),
             )
         )
+    if "answers_ms" in (found := result.get("analytics", {})):
+        base = found["baseline_ms"]
+        for label, times in found["answers_ms"].items():
+            rows.append(
+                (
+                    f"(l) analytics API, {label}, ms",
+                    f"p50 {times['p50']}, p95 {times['p95']} = {found['ratio_p50_to_baseline'][label]} x a trivial "
+                    f"GET (p50 {base['p50']}, p95 {base['p95']}); {found['largest_team_decisions']:,} of "
+                    f"{found['decisions']:,} decisions in the token's team",
+                )
+            )
+        every = found["all_teams_in_process_ms"]
+        rows.append(("(l) analytics, every team, in-process ms", f"p50 {every['p50']}, max {every['max']}"))
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
