@@ -56,6 +56,7 @@ STEPS, MESSAGES = "steps", "messages"
 LANES = {
     "workflows.tasks.notify_reviewers": MESSAGES,
     "workflows.tasks.send_review_notices": MESSAGES,
+    "workflows.tasks.end_lapsed_delegations": MESSAGES,
     "workflows.tasks.compute_previews": MESSAGES,
     "workflows.tasks.deliver_webhooks": MESSAGES,
 }

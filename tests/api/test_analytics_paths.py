@@ -108,7 +108,7 @@ def test_a_lost_race_writes_no_row(people):
 def test_the_migration_reads_earlier_endings_back_from_the_audit_trail(people, api):
     """The backfill of 0033 (run here with today's models, which have the
     fields it reads) writes the rows the paths wrote, the same ones."""
-    backfill = importlib.import_module("workflows.migrations.0033_decision_analytics").backfill
+    backfill = importlib.import_module("workflows.migrations.0031_decision_analytics").backfill
     approved = submitted(people, "old-approved", actions=("noop", "noop"))
     api["reviewer"].post(f"/workflows/{approved.pk}/approve", {})
     rejected = submitted(people, "old-rejected")

@@ -85,7 +85,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflows', '0029_resolution_confirmation'),
+        ('workflows', '0030_delegation'),
     ]
 
     operations = [
