@@ -3,8 +3,9 @@
 `move` checks the transition table, applies the change with a conditional
 update (the row must still be in the status the caller read), and appends
 the audit event in the same transaction, where a workflow's move is also
-announced to its waiters (`announcements`) and emits its webhook event
-(`workflows.outbox`). A lost race returns False; an
+announced to its waiters (`announcements`), emits its webhook event
+(`workflows.outbox`) and marks the chat messages that show it
+(`workflows.chat.marks`). A lost race returns False; an
 illegal move raises.
 """
 
@@ -13,12 +14,13 @@ from django.utils import timezone
 
 from workflows import outbox
 from workflows.audit import journal
+from workflows.chat import marks as chat
 from workflows.db import update_rows
 from workflows.engine import announcements
 from workflows.errors import WrongState
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
 from workflows.shapes import workflow_out
-from workflows.states import IllegalTransition, check
+from workflows.states import IllegalTransition, StepStatus, check
 
 _KIND = {
     Workflow: "workflow",
@@ -84,6 +86,7 @@ def move(
         if model is Workflow:
             announcements.workflows_moved([obj.pk], current, target)
             outbox.workflows_moved([obj.pk], target, shape=workflow_out)
+        _shown([obj], current, target)
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -185,7 +188,24 @@ def move_many(
     if model is Workflow:
         announcements.workflows_moved([obj.pk for obj in moving], current, target)
         outbox.workflows_moved([obj.pk for obj in moving], target, shape=workflow_out)
+    _shown(moving, current, target)
     return moving
+
+
+def _shown(objs: list, current: str, target: str) -> None:
+    """The chat messages these moves change (docs/guides/slack-reviewers.md#when-the-message-changes):
+    a plan decided, expired or cancelled, a gate opening or closing, a
+    compensation decided."""
+    if not chat.enabled():
+        return
+    model = type(objs[0])
+    if model is Workflow:
+        chat.workflows_moved([obj.pk for obj in objs], current, target)
+    elif model is Step and target == StepStatus.WAITING_GATE:
+        for step in objs:
+            chat.opened(step.workflow_id, "gate", step.key)
+    elif (model is Step and current == StepStatus.WAITING_GATE) or model is Compensation:
+        chat.changed({obj.workflow_id for obj in objs})
 
 
 __all__ = ["move", "move_many", "IllegalTransition"]

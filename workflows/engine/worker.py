@@ -24,8 +24,9 @@ from django_q.signals import pre_execute
 
 from workflows import outbox, queue
 from workflows.audit import checkpoints
+from workflows.chat import marks as chat
 from workflows.engine import execution, expiry, jobs, recovery
-from workflows.models import ReviewNotice, Step
+from workflows.models import ChatMessage, ReviewNotice, Step
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,11 @@ class StallWatch:
         return stalled
 
 
+def chat_due() -> bool:
+    """A Slack message waits to be posted or updated now (workflows.chat)."""
+    return chat.enabled() and ChatMessage.objects.due().exists()
+
+
 def work_is_due() -> bool:
     return (
         execution.any_due() or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
@@ -92,6 +98,10 @@ def tick(broker) -> bool:
     # lease ended), have no wake-up of their own.
     if outbox.any_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
         queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", broker=broker)
+    # Chat messages whose Retry-After or back-off ended, or whose sender
+    # died, have no wake-up of their own.
+    if chat_due() and broker.queue_size() < settings.Q_CLUSTER["workers"]:
+        queue.send(chat.TASK, name="chat messages", broker=broker)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.
     if (

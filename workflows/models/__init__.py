@@ -18,6 +18,7 @@ from workflows.models.audit import (
     AuditHead,
     AuditVerification,
 )
+from workflows.models.chat import ChatMessage, ChatMessageQuerySet
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
 from workflows.models.plans import (
@@ -35,6 +36,9 @@ from workflows.models.review import Approval, GateApproval, ReviewNotice, UsedRe
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret
 
 __all__ = [
+    # chat
+    "ChatMessage",
+    "ChatMessageQuerySet",
     # plans
     "WorkflowQuerySet",
     "Workflow",
