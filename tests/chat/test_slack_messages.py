@@ -7,7 +7,8 @@ import json
 
 from tests.support.plans import gated_plan, ticket_plan
 from tests.support.slack import CHANNELS
-from workflows.chat import buttons, slack as sending
+from workflows.chat import buttons
+from workflows.chat import slack as sending
 from workflows.engine import previews
 from workflows.models import ChatMessage, Workflow
 
