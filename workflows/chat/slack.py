@@ -69,6 +69,8 @@ def send_due(budget: float = BUDGET_SECONDS) -> int:
             message = _claim(pk)
             if message is None:
                 continue
+            if _behind(message):
+                return sent
             try:
                 sent += _send(slack, message)
             except Pause:
@@ -82,6 +84,18 @@ def _claim(pk) -> ChatMessage | None:
     if not ChatMessage.objects.due(now).filter(pk=pk).update(claimed_until=now + CLAIM):
         return None  # another worker took it, or it was sent meanwhile
     return ChatMessage.objects.get(pk=pk)
+
+
+def _behind(message: ChatMessage) -> bool:
+    """Whether another worker is sending an older message: this one then
+    waits its turn (released), so that messages reach Slack in order. A
+    sender takes the rows oldest first, so it reaches this one only once
+    every older row is sent or held by another."""
+    held = ChatMessage.objects.pending().filter(pk__lt=message.pk, claimed_until__gt=timezone.now())
+    if not held.exists():
+        return False
+    ChatMessage.objects.filter(pk=message.pk).update(claimed_until=None)
+    return True
 
 
 def _send(slack: WebClient, message: ChatMessage) -> int:
