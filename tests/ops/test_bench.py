@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j",
+        "g,h,i,j,k",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j",
+        "a,b,c,d,e,h,i,j,k",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j",
+        "a,b,c,d,e,f,h,i,j,k",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j",
+        "a,b,c,d,e,g,i,j,k",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j",
+        "a,b,c,d,e,g,h,j,k",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i",
+        "a,b,c,d,e,g,h,i,k",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -449,3 +449,31 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     assert goal["met"] is None  # far fewer than 100k: reported, not judged
     assert Workflow.objects.filter(status__in=["COMPLETE", "REJECTED"], name__startswith="seeded").count() == 0
     assert journal.verify().ok  # the archived streams, signed by the checkpoint, are held to the archive
+
+
+def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(transactional_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i,j",
+        "--chat-samples",
+        "3",
+        "--chat-backlog",
+        "50",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    chat = result["chat"]
+    assert chat["backlog_steps_queued"] == 50 and chat["submissions"] == chat["posted"] == 3
+    delay = chat["submission_to_post_ms"]
+    assert delay["n"] == 3 and 0 < delay["p50"] <= delay["p95"] <= delay["max"]
+    assert re.search(r"\(k\) 3 plans, submission to Slack post ms +p50 [\d.]+", report), report

@@ -2,7 +2,7 @@
 
     python manage.py bench [--steps 100000] [--clusters 1,2] [--workers-per-cluster N]
                            [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--dead-letters 2000]
-                           [--archive-workflows 100000]
+                           [--archive-workflows 100000] [--chat-samples 30 --chat-backlog 10000]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -92,6 +92,18 @@ class Command(BaseCommand):
             default=common.ARCHIVE_WORKFLOWS,
             help="(j): finished workflows seeded, then archived while a cluster runs",
         )
+        parser.add_argument(
+            "--chat-samples",
+            type=int,
+            default=common.CHAT_SAMPLES,
+            help="(k): plans submitted through the API, each timed until the Slack stand-in receives it",
+        )
+        parser.add_argument(
+            "--chat-backlog",
+            type=int,
+            default=common.CHAT_BACKLOG,
+            help="(k): due steps queued before, that the worker runs meanwhile",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -112,6 +124,8 @@ class Command(BaseCommand):
                 opts["waiters"],
                 opts["dead_letters"],
                 opts["archive_workflows"],
+                opts["chat_samples"],
+                opts["chat_backlog"],
             )
             < 1
             or opts["raw_seconds"] <= 0
@@ -138,6 +152,8 @@ class Command(BaseCommand):
             waiters=opts["waiters"],
             dead_letters=opts["dead_letters"],
             archive_workflows=opts["archive_workflows"],
+            chat_samples=opts["chat_samples"],
+            chat_backlog=opts["chat_backlog"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

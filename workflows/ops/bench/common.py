@@ -23,6 +23,7 @@ SECTIONS = {
     "h": "waiters",
     "i": "bulk",
     "j": "archive",
+    "k": "chat",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -32,6 +33,9 @@ REMOTE_STEPS = 2_000
 WAITERS = 200
 # (i): dead letters reconciled and replayed in bulk.
 DEAD_LETTERS = 2_000
+# (k): plans submitted through the API while a backlog of due steps waits.
+CHAT_SAMPLES = 30
+CHAT_BACKLOG = 10_000
 # (j): finished workflows archived while workers run.
 ARCHIVE_WORKFLOWS = 100_000
 
@@ -58,6 +62,8 @@ class Options:
     remote_steps: int = REMOTE_STEPS
     waiters: int = WAITERS
     dead_letters: int = DEAD_LETTERS
+    chat_samples: int = CHAT_SAMPLES
+    chat_backlog: int = CHAT_BACKLOG
     archive_workflows: int = ARCHIVE_WORKFLOWS
     skip: frozenset[str] = frozenset()
     database_url: str = ""

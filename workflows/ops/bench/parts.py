@@ -30,6 +30,7 @@ from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen
 from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.bulk import BulkPart
+from workflows.ops.bench.chat import ChatPart
 from workflows.ops.bench.common import (
     SECTIONS,
     BenchError,
@@ -115,6 +116,7 @@ class Bench:
             ("h", self.waiters),
             ("i", self.bulk),
             ("j", self.archive),
+            ("k", self.chat),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -449,6 +451,9 @@ class Bench:
 
     def bulk(self) -> dict:
         return BulkPart(self).run()
+
+    def chat(self) -> dict:
+        return ChatPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 
