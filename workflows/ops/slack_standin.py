@@ -29,6 +29,7 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import re
 import threading
 import time
 from http import HTTPStatus
@@ -178,6 +179,39 @@ def _parse_body(content_type: str, raw: bytes):
     return fields
 
 
+# The emoji Slack draws for these codes; the channel page leaves them out
+# (a screenshot's browser may have no emoji font).
+EMOJI = (":clipboard:", ":vertical_traffic_light:", ":rewind:", ":white_check_mark:", ":x:", ":no_entry_sign:")
+_LINK = re.compile(r"<([^<>|]+)\|([^<>]*)>")
+
+
+def mrkdwn(text: str) -> str:
+    """Slack's mrkdwn as simple HTML, everything the message says escaped:
+    `<url|label>` links (http and https only), *bold*, _italic_, `code` and
+    ```blocks```, the three escaped characters shown as themselves, known
+    emoji codes left out. Tags are added only around text already escaped."""
+    parts, at = [], 0
+    for link in _LINK.finditer(text):
+        parts.append(_escaped(text[at : link.start()]))
+        label = _escaped(link[2])
+        safe = link[1].startswith(("http://", "https://"))
+        parts.append(f'<a href="{html.escape(link[1])}">{label}</a>' if safe else label)
+        at = link.end()
+    parts.append(_escaped(text[at:]))
+    shown = "".join(parts)
+    shown = re.sub(r"```(.*?)```", r"<pre>\1</pre>", shown, flags=re.S)
+    shown = re.sub(r"`([^`\n]+)`", r"<code>\1</code>", shown)
+    shown = re.sub(r"\*([^*\n]+)\*", r"<b>\1</b>", shown)
+    shown = re.sub(r"(?<![\w])_([^_\n]+)_(?![\w])", r"<i>\1</i>", shown)
+    for code in EMOJI:
+        shown = shown.replace(f"{code} ", "")
+    return shown.replace("\n", "<br>")
+
+
+def _escaped(text: str) -> str:
+    return html.escape(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
 def render_channel(channel: str, messages: list[dict]) -> str:
     """The channel's messages as simple HTML: every text escaped, buttons as
     inert buttons."""
@@ -186,21 +220,23 @@ def render_channel(channel: str, messages: list[dict]) -> str:
         html.escape(channel),
         "</title><style>body{font:15px sans-serif;max-width:46em;margin:1em auto}"
         ".msg{border:1px solid #ccc;border-radius:6px;padding:.5em 1em;margin:1em 0}"
-        ".ctx{color:#666;font-size:13px}pre{white-space:pre-wrap}button{margin-right:.5em}</style>",
+        ".ctx{color:#666;font-size:13px}pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em}"
+        "code{background:#f6f6f6;color:#c7254e}button{margin-right:.5em}</style>",
         f"<h1>#{html.escape(channel)}</h1>",
     ]
     for message in messages:
         parts.append('<div class="msg">')
         for block in message.get("blocks") or [{"type": "section", "text": {"text": message.get("text", "")}}]:
             kind = block.get("type")
-            text = html.escape((block.get("text") or {}).get("text", ""))
+            raw = (block.get("text") or {}).get("text", "")
+            text = html.escape(raw)
             if kind == "header":
                 parts.append(f"<h2>{text}</h2>")
             elif kind == "section":
-                parts.append(f"<pre>{text}</pre>")
-                parts.extend(f"<pre>{html.escape(f.get('text', ''))}</pre>" for f in block.get("fields") or [])
+                parts.append(f"<p>{mrkdwn(raw)}</p>")
+                parts.extend(f"<p>{mrkdwn(f.get('text', ''))}</p>" for f in block.get("fields") or [])
             elif kind == "context":
-                items = " · ".join(html.escape(e.get("text", "")) for e in block.get("elements") or [])
+                items = " · ".join(mrkdwn(e.get("text", "")) for e in block.get("elements") or [])
                 parts.append(f'<p class="ctx">{items}</p>')
             elif kind == "divider":
                 parts.append("<hr>")
