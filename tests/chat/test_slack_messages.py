@@ -102,7 +102,7 @@ def test_hostile_text_is_escaped_so_it_cannot_mention_or_link(api, slack):
     sending.send_due()
 
     [post] = slack.calls("chat.postMessage")
-    raw = json.dumps(post["body"]["blocks"])
+    raw = json.dumps([post["body"]["blocks"], post["body"]["text"]])
     assert "<!channel>" not in raw and "<@U0BOSS>" not in raw and "<https://evil" not in raw
     assert "&lt;!channel&gt; pay &lt;https://evil.example|here&gt; &amp; &lt;@U0BOSS&gt;" in texts(
         post["body"]["blocks"]

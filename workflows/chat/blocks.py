@@ -46,6 +46,11 @@ class Message:
     # Whether the buttons that decide are offered.
     decidable: bool
 
+    def __post_init__(self):
+        # The fallback text is what notifications show, parsed as mrkdwn
+        # too: escaped like the blocks.
+        self.text = escape(self.text)
+
 
 class _Fit:
     """Collects step sections within Slack's limits, noting what was cut."""
@@ -158,12 +163,13 @@ def _outcome(workflow: Workflow) -> str | None:
 
 
 def _approvers(workflow: Workflow) -> list[str]:
-    return list(
+    """Who approved this revision, in order, each once."""
+    names = (
         Approval.objects.filter(workflow=workflow, decision=Approval.Decision.APPROVE, revision=workflow.revision)
         .order_by("created_at")
         .values_list("reviewer__username", flat=True)
-        .distinct()
     )
+    return list(dict.fromkeys(names))
 
 
 def _plan(workflow: Workflow) -> Message:
@@ -190,7 +196,7 @@ def _plan(workflow: Workflow) -> Message:
     waiting = workflow.status == WorkflowStatus.PLANNED
     if outcome is not None:
         blocks.append(_section(f"{outcome}\n<{url}|Open in the console>"))
-        return Message(f"{workflow.name}: {workflow.status.lower()}"[:MAX_FALLBACK_TEXT], blocks, False)
+        return Message(f"{workflow.name}: {workflow.status.lower()}", blocks, False)
     pending = any(step.preview_state == PreviewState.PENDING for step in steps)
     in_chat = policy.chat_decisions(policy.policies_for({step.action for step in steps}).values())
     approvers = _approvers(workflow)
@@ -210,7 +216,7 @@ def _plan(workflow: Workflow) -> Message:
             )
         )
     text = f"Plan awaiting review: {workflow.name}" if waiting else workflow.name
-    return Message(text[:MAX_FALLBACK_TEXT], blocks, not why)
+    return Message(text, blocks, not why)
 
 
 def _only_open(*, cut: bool, pending: bool, in_chat: bool) -> str:
@@ -251,7 +257,7 @@ def _gate(workflow: Workflow, step: Step) -> Message:
         else:
             outcome = f":no_entry_sign: *Plan {escape(workflow.status.lower())}*"
         blocks.append(_section(f"{outcome}\n<{url}|Open in the console>"))
-        return Message(f"Gate {step.key} of {workflow.name}: decided"[:MAX_FALLBACK_TEXT], blocks, False)
+        return Message(f"Gate {step.key} of {workflow.name}: decided", blocks, False)
     if decisions:
         names = ", ".join(d.reviewer.get_username() for d in decisions)
         blocks.append(_context(f"Approved so far by {escape(names)} ({len(decisions)} of {gates.required(step)})"))
@@ -268,7 +274,7 @@ def _gate(workflow: Workflow, step: Step) -> Message:
                 _decide(buttons.GATE_REJECT, "Reject", value, "danger"),
             )
         )
-    return Message(f"Gate waiting: {step.key} of {workflow.name}"[:MAX_FALLBACK_TEXT], blocks, not why)
+    return Message(f"Gate waiting: {step.key} of {workflow.name}", blocks, not why)
 
 
 def _compensation(workflow: Workflow, comp: Compensation) -> Message:
@@ -298,7 +304,7 @@ def _compensation(workflow: Workflow, comp: Compensation) -> Message:
         word = "Declined" if comp.status == CompensationStatus.DECLINED else "Authorized"
         reason = f": {escape(comp.decision_reason)}" if comp.decision_reason else ""
         blocks.append(_section(f"*{word}* by {escape(by)}{reason} (now {comp.status.lower()})\n<{url}|Open>"))
-        return Message(f"Compensation of {workflow.name}: {comp.status.lower()}"[:MAX_FALLBACK_TEXT], blocks, False)
+        return Message(f"Compensation of {workflow.name}: {comp.status.lower()}", blocks, False)
     policies = policy.policies_for({p["action"] for p in comp.plan}).values()
     why = _only_open(cut=fit.cut, pending=False, in_chat=policy.chat_decisions(policies))
     if why:
@@ -312,4 +318,4 @@ def _compensation(workflow: Workflow, comp: Compensation) -> Message:
                 _decide(buttons.COMP_DECLINE, "Decline", value, "danger"),
             )
         )
-    return Message(f"Compensation requested: {workflow.name}"[:MAX_FALLBACK_TEXT], blocks, not why)
+    return Message(f"Compensation requested: {workflow.name}", blocks, not why)
