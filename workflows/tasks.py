@@ -5,6 +5,7 @@ just what is due, so duplicated or late deliveries are harmless.
 """
 
 from workflows import telemetry
+from workflows.chat import slack
 from workflows.engine import execution, previews
 from workflows.operations import bulk, delegation, notifications
 from workflows.webhooks import delivery
@@ -41,6 +42,12 @@ def compute_previews(workflow_id: str) -> int:
 
 def deliver_webhooks() -> int:
     return delivery.deliver_due()
+
+
+def send_chat() -> int:
+    """Post and update the Slack messages due (workflows.chat.slack): its
+    own task, so that Slack's pace never holds a step or a request."""
+    return slack.send_due()
 
 
 def advance_job(job_id: str, batch: int) -> int:

@@ -40,6 +40,8 @@ def form(rules, **changes):
     }
     if rules.enabled:
         values["enabled"] = "on"
+    if rules.chat_decisions:
+        values["chat_decisions"] = "on"
     values.update(changes)
     return {name: value for name, value in values.items() if value is not None}
 

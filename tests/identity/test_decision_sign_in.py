@@ -161,6 +161,7 @@ def _policy_form(rules, **changes):
         "version": rules.version,
         "reason": "because",
         **({"enabled": "on"} if rules.enabled else {}),
+        **({"chat_decisions": "on"} if rules.chat_decisions else {}),
     }
     return {**values, **changes}
 

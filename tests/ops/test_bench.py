@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j,k,l",
+        "g,h,i,j,k,l,m",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j,k,l",
+        "a,b,c,d,e,h,i,j,k,l,m",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j,k,l",
+        "a,b,c,d,e,f,h,i,j,k,l,m",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j,k,l",
+        "a,b,c,d,e,g,i,j,k,l,m",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j,k,l",
+        "a,b,c,d,e,g,h,j,k,l,m",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,k,l",
+        "a,b,c,d,e,g,h,i,k,l,m",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -461,7 +461,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,l",
+        "a,b,c,d,e,g,h,i,j,l,m",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -495,7 +495,7 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k",
+        "a,b,c,d,e,g,h,i,j,k,m",
         "--analytics-decisions",
         "300",
         "--workdir",
@@ -515,3 +515,31 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     assert all(times["n"] == 30 and times["p50"] > 0 for times in found["answers_ms"].values())
     assert found["baseline_ms"]["n"] == 30
     assert re.search(r"\(l\) analytics API, since 90d, ms +p50 [\d.]+, p95 [\d.]+ = [\d.]+ x a trivial GET", report)
+
+
+def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(transactional_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i,j,k,l",
+        "--chat-samples",
+        "3",
+        "--chat-backlog",
+        "50",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    chat = result["chat"]
+    assert chat["backlog_steps_queued"] == 50 and chat["submissions"] == chat["posted"] == 3
+    delay = chat["submission_to_post_ms"]
+    assert delay["n"] == 3 and 0 < delay["p50"] <= delay["p95"] <= delay["max"]
+    assert re.search(r"\(m\) 3 plans, submission to Slack post ms +p50 [\d.]+", report), report

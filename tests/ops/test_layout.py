@@ -65,6 +65,8 @@ LAYERS = {
     "workflows.queue": 4,
     # 5. The outbox: events written with the change they report.
     "workflows.outbox": 5,
+    # Chat messages marked with the changes they show (the sending is above).
+    "workflows.chat.marks": 5,
     # 6. Webhooks: endpoints, their keys, sending the outbox's rows.
     "workflows.webhooks": 6,
     # 7. The effects' interface and the registered actions.
@@ -74,6 +76,8 @@ LAYERS = {
     "workflows.shapes": 8,
     # 9. What people do, and the analytics of what they decided.
     "workflows.operations": 9,
+    # Chat: what a Slack message shows, its buttons, sending it (tasks only).
+    "workflows.chat": 9,
     # 10. Entry points: the queue's tasks, the console, the JSON API, the
     # templates' tags, the admin.
     "workflows.tasks": 10,
@@ -92,6 +96,7 @@ LAYERS = {
     "durableconsole.settings": 12,
     "durableconsole.settings_telemetry": 12,
     "durableconsole.settings_webhooks": 12,
+    "durableconsole.settings_chat": 12,
     "durableconsole.urls": 12,
     "durableconsole.wsgi": 12,
     "durableconsole.asgi": 12,

@@ -59,6 +59,11 @@ class PolicyOut(Schema):
         description="The group whose members alone may approve (and gate-approve) a "
         'plan using this action; "": any reviewer of the plan\'s team',
     )
+    chat_decisions: bool = Field(
+        True,
+        description="Whether plans using this action may be decided from a chat message (Slack); "
+        "false: their messages offer only Open",
+    )
     version: int
     updated_by: str
     updated_at: datetime
@@ -89,6 +94,10 @@ class PolicyPatchIn(Schema):
             'A group name, or "" (or null) for any reviewer. Naming one where none was applies at once; changing '
             "or clearing one waits for a second operator"
         ),
+    )
+    chat_decisions: StrictBool | None = Field(
+        None,
+        description="false keeps this action's decisions in the console; turning it on waits for a second operator",
     )
     reason: str
     version: StrictInt | None = Field(None, description="The version you looked at: 409 if the policy changed since")

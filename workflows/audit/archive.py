@@ -53,6 +53,7 @@ from workflows.models import (
     Attempt,
     AuditEvent,
     AuditHead,
+    ChatMessage,
     Compensation,
     DeadLetter,
     GateApproval,
@@ -109,6 +110,7 @@ TABLES = (
     Table("review_notices.jsonl.gz", ReviewNotice, _by_workflow(ReviewNotice)),
     Table("used_review_links.jsonl.gz", UsedReviewLink, _by_workflow(UsedReviewLink)),
     Table("webhook_deliveries.jsonl.gz", WebhookDelivery, _by_workflow(WebhookDelivery)),
+    Table("chat_messages.jsonl.gz", ChatMessage, _by_workflow(ChatMessage)),
     Table("audit_events.jsonl.gz", AuditEvent, lambda ids, streams: AuditEvent.objects.filter(stream__in=streams)),
 )
 FILES = {table.file: table for table in TABLES}
@@ -162,7 +164,7 @@ def candidates(team_cutoffs: dict[int, datetime]):
     nothing left in flight: no step running or being verified, no attempt
     whose outcome is still being learned, no open dead letter or pending
     compensation (a person may still act on those), no webhook still to
-    deliver. Restored ones are in their archive already."""
+    deliver, no chat message still to update. Restored ones are in their archive already."""
     if not team_cutoffs:
         return Workflow.objects.none()
     by_team = Q()
@@ -182,6 +184,7 @@ def candidates(team_cutoffs: dict[int, datetime]):
             )
         )
         | Exists(WebhookDelivery.objects.filter(workflow=workflow, status=WebhookDelivery.Status.PENDING))
+        | Exists(ChatMessage.objects.pending().filter(workflow=workflow))
     )
     return (
         Workflow.objects.filter(by_team, status__in=TERMINAL_WORKFLOW, restored_at__isnull=True)

@@ -146,6 +146,13 @@ def approvals_required(plan_policies) -> int:
     return max([p.approvals_required for p in plan_policies] + [1])
 
 
+def chat_decisions(plan_policies) -> bool:
+    """Whether a plan under these policies may be decided from a chat
+    message: not when any of its actions keeps its decisions in the console
+    (docs/guides/slack-reviewers.md#only-open)."""
+    return all(p.chat_decisions for p in plan_policies)
+
+
 def reviewer_groups(plan_policies) -> set[str]:
     """The groups whose members alone may approve a plan with these policies."""
     return {p.reviewer_group for p in plan_policies if p.reviewer_group}
@@ -369,6 +376,7 @@ EDITABLE = (
     "review_reminder_seconds",
     "escalation_group",
     "reviewer_group",
+    "chat_decisions",
 )
 
 

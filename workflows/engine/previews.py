@@ -26,6 +26,7 @@ from workflows import actions
 from workflows.actions import Action, ActionError, Preview
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
+from workflows.chat import marks as chat
 from workflows.engine import locks
 from workflows.engine.leases import WORKER
 from workflows.models import Step, Workflow
@@ -185,6 +186,7 @@ def compute(workflow_id) -> int:
                 workflow_id=workflow,
                 data={"previews": summary},
             )
+            chat.changed([workflow])
     return len(summary)
 
 

@@ -4,7 +4,8 @@
 update (the row must still be in the status the caller read), and appends
 the audit event in the same transaction, where a workflow's move is also
 announced to its waiters (`announcements`), emits its webhook event
-(`workflows.outbox`) and, leaving review, is counted for the analytics
+(`workflows.outbox`), marks the chat messages that show it
+(`workflows.chat.marks`) and, leaving review, is counted for the analytics
 (`review_outcomes`). A lost race returns False; an illegal move raises.
 """
 
@@ -13,12 +14,13 @@ from django.utils import timezone
 
 from workflows import outbox
 from workflows.audit import journal
+from workflows.chat import marks as chat
 from workflows.db import update_rows
 from workflows.engine import announcements, review_outcomes
 from workflows.errors import WrongState
 from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
 from workflows.shapes import workflow_out
-from workflows.states import IllegalTransition, check
+from workflows.states import IllegalTransition, StepStatus, check
 
 _KIND = {
     Workflow: "workflow",
@@ -86,6 +88,7 @@ def move(
             outbox.workflows_moved([obj.pk], target, shape=workflow_out)
         if review_outcomes.ends_review(model, current, target):
             review_outcomes.record([obj], target, actor, fields["updated_at"])
+        _shown([obj], current, target)
     obj.status = target
     computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
     for name, value in fields.items():
@@ -189,7 +192,24 @@ def move_many(
         outbox.workflows_moved([obj.pk for obj in moving], target, shape=workflow_out)
     if review_outcomes.ends_review(model, current, target):
         review_outcomes.record(moving, target, actor, fields["updated_at"])
+    _shown(moving, current, target)
     return moving
+
+
+def _shown(objs: list, current: str, target: str) -> None:
+    """The chat messages these moves change (docs/guides/slack-reviewers.md#when-the-message-changes):
+    a plan decided, expired or cancelled, a gate opening or closing, a
+    compensation decided."""
+    if not chat.enabled():
+        return
+    model = type(objs[0])
+    if model is Workflow:
+        chat.workflows_moved([obj.pk for obj in objs], current, target)
+    elif model is Step and target == StepStatus.WAITING_GATE:
+        for step in objs:
+            chat.opened(step.workflow_id, "gate", step.key)
+    elif (model is Step and current == StepStatus.WAITING_GATE) or model is Compensation:
+        chat.changed({obj.workflow_id for obj in objs})
 
 
 __all__ = ["move", "move_many", "IllegalTransition"]

@@ -23,8 +23,9 @@ from django_q.signals import pre_execute
 
 from workflows import outbox, queue
 from workflows.audit import checkpoints
+from workflows.chat import marks as chat
 from workflows.engine import execution, expiry, jobs, recovery
-from workflows.models import Delegation, ReviewNotice, Step
+from workflows.models import ChatMessage, Delegation, ReviewNotice, Step
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,11 @@ class StallWatch:
         return stalled
 
 
+def chat_due() -> bool:
+    """A Slack message waits to be posted or updated now (workflows.chat)."""
+    return chat.enabled() and ChatMessage.objects.due().exists()
+
+
 def work_is_due() -> bool:
     return (
         execution.any_due() or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
@@ -92,6 +98,10 @@ def tick(brokers: dict) -> bool:
     # lease ended), have no wake-up of their own.
     if outbox.any_due() and _room("workflows.tasks.deliver_webhooks", brokers):
         queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", brokers=brokers)
+    # Chat messages whose Retry-After or back-off ended, or whose sender
+    # died, have no wake-up of their own.
+    if chat_due() and _room(chat.TASK, brokers):
+        queue.send(chat.TASK, name="chat messages", brokers=brokers)
     # Reminders and escalations before a plan's review deadline: sent once,
     # whichever cluster's task takes each first.
     if ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists() and _room(

@@ -19,6 +19,7 @@ from workflows.models.audit import (
     AuditHead,
     AuditVerification,
 )
+from workflows.models.chat import ChatMessage, ChatMessageQuerySet
 from workflows.models.delegation import Delegation, DelegationQuerySet
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
@@ -37,6 +38,9 @@ from workflows.models.review import Approval, GateApproval, ReviewNotice, UsedRe
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret
 
 __all__ = [
+    # chat
+    "ChatMessage",
+    "ChatMessageQuerySet",
     # plans
     "WorkflowQuerySet",
     "Workflow",

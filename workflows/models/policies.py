@@ -57,6 +57,9 @@ class ActionPolicy(models.Model):
     # The Django group whose members alone may approve (and gate-approve) a
     # plan using this action; "" lets any reviewer (docs/explanation/teams.md#teams).
     reviewer_group = models.CharField(max_length=150, blank=True, default="", db_default="")
+    # Off: plans using this action are decided in the console only; their
+    # chat messages offer only Open (docs/guides/slack-reviewers.md#only-open).
+    chat_decisions = models.BooleanField(default=True, db_default=True)
     version = models.PositiveIntegerField(default=1)
     updated_by = models.CharField(max_length=150, blank=True, default="")
     updated_at = models.DateTimeField(default=timezone.now)

@@ -20,6 +20,7 @@ from django.utils import timezone
 from workflows import actions, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
+from workflows.chat import marks as chat
 from workflows.engine import binding, expiry, locks, policy
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, PreviewChanged, PreviewPending, WrongState
@@ -89,6 +90,7 @@ def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
             workflow_id=locked.pk,
             data=data,
         )
+        chat.changed([locked.pk])
         return
     if locked.status == WorkflowStatus.PLANNED:
         move(locked, WorkflowStatus.APPROVED, actor=by, verb="workflow.approved", data=data)
@@ -168,6 +170,7 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
             workflow_id=locked.pk,
             data={"steps": again},
         )
+        chat.changed([locked.pk])
         queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
     return locked
 

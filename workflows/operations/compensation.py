@@ -19,6 +19,7 @@ from django.utils import timezone
 from workflows import actions, persons, queue, roles
 from workflows.audit import journal
 from workflows.audit.redaction import was_redacted
+from workflows.chat import marks as chat
 from workflows.engine import binding, compensating
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, StaleRevision, WrongState
@@ -146,6 +147,7 @@ def request(workflow: Workflow, *, by, reason: str, step_keys: list[str] | None 
                 "irreversible": [i["key"] for i in irreversible],
             },
         )
+        chat.opened(locked, "compensation", str(comp.pk))
     return comp
 
 

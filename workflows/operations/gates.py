@@ -16,6 +16,7 @@ from django.utils import timezone
 from workflows import queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
+from workflows.chat import marks as chat
 from workflows.engine import binding, gates, locks
 from workflows.engine.transitions import move
 from workflows.errors import WrongState
@@ -108,6 +109,7 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
                 workflow_id=locked.pk,
                 data=data,
             )
+            chat.changed([locked.pk])
             return locked
         now = timezone.now()
         move(step, StepStatus.PENDING, actor=by, verb="gate.opened", data=data, gate_opened_at=now, next_attempt_at=now)

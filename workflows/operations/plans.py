@@ -19,6 +19,7 @@ from django.utils import timezone
 from workflows import actions, queue, teams
 from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
+from workflows.chat import marks as chat
 from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, policy, previews
 from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
@@ -295,6 +296,7 @@ def submit(user, body: dict) -> Submission:
             )
             if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
                 _schedule_notices(workflow, chosen)
+            chat.opened(workflow, "plan")
             # Queued with the submission (same database): commits or rolls back with it.
             queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
             if any(step.preview_state == PreviewState.PENDING for step in steps):

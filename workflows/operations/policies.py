@@ -102,7 +102,7 @@ def clean(changes: dict) -> dict:
     for name, value in changes.items():
         if name not in EDITABLE:
             errors[name] = "Not an editable policy field."
-        elif name == "enabled":
+        elif name in ("enabled", "chat_decisions"):
             if not isinstance(value, bool):
                 errors[name] = "Must be true or false."
         elif name == "risk":
@@ -143,7 +143,7 @@ def clean(changes: dict) -> dict:
 
 def _rank(name: str, value):
     """A value's strictness: higher is tighter."""
-    if name == "enabled":
+    if name in ("enabled", "chat_decisions"):
         return 0 if value else 1
     if name == "risk":
         return RISKS.index(value)

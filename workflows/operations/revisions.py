@@ -21,6 +21,7 @@ from django.utils import timezone
 from workflows import actions, outbox, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
+from workflows.chat import marks as chat
 from workflows.engine import binding, locks, previews
 from workflows.errors import DomainError, StaleRevision, WrongState
 from workflows.models import PlanRevision, Step, Workflow
@@ -123,6 +124,7 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
         outbox.emit(
             "workflow.revised", locked.pk, {"revision": locked.revision, "changes": changes}, shape=workflow_out
         )
+        chat.changed([locked.pk])
         if any(step.preview_state == PreviewState.PENDING for step in changed):
             queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
     return locked

@@ -6,7 +6,8 @@ on a SQLite database of its own under var/screenshots/ and on free ports,
 has the demo's agent submit a plan that will fail at the desk, approves it
 as a reviewer in the system Chromium, waits for its dead letter, and takes
 the reviewer's inbox, a plan page, the dead letters and the audit trail at
-1280 px wide. Run as `python -m workflows.ops.screenshots` from the
+1280 px wide; and, beside the plan, its message in Slack, as the Slack
+stand-in (`manage.py slack_standin`) the demo posts to renders it. Run as `python -m workflows.ops.screenshots` from the
 project's directory; it needs no settings of its own (DEBUG=1 is set for
 the demo).
 """
@@ -103,7 +104,11 @@ def reload_until(page: Page, url: str, text: str, timeout: float = 60.0) -> None
         time.sleep(1)
 
 
-def take(web: str, token: str) -> None:
+SLACK_TOKEN = "xoxb-screenshots"
+SLACK_CHANNEL = "C0DEMO"
+
+
+def take(web: str, token: str, slack: str) -> None:
     failing = submit(web, token, FAILING_PLAN)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
@@ -115,6 +120,10 @@ def take(web: str, token: str) -> None:
         # The previews are taken by a worker; the page looks again until they are in.
         expect(reviewer.get_by_test_id("preview-pending")).to_have_count(0, timeout=30_000)
         shoot(reviewer, "plan")
+
+        channel = browser.new_page(viewport={"width": 760, "height": 860})
+        reload_until(channel, f"{slack}/_standin/channel/{SLACK_CHANNEL}", DEMO_PLAN)
+        shoot(channel, "slack-message")
 
         reviewer.goto(f"{web}/workflows/{failing['id']}/")
         expect(reviewer.get_by_test_id("preview-pending")).to_have_count(0, timeout=30_000)
@@ -136,14 +145,25 @@ def main() -> None:
     shutil.rmtree(WORKDIR, ignore_errors=True)
     WORKDIR.mkdir(parents=True)
     IMAGES.mkdir(parents=True, exist_ok=True)
-    web_port, desk_port = free_port(), free_port()
-    web = f"http://127.0.0.1:{web_port}"
+    web_port, desk_port, slack_port = free_port(), free_port(), free_port()
+    web, slack = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{slack_port}"
     env = {
         **os.environ,
         "DEBUG": "1",
         "DATABASE_URL": f"sqlite:///{WORKDIR / 'db.sqlite3'}",
         "PYTHONUNBUFFERED": "1",
+        "SLACK_BOT_TOKEN": SLACK_TOKEN,
+        "SLACK_API_URL": f"{slack}/api/",
+        "SLACK_CHANNELS": json.dumps({"default": SLACK_CHANNEL}),
     }
+    with open(WORKDIR / "slack.log", "wb") as log:
+        standin = subprocess.Popen(
+            manage("slack_standin", "--port", str(slack_port), "--token", SLACK_TOKEN, "--channel", SLACK_CHANNEL),
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     with open(WORKDIR / "demo.log", "wb") as log:
         demo = subprocess.Popen(
             manage("rundemo", "--web", f"127.0.0.1:{web_port}", "--desk-port", str(desk_port)),
@@ -158,8 +178,11 @@ def main() -> None:
         token = subprocess.run(
             manage("issue_token", "agent"), cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True
         ).stdout.strip()
-        take(web, token)
+        wait_for(f"{slack}/_standin/ready")
+        take(web, token, slack)
     finally:
+        standin.terminate()
+        standin.wait(10)
         # rundemo stops its web, worker and desk on SIGINT, as on Ctrl-C.
         os.killpg(demo.pid, signal.SIGINT)
         try:

@@ -4,6 +4,7 @@
                            [--seed-workflows 10000 --seed-events 100000] [--waiters 200] [--dead-letters 2000]
                            [--archive-workflows 100000] [--lanes-steps 10000 --lanes-samples 20]
                            [--analytics-decisions 100000]
+                           [--chat-samples 30 --chat-backlog 10000]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -108,6 +109,18 @@ class Command(BaseCommand):
             default=common.ANALYTICS_DECISIONS,
             help="(l): review endings seeded in the analytics tables, then answered over HTTP",
         )
+        parser.add_argument(
+            "--chat-samples",
+            type=int,
+            default=common.CHAT_SAMPLES,
+            help="(m): plans submitted through the API, each timed until the Slack stand-in receives it",
+        )
+        parser.add_argument(
+            "--chat-backlog",
+            type=int,
+            default=common.CHAT_BACKLOG,
+            help="(m): due steps queued before, that the worker runs meanwhile",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -131,6 +144,8 @@ class Command(BaseCommand):
                 opts["lanes_steps"],
                 opts["lanes_samples"],
                 opts["analytics_decisions"],
+                opts["chat_samples"],
+                opts["chat_backlog"],
             )
             < 1
             or opts["raw_seconds"] <= 0
@@ -160,6 +175,8 @@ class Command(BaseCommand):
             lanes_steps=opts["lanes_steps"],
             lanes_samples=opts["lanes_samples"],
             analytics_decisions=opts["analytics_decisions"],
+            chat_samples=opts["chat_samples"],
+            chat_backlog=opts["chat_backlog"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

@@ -25,6 +25,7 @@ SECTIONS = {
     "j": "archive",
     "k": "lanes",
     "l": "analytics",
+    "m": "chat",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -34,6 +35,9 @@ REMOTE_STEPS = 2_000
 WAITERS = 200
 # (i): dead letters reconciled and replayed in bulk.
 DEAD_LETTERS = 2_000
+# (k): plans submitted through the API while a backlog of due steps waits.
+CHAT_SAMPLES = 30
+CHAT_BACKLOG = 10_000
 # (j): finished workflows archived while workers run.
 ARCHIVE_WORKFLOWS = 100_000
 # (k): the backlog of due steps notices and previews are delivered under, and the samples.
@@ -65,6 +69,8 @@ class Options:
     remote_steps: int = REMOTE_STEPS
     waiters: int = WAITERS
     dead_letters: int = DEAD_LETTERS
+    chat_samples: int = CHAT_SAMPLES
+    chat_backlog: int = CHAT_BACKLOG
     archive_workflows: int = ARCHIVE_WORKFLOWS
     lanes_steps: int = LANES_STEPS
     lanes_samples: int = LANES_SAMPLES

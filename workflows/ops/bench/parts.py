@@ -31,6 +31,7 @@ from workflows.operations.deciding import Seen
 from workflows.ops.bench.analytics import AnalyticsPart
 from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.bulk import BulkPart
+from workflows.ops.bench.chat import ChatPart
 from workflows.ops.bench.common import (
     SECTIONS,
     BenchError,
@@ -119,6 +120,7 @@ class Bench:
             ("j", self.archive),
             ("k", self.lanes),
             ("l", self.analytics),
+            ("m", self.chat),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -461,6 +463,9 @@ class Bench:
 
     def bulk(self) -> dict:
         return BulkPart(self).run()
+
+    def chat(self) -> dict:
+        return ChatPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

@@ -119,6 +119,16 @@ def report(result: dict) -> str:
                 + f", RSS +{waiters['server_rss_mib']['per_waiter_kib']} KiB per waiter",
             )
         )
+    if "posted" in (chat := result.get("chat", {})):
+        delay, still = chat["submission_to_post_ms"], chat["backlog_due_at_arrival"]
+        rows.append(
+            (
+                f"(m) {chat['submissions']} plans, submission to Slack post ms",
+                f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} under a backlog of "
+                f"{chat['backlog_steps_queued']:,} due steps; still due at arrival p50 {still['p50']:,.0f}, "
+                f"p95 {still['p95']:,.0f}; {chat['posted']}/{chat['submissions']} posted",
+            )
+        )
     if "each_key_once" in (bulk := result.get("bulk", {})):
         rows.append(
             (

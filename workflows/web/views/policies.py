@@ -48,6 +48,11 @@ class PolicyForm(forms.Form):
         label="Reviewer group",
         help_text="Only its members may approve a plan using this action; empty: any reviewer of the plan's team.",
     )
+    chat_decisions = forms.BooleanField(
+        required=False,
+        label="Decisions in chat",
+        help_text="Off: plans using this action offer only Open in Slack, and are decided in the console.",
+    )
     # Checked by the operation, with the words every reason is refused in.
     reason = forms.CharField(required=False, strip=False)
     version = forms.IntegerField(widget=forms.HiddenInput)
