@@ -1,8 +1,8 @@
 """Settings, all read from the environment (docs/reference/settings.md#settings).
 
-Two blocks live apart, imported below: logging and tracing
-(durableconsole.settings_telemetry) and outbound webhooks
-(durableconsole.settings_webhooks). Variables read outside the settings are
+Three blocks live apart, imported below: logging and tracing
+(durableconsole.settings_telemetry), outbound webhooks
+(durableconsole.settings_webhooks) and Slack (durableconsole.settings_chat). Variables read outside the settings are
 listed in workflows.env."""
 
 from datetime import timedelta
@@ -11,6 +11,14 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from durableconsole.settings_chat import (  # noqa: F401  (settings: read through django.conf)
+    SLACK_API_URL,
+    SLACK_BOT_TOKEN,
+    SLACK_CHANNELS,
+    SLACK_PREVIEWS,
+    SLACK_SIGNING_SECRET,
+    SLACK_TEAM_ID,
+)
 from durableconsole.settings_telemetry import (  # noqa: F401  (settings: read through django.conf)
     LOG_FORMAT,
     LOG_LEVEL,

@@ -24,6 +24,7 @@ WINGS = {
     "actions": "actions, plugins, previews, transport and outbound addresses, the ticket desk",
     "agents": "the Python client, the MCP server, webhooks",
     "identity": "SSO, persons, roles, teams, break-glass, sessions",
+    "chat": "Slack: the stand-in, messages posted and updated, interactions",
     "ops": "bench, chaos, layout, settings and the demo, hardening, tracing and metrics, the docs",
 }
 SUPPORT = "support"

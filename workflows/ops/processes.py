@@ -91,6 +91,76 @@ class DeskProcess:
         self.process = None
 
 
+class SlackStandinProcess:
+    """`manage.py slack_standin` as a child process (workflows.ops.slack_standin).
+    The port is chosen once: a restarted stand-in answers on the same URL,
+    with no messages and no calls (Slack's own state is not what tests pin)."""
+
+    def __init__(self, log_path: Path, *, token: str, channels: list[str], port: int | None = None):
+        self.log_path = Path(log_path)
+        self.token = token
+        self.channels = list(channels)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/api/"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 15.0) -> SlackStandinProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        channels = [arg for channel in self.channels for arg in ("--channel", channel)]
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                _manage("slack_standin", "--port", str(self.port), "--token", self.token, *channels),
+                cwd=settings.BASE_DIR,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Slack stand-in exited at start; see {self.log_path}")
+            try:
+                if requests.get(f"{self.url}/_standin/ready", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the Slack stand-in did not answer within {timeout} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL (Slack unreachable: connections refused until start())."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def calls(self) -> list[dict]:
+        response = requests.get(f"{self.url}/_standin/calls", timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def clear(self) -> None:
+        requests.delete(f"{self.url}/_standin/calls", timeout=10).raise_for_status()
+
+    def rate_limit(self, calls: int, retry_after: int) -> None:
+        """The next `calls` API calls answer 429 with Retry-After: retry_after."""
+        response = requests.post(
+            f"{self.url}/_standin/rate_limit", json={"calls": calls, "retry_after": retry_after}, timeout=10
+        )
+        response.raise_for_status()
+
+
 class WebServer:
     """The web process as production starts it (docs/deploying.md#serving-the-console):
     `gunicorn durableconsole.asgi -k asgi`, in its own process group."""
