@@ -18,6 +18,7 @@ from workflows.models.audit import (
     AuditHead,
     AuditVerification,
 )
+from workflows.models.chat_identity import SlackIdentity, SlackSignature, UsedSlackLink
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
 from workflows.models.plans import (
@@ -77,6 +78,10 @@ __all__ = [
     "AccountLink",
     "AgentOwner",
     "ApiToken",
+    # chat
+    "SlackIdentity",
+    "SlackSignature",
+    "UsedSlackLink",
     # archives
     "Archive",
     "ArchivedWorkflowQuerySet",

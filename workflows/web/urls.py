@@ -4,6 +4,7 @@ from workflows.web import auth, signout, sso
 from workflows.web.views import (
     audit,
     changed,
+    chat,
     claims,
     compensations,
     dead_letters,
@@ -29,6 +30,8 @@ urlpatterns = [
     path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
     path("oidc/backchannel-logout/", signout.backchannel_logout, name="oidc_backchannel_logout"),
     path("review/link/<str:token>/", links.review_link, name="review_link"),
+    path("chat/slack/interactions/", chat.slack_interactions, name="slack_interactions"),
+    path("chat/slack/link/<str:token>/", chat.slack_link, name="slack_link"),
     path("workflows/", plans.workflow_list, name="workflow_list"),
     path("workflows/<uuid:workflow_id>/", detail.workflow_detail, name="workflow_detail"),
     path("workflows/<uuid:workflow_id>/approve", decisions.approve, name="workflow_approve"),
