@@ -23,6 +23,7 @@ SECTIONS = {
     "h": "waiters",
     "i": "bulk",
     "j": "archive",
+    "l": "slack_clicks",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000

@@ -45,6 +45,7 @@ from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
+from workflows.ops.bench.slack_clicks import SlackClicksPart
 from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
@@ -115,6 +116,7 @@ class Bench:
             ("h", self.waiters),
             ("i", self.bulk),
             ("j", self.archive),
+            ("l", self.slack_clicks),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -449,6 +451,9 @@ class Bench:
 
     def bulk(self) -> dict:
         return BulkPart(self).run()
+
+    def slack_clicks(self) -> dict:
+        return SlackClicksPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 
