@@ -7,9 +7,11 @@ bad request is refused with a clear status and changes nothing."""
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 import requests
+from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
@@ -19,8 +21,9 @@ from tests.support.plans import gated_plan
 from tests.support.receiver import Receiver
 from tests.support.running import wait_for_status
 from tests.support.slack_clicks import body_of, click, compensation_value, gate_value, payload, plan_value, signed
-from workflows.models import Approval, AuditEvent, SlackSignature, Workflow
-from workflows.operations import chat_links, compensation, persons, plans
+from workflows.engine import policy
+from workflows.models import ActionPolicy, Approval, AuditEvent, SlackSignature, Workflow
+from workflows.operations import chat_clicks, chat_links, compensation, persons, plans
 
 NOOPS = {"name": "Two noops", "steps": [{"key": "a", "action": "noop", "args": {"n": 1}}]}
 
@@ -200,3 +203,48 @@ def test_a_response_url_on_a_foreign_host_is_refused_and_never_called(people, sl
         assert not _clicks_queued()
         time.sleep(0.5)
         assert receiver.requests == []
+
+
+def test_a_reject_click_rejects_without_a_comment_written_for_the_person(people, slack, live_server, worker):
+    workflow = noop_plan(people)
+    linked(people["reviewer"])
+    click(live_server.url, payload("reject", plan_value(workflow), response_url=slack.response_url()))
+
+    wait_for_status(workflow.pk, "REJECTED")
+    assert Approval.objects.get(workflow=workflow).comment == ""
+    assert "rejected “Two noops” in Slack" in answers(slack)[0]["text"]
+
+
+def test_an_open_click_is_acknowledged_and_decides_nothing(people, slack, live_server):
+    workflow = noop_plan(people)
+    linked(people["reviewer"])
+    answer = click(live_server.url, payload("open", "", response_url=slack.response_url()))
+    assert answer.status_code == 200 and not _clicks_queued()
+    assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
+
+
+def test_signatures_leave_once_out_of_the_window(people, settings):
+    settings.SLACK_TEAM_ID = "T0STANDIN"
+    old = timezone.now() - chat_clicks.WINDOW - chat_clicks.SKEW - timedelta(seconds=1)
+    SlackSignature.objects.create(signature="v0=handled", sent_at=old, handled_at=old)
+    SlackSignature.objects.create(signature="v0=waiting", sent_at=old)
+    SlackSignature.objects.create(signature="v0=forgotten", sent_at=old - chat_clicks.FORGOTTEN)
+    interaction = chat_clicks.read(json.dumps(payload("open", "", response_url="https://hooks.slack.com/actions/x")))
+    chat_clicks.receive(interaction, "v0=new", timezone.now())
+    assert set(SlackSignature.objects.values_list("signature", flat=True)) == {"v0=waiting", "v0=new"}
+
+
+@pytest.mark.skipif(
+    not hasattr(ActionPolicy, "chat_decisions"), reason="chat_decisions comes with the Slack messages (slack-out)"
+)
+def test_a_plan_whose_policy_keeps_decisions_in_the_console_is_refused_from_slack(people, slack, live_server, worker):
+    workflow = noop_plan(people)
+    policy.policy_for("noop")
+    ActionPolicy.objects.filter(action="noop").update(chat_decisions=False)
+    linked(people["reviewer"])
+    click(live_server.url, payload("approve", plan_value(workflow), response_url=slack.response_url()))
+
+    [said] = answers(slack)
+    assert said["response_type"] == "ephemeral" and "chat_decisions is off" in said["text"]
+    assert f"/workflows/{workflow.pk}/" in said["text"]
+    assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"

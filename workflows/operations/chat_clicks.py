@@ -166,7 +166,7 @@ def read(payload: str | None) -> Interaction:
     team, user, actions = data.get("team"), data.get("user"), data.get("actions")
     if not (isinstance(team, dict) and isinstance(team.get("id"), str)):
         raise ClickRefused("The payload names no workspace (team.id).", 400)
-    if not (isinstance(user, dict) and isinstance(user.get("id"), str) and user["id"]):
+    if not (isinstance(user, dict) and isinstance(user.get("id"), str) and 0 < len(user["id"]) <= 32):
         raise ClickRefused("The payload names no Slack user (user.id).", 400)
     if not (isinstance(actions, list) and len(actions) == 1 and isinstance(actions[0], dict)):
         raise ClickRefused("The payload must carry exactly one action.", 400)
@@ -184,7 +184,7 @@ def read(payload: str | None) -> Interaction:
         if not trusted_response_url(response_url):
             raise ClickRefused("The response_url is not on Slack's hooks host: refused, never called.", 400)
     name = user.get("username") or user.get("name") or ""
-    return Interaction(team["id"], user["id"][:32], str(name)[:80], action_id, value, response_url)
+    return Interaction(team["id"], user["id"], str(name)[:80], action_id, value, response_url)
 
 
 def trusted_response_url(url: str) -> bool:
