@@ -248,3 +248,15 @@ def test_a_plan_whose_policy_keeps_decisions_in_the_console_is_refused_from_slac
     assert said["response_type"] == "ephemeral" and "chat_decisions is off" in said["text"]
     assert f"/workflows/{workflow.pk}/" in said["text"]
     assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"
+
+
+def test_a_click_on_a_plan_or_compensation_that_does_not_exist_is_answered(people, slack, live_server, worker):
+    linked(people["reviewer"])
+    missing = "3f2b1c7e-0000-4000-8000-000000000000"
+    plan = json.dumps({"w": missing, "r": 1, "h": "h", "d": {}})
+    click(live_server.url, payload("approve", plan, response_url=slack.response_url()))
+    comp = json.dumps({"c": missing, "h": "h"})
+    click(live_server.url, payload("comp_authorize", comp, response_url=slack.response_url("T/2/b")))
+
+    texts = sorted(body["text"] for body in answers(slack, 2))
+    assert texts == ["Nothing was decided: No such workflow.", "Nothing was decided: no such compensation."]

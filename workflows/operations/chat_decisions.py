@@ -87,6 +87,8 @@ def _answer(interaction: Interaction) -> tuple[bool, str]:
         return False, f"{_escape(exc.message)} <{_open_url(click)}|Open it in the console>."
     except DomainError as exc:
         return False, f"Nothing was decided: {_escape(exc.message)}"
+    except Compensation.DoesNotExist:
+        return False, "Nothing was decided: no such compensation."
     finally:
         identity.end(previous)
     return True, f"<@{interaction.slack_user}> {DONE[(click.kind, click.approving)]} “{_escape(name)}” in Slack."
