@@ -24,6 +24,9 @@
     j  archive: `--archive-workflows` (100k) seeded finished workflows
        archived while a cluster runs live plans: time, peak memory, no lost
        or blocked work (`archiving`)
+    l  Slack clicks: signed clicks posted to /chat/slack/interactions/ on a
+       gunicorn web process, each plan APPROVED by a real cluster's worker:
+       click → APPROVED p50/p95 (`slack_clicks`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest
