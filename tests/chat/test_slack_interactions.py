@@ -156,6 +156,7 @@ def _clicks_queued() -> bool:
         ("other workspace", 403, "own Slack workspace"),
         ("malformed", 400, "not JSON"),
         ("not our button", 400, "not one of ours"),
+        ("multipart", 400, "x-www-form-urlencoded"),
     ],
 )
 def test_bad_requests_are_refused_and_change_nothing(people, slack, live_server, bad, status, says):
@@ -173,9 +174,16 @@ def test_bad_requests_are_refused_and_change_nothing(people, slack, live_server,
         data = payload("approve", plan_value(workflow), response_url=slack.response_url(), team="T0OTHER")
     elif bad == "malformed":
         data = "{not json"
-    else:
+    elif bad == "not our button":
         data["actions"][0]["value"] = json.dumps({"w": "not-a-uuid", "r": 1, "h": "x", "d": {}})
-    answer = click(live_server.url, data, **options)
+    if bad == "multipart":
+        body = json.dumps(data).encode()
+        files = {"payload": (None, body)}
+        prepared = requests.Request("POST", live_server.url + "/chat/slack/interactions/", files=files).prepare()
+        headers = {**signed(prepared.body), "Content-Type": prepared.headers["Content-Type"]}
+        answer = requests.post(prepared.url, data=prepared.body, headers=headers, timeout=30)
+    else:
+        answer = click(live_server.url, data, **options)
     assert answer.status_code == status and says in answer.text
     assert not SlackSignature.objects.exists() and not _clicks_queued()
     assert Workflow.objects.get(pk=workflow.pk).status == "PLANNED"

@@ -22,6 +22,9 @@ def slack_interactions(request: HttpRequest) -> HttpResponse:
     the click's response_url. A refusal says why and changes nothing."""
     if not (settings.SLACK_SIGNING_SECRET and settings.SLACK_TEAM_ID):
         return _text("Slack interactions are off: SLACK_SIGNING_SECRET and SLACK_TEAM_ID are unset.", 404)
+    if request.content_type != "application/x-www-form-urlencoded":
+        # As Slack posts; a multipart body would be read as a form before its raw bytes could be verified.
+        return _text("Interactions are posted as application/x-www-form-urlencoded.", 400)
     signature = request.headers.get("X-Slack-Signature")
     try:
         sent_at = chat_clicks.verify(request.body, request.headers.get("X-Slack-Request-Timestamp"), signature)
