@@ -7,7 +7,7 @@ just what is due, so duplicated or late deliveries are harmless.
 from workflows import telemetry
 from workflows.chat import slack
 from workflows.engine import execution, previews
-from workflows.operations import bulk, delegation, notifications
+from workflows.operations import bulk, chat_decisions, delegation, notifications
 from workflows.webhooks import delivery
 
 
@@ -53,3 +53,9 @@ def send_chat() -> int:
 def advance_job(job_id: str, batch: int) -> int:
     """One batch of a bulk reconcile or replay; the batch queues the next."""
     return bulk.advance(job_id, batch)
+
+
+def decide_slack_click(signature_id: int, interaction: dict) -> str:
+    """A Slack click, verified and acknowledged by the web process, decided
+    here (docs/explanation/chat-decisions.md#chat-decisions)."""
+    return chat_decisions.decide(signature_id, interaction)

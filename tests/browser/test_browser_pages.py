@@ -23,7 +23,7 @@ from workflows import actions, outbox
 from workflows.actions import ActionError
 from workflows.engine import execution, outcomes
 from workflows.models import Attempt, DeadLetter, Workflow
-from workflows.operations import bulk, compensation, links, plans
+from workflows.operations import bulk, chat_links, compensation, links, plans
 from workflows.shapes import workflow_out
 from workflows.web import urls as console_urls
 from workflows.webhooks import delivery as webhook_delivery
@@ -165,7 +165,14 @@ def world(people, desk, settings):
         "delivery": WebhookDelivery.objects.get(endpoint=endpoint).pk,
         # The confirmation page of a review link sent to the admin, who signs in for the pages.
         "link": links.make(planned, people["admin"], "approve"),
+        # The page that links a Slack user to the signed-in account (its handshake).
+        "slack_link": _slack_link_token(settings),
     }
+
+
+def _slack_link_token(settings) -> str:
+    settings.SLACK_TEAM_ID = "T0PAGES"
+    return chat_links.make_token("T0PAGES", "U0PAGES", "pages")
 
 
 def pages(w):
@@ -189,6 +196,7 @@ def pages(w):
         "/webhook-deliveries/",
         f"/webhook-deliveries/{w['delivery']}/",
         f"/review/link/{w['link']}/",
+        f"/chat/slack/link/{w['slack_link']}/",
         "/attention/",
         "/dashboard/",
         "/analytics/",
@@ -213,6 +221,7 @@ NOT_PAGES = {
     "jwks",
     "healthz",
     "metrics",
+    "slack_interactions",
 }
 
 

@@ -61,6 +61,9 @@ NOT_DECISIONS = {
     "audit_verify",
     "review_link",
     "oidc_backchannel_logout",
+    # Slack's own POST (signed, no session), and linking a Slack user, which decides nothing.
+    "slack_interactions",
+    "slack_link",
 }
 
 

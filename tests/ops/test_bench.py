@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j,k,l,m",
+        "g,h,i,j,k,l,m,n",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j,k,l,m",
+        "a,b,c,d,e,h,i,j,k,l,m,n",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j,k,l,m",
+        "a,b,c,d,e,f,h,i,j,k,l,m,n",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j,k,l,m",
+        "a,b,c,d,e,g,i,j,k,l,m,n",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j,k,l,m",
+        "a,b,c,d,e,g,h,j,k,l,m,n",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,k,l,m",
+        "a,b,c,d,e,g,h,i,k,l,m,n",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -461,7 +461,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,l,m",
+        "a,b,c,d,e,g,h,i,j,l,m,n",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -495,7 +495,7 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,m",
+        "a,b,c,d,e,g,h,i,j,k,m,n",
         "--analytics-decisions",
         "300",
         "--workdir",
@@ -524,7 +524,7 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l",
+        "a,b,c,d,e,g,h,i,j,k,l,n",
         "--chat-samples",
         "3",
         "--chat-backlog",

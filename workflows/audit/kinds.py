@@ -93,6 +93,10 @@ NAMED: dict[str, str] = {
     "agent.enabled": "An agent's suspended tokens were enabled again.",
     "agent.owner_set": "An agent was given the person who owns it (for four-eyes).",
     "person.linked": "Two accounts were grouped as one person, for four-eyes only.",
+    "person.slack_linked": (
+        "A Slack user of SLACK_TEAM_ID was linked to a console account (by the person's handshake or by hand): "
+        "their clicks in Slack decide as that account."
+    ),
     "team.created": "A team was created.",
     "team.member_added": "A user joined a team.",
     "team.member_removed": "A user left a team.",

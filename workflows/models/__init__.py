@@ -20,6 +20,7 @@ from workflows.models.audit import (
     AuditVerification,
 )
 from workflows.models.chat import ChatMessage, ChatMessageQuerySet
+from workflows.models.chat_identity import SlackIdentity, SlackSignature, UsedSlackLink
 from workflows.models.delegation import Delegation, DelegationQuerySet
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
@@ -85,6 +86,10 @@ __all__ = [
     "AccountLink",
     "AgentOwner",
     "ApiToken",
+    # chat
+    "SlackIdentity",
+    "SlackSignature",
+    "UsedSlackLink",
     # archives
     "Archive",
     "ArchivedWorkflowQuerySet",

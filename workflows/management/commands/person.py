@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from workflows import persons as person_keys
 from workflows.errors import DomainError
 from workflows.models import AgentOwner
-from workflows.operations import persons
+from workflows.operations import chat_links, persons
 
 
 def _user(username: str):
@@ -17,7 +17,8 @@ def _user(username: str):
 class Command(BaseCommand):
     help = (
         "Accounts of one person, for four-eyes only: `link USER_A USER_B` makes two accounts one person "
-        "(neither may then approve what the other submitted or edited); `show USER` lists them."
+        "(neither may then approve what the other submitted or edited); `show USER` lists them; "
+        "`link-slack USER SLACK_ID` lets a Slack user of SLACK_TEAM_ID decide as USER."
     )
 
     def add_arguments(self, parser):
@@ -25,6 +26,9 @@ class Command(BaseCommand):
         linking = sub.add_parser("link", help="Make two accounts one person.")
         linking.add_argument("user_a")
         linking.add_argument("user_b")
+        slack = sub.add_parser("link-slack", help="Link a Slack user (U…) of SLACK_TEAM_ID to an account, by hand.")
+        slack.add_argument("user")
+        slack.add_argument("slack_id")
         showing = sub.add_parser("show", help="The accounts of a user's person, and the agents they own.")
         showing.add_argument("user")
 
@@ -38,6 +42,14 @@ class Command(BaseCommand):
             self.stdout.write(f"{a.get_username()} and {b.get_username()} are one person ({person}).")
             return
         user = _user(options["user"])
+        if verb == "link-slack":
+            try:
+                before = chat_links.link_by_hand(user, options["slack_id"])
+            except DomainError as exc:
+                raise CommandError(exc.message) from exc
+            replaced = f" (instead of {before})" if before else ""
+            self.stdout.write(f"Slack user {options['slack_id']} decides as {user.get_username()}{replaced}.")
+            return
         names = dict(
             get_user_model().objects.values_list("pk", "username").filter(pk__in=person_keys.accounts_of(user))
         )

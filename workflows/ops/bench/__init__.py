@@ -30,6 +30,9 @@
     l  analytics: `--analytics-decisions` (100k) review endings seeded in
        the analytics tables, `GET /api/v1/analytics/decisions` timed over
        HTTP as a ratio to a trivial authenticated GET (`analytics`)
+    n  Slack clicks: signed clicks posted to /chat/slack/interactions/ on a
+       gunicorn web process, each plan APPROVED by a real cluster's worker:
+       click → APPROVED p50/p95 (`slack_clicks`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

@@ -26,6 +26,7 @@ SECTIONS = {
     "k": "lanes",
     "l": "analytics",
     "m": "chat",
+    "n": "slack_clicks",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000

@@ -48,6 +48,7 @@ from workflows.ops.bench.lanes import LanesPart
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
+from workflows.ops.bench.slack_clicks import SlackClicksPart
 from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
@@ -121,6 +122,7 @@ class Bench:
             ("k", self.lanes),
             ("l", self.analytics),
             ("m", self.chat),
+            ("n", self.slack_clicks),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -466,6 +468,9 @@ class Bench:
 
     def chat(self) -> dict:
         return ChatPart(self).run()
+
+    def slack_clicks(self) -> dict:
+        return SlackClicksPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 
