@@ -64,6 +64,10 @@ NOT_DECISIONS = {
     # Slack's own POST (signed, no session), and linking a Slack user, which decides nothing.
     "slack_interactions",
     "slack_link",
+    # Handing one's notices over while away moves attention, never the right
+    # to decide (docs/explanation/review.md#delegation).
+    "delegation",
+    "delegation_end",
 }
 
 

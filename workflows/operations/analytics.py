@@ -85,7 +85,12 @@ def parse(user, *, since: str | None, team: str | None, action: str | None, now:
             fields["since"] = "An ISO 8601 time (2026-01-31T09:00:00Z) or an age such as 30m, 12h or 7d."
         else:
             since_at = since_at if since_at.tzinfo else since_at.replace(tzinfo=UTC)
-            if since_at > now:
+            try:
+                since_at = since_at.astimezone(UTC)
+            except OverflowError:  # year 1 east of UTC: before the first representable time
+                since_at = None
+                fields["since"] = "A time after the year 1."
+            if since_at is not None and since_at > now:
                 fields["since"] = "A time in the past."
     chosen = None
     if team:
