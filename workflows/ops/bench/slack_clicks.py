@@ -21,9 +21,9 @@ from urllib.parse import urlencode
 import requests
 from django.test.utils import override_settings
 
+from workflows.chat import buttons
 from workflows.models import Workflow
 from workflows.operations import chat_links
-from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.processes import SlackStandinProcess, WebServer
@@ -35,14 +35,14 @@ SERVER_NAME = "bench:slack-web"
 
 
 def click_body(workflow_id, response_url: str) -> bytes:
-    seen = Seen.current(workflow_id)
-    value = {"w": str(workflow_id), "r": seen.revision, "h": seen.plan_hash, "d": seen.preview_digests}
+    workflow = Workflow.objects.get(pk=workflow_id)
+    value = buttons.plan_value(workflow, list(workflow.steps.all()))  # as the posted message carries it
     payload = {
         "type": "block_actions",
         "team": {"id": TEAM},
         "user": {"id": SLACK_USER, "username": "bench"},
         "response_url": response_url,
-        "actions": [{"action_id": "approve", "value": json.dumps(value), "type": "button"}],
+        "actions": [{"action_id": "approve", "value": value, "type": "button"}],
     }
     return urlencode({"payload": json.dumps(payload)}).encode()
 
