@@ -200,6 +200,7 @@ def pages(w):
         "/attention/",
         "/dashboard/",
         "/analytics/",
+        "/me/delegation/",
         "/audit/",
         "/actions/",
         "/actions/ticket.create/policy",
