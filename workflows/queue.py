@@ -59,6 +59,8 @@ LANES = {
     "workflows.tasks.end_lapsed_delegations": MESSAGES,
     "workflows.tasks.compute_previews": MESSAGES,
     "workflows.tasks.deliver_webhooks": MESSAGES,
+    "workflows.tasks.send_chat": MESSAGES,
+    "workflows.tasks.decide_slack_click": MESSAGES,
 }
 
 

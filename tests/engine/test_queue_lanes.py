@@ -1,7 +1,8 @@
 """Queue lanes (docs/explanation/architecture.md#queue-lanes): a real
 `qcluster` saturated by a backlog of thousands of due steps against a slow
-desk still delivers a reviewer's notice and takes a plan's previews at
-once, on the messages lane; the same notice queued on the steps lane, as
+desk still delivers a reviewer's notice, takes a plan's previews and posts
+its Slack message (to the stand-in, tests/support/slack.py) at once, on
+the messages lane; the same notice queued on the steps lane, as
 when every task shared one queue, waits for a drain to end.
 
 Nothing here is timed: each delivery records how many of the backlog's
@@ -17,6 +18,7 @@ from django_q.models import OrmQ
 from tests.support.plans import ticket_plan
 from tests.support.previewing import wait_for_previews
 from tests.support.receiver import Receiver
+from tests.support.slack import fresh_slack, standin_session
 from workflows import queue
 from workflows.engine import previews
 from workflows.models import Step
@@ -40,6 +42,16 @@ WORKER = {
     "ACTION_TIMEOUT_SECONDS": "5",
 }
 DESK_LATENCY_MS = 200
+
+
+@pytest.fixture(scope="module")
+def slack_standin(tmp_path_factory):
+    yield from standin_session(tmp_path_factory)
+
+
+@pytest.fixture
+def slack(slack_standin, settings):
+    return fresh_slack(slack_standin, settings)
 
 
 @pytest.fixture
@@ -121,19 +133,23 @@ def submit(people, key: str):
     return plans.submit(people["agent"], ticket_plan(key)).workflow
 
 
-def test_a_notice_and_previews_are_delivered_at_once_while_a_backlog_of_steps_saturates_the_step_lane(
-    people, backlog, start_worker
+def test_a_notice_previews_and_a_slack_message_go_out_at_once_while_a_backlog_of_steps_saturates_the_step_lane(
+    people, backlog, slack, start_worker
 ):
+    # `slack` after `backlog`: the backlog's own plans were submitted with no Slack, so have no messages.
     with Deliveries(backlog) as deliveries:
-        worker = start_worker(REVIEW_WEBHOOK_URL=deliveries.receiver.url, **WORKER)
+        worker = start_worker(REVIEW_WEBHOOK_URL=deliveries.receiver.url, **WORKER, **slack.env)
         saturated(backlog, worker)
 
-        workflow = submit(people, "behind-the-backlog")  # queues its notice and its previews
+        workflow = submit(people, "behind-the-backlog")  # queues its notice, its previews and its message
         at_notice = deliveries.wait(str(workflow.pk))
         at_previews = previews_taken(workflow, backlog)
+        slack.wait_for(lambda calls: any(str(workflow.pk) in str(call) for call in calls), timeout=120)
+        at_message = unfinished(backlog)  # counted after the post: at most what was unfinished at it
 
     assert at_notice > BACKLOG // 2, f"the notice came only once the backlog was nearly drained ({at_notice} left)"
     assert at_previews > BACKLOG // 2, f"the previews came only once the backlog was nearly drained ({at_previews})"
+    assert at_message > BACKLOG // 2, f"the Slack message came only once the backlog was nearly drained ({at_message})"
     assert unfinished(backlog) > BACKLOG // 2  # and the backlog is still far from drained after both
 
 
