@@ -28,17 +28,17 @@ from workflows.states import StepStatus
 
 pytestmark = pytest.mark.live
 
-PLANS, STEPS_PER_PLAN = 300, 10  # 3,000 due steps
+PLANS, STEPS_PER_PLAN = 200, 10  # 2,000 due steps
 BACKLOG = PLANS * STEPS_PER_PLAN
 # One step worker with few effects in flight against a desk that answers
 # slowly: the backlog takes minutes, every drain spends its whole budget
-# (Q_TIMEOUT 20 s: about 12 s of claiming) and the step lane is saturated.
+# (Q_TIMEOUT 12 s: about 7 s of claiming) and the step lane is saturated.
 WORKER = {
     "Q_WORKERS": "1",
     "Q_MESSAGE_WORKERS": "1",
     "WORKER_CONCURRENCY": "4",
-    "Q_TIMEOUT": "20",
-    "Q_RETRY": "40",
+    "Q_TIMEOUT": "12",
+    "Q_RETRY": "24",
     "ACTION_TIMEOUT_SECONDS": "5",
 }
 DESK_LATENCY_MS = 200

@@ -172,18 +172,23 @@ def _approvers(workflow: Workflow) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _about(workflow: Workflow) -> dict:
+    """Whose plan, which team's, at which revision, decided by when."""
+    return _context(
+        f"Agent: *{escape(workflow.submitted_by.get_username())}*",
+        f"Team: {escape(workflow.team.name)}",
+        f"Revision {workflow.revision}",
+        f"Decide by {_when(workflow.deadline)}",
+    )
+
+
 def _plan(workflow: Workflow) -> Message:
     steps = list(workflow.steps.filter(lane=0).order_by("position"))
     url = _url("workflow_detail", workflow_id=workflow.pk)
     title = f"*<{url}|{escape(workflow.name)}>*"
     blocks = [
         _section(f":clipboard: Plan awaiting review: {title}"),
-        _context(
-            f"Agent: *{escape(workflow.submitted_by.get_username())}*",
-            f"Team: {escape(workflow.team.name)}",
-            f"Revision {workflow.revision}",
-            f"Decide by {_when(workflow.deadline)}",
-        ),
+        _about(workflow),
     ]
     fit = _Fit(MAX_BLOCKS - FRAME_BLOCKS)
     for step in steps:
@@ -234,12 +239,7 @@ def _gate(workflow: Workflow, step: Step) -> Message:
     url = _url("workflow_detail", workflow_id=workflow.pk)
     blocks = [
         _section(f":vertical_traffic_light: Gate waiting: *{escape(step.key)}* of *<{url}|{escape(workflow.name)}>*"),
-        _context(
-            f"Agent: *{escape(workflow.submitted_by.get_username())}*",
-            f"Team: {escape(workflow.team.name)}",
-            f"Revision {workflow.revision}",
-            f"Decide by {_when(workflow.deadline)}",
-        ),
+        _about(workflow),
     ]
     fit = _Fit(MAX_BLOCKS - FRAME_BLOCKS)
     for key, status, result in gates.results_shown(step):

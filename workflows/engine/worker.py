@@ -166,4 +166,13 @@ def loop(should_run) -> None:
             log.exception("worker tick failed; reconnecting")
             connection.close()
         close_old_connections()
-        time.sleep(interval)
+        _pause(interval, should_run)
+
+
+def _pause(seconds: float, should_run) -> None:
+    """Sleep until the next tick, looking every quarter second whether to
+    stop: a signal ends the loop at once, not after a long tick interval
+    (a sleep resumes after a signal's handler has run)."""
+    until = time.monotonic() + seconds
+    while should_run() and (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, 0.25))

@@ -49,36 +49,29 @@ def _manage(*args: str) -> list[str]:
     return [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *args]
 
 
-class DeskProcess:
-    """`manage.py ticketdesk` as a child process with its own data file."""
+class _ChildServer:
+    """A `manage.py` server as a child process, started once it answers a
+    readiness URL, its output in a log file."""
 
-    def __init__(self, data_path: Path, port: int | None = None):
-        self.data_path = Path(data_path)
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
+    what = "the server"
+    process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 15.0) -> DeskProcess:
-        self.data_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.data_path.with_suffix(".log"), "ab") as out:
-            self.process = subprocess.Popen(
-                _manage("ticketdesk", "--port", str(self.port), "--data", str(self.data_path)),
-                cwd=settings.BASE_DIR,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+    def _spawn(self, args: list[str], log_path: Path, ready_url: str, timeout: float) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as out:
+            self.process = subprocess.Popen(_manage(*args), cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the ticket desk exited at start; see {self.data_path.with_suffix('.log')}")
+                raise RuntimeError(f"{self.what} exited at start; see {log_path}")
             try:
-                if requests.get(f"{self.url}/tickets", timeout=1).status_code == 200:
-                    return self
+                if requests.get(ready_url, timeout=1).status_code == 200:
+                    return
             except requests.RequestException:
                 pass
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"the ticket desk did not answer within {timeout} s")
+        raise RuntimeError(f"{self.what} did not answer within {timeout} s")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -91,10 +84,28 @@ class DeskProcess:
         self.process = None
 
 
-class SlackStandinProcess:
+class DeskProcess(_ChildServer):
+    """`manage.py ticketdesk` as a child process with its own data file."""
+
+    what = "the ticket desk"
+
+    def __init__(self, data_path: Path, port: int | None = None):
+        self.data_path = Path(data_path)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> DeskProcess:
+        args = ["ticketdesk", "--port", str(self.port), "--data", str(self.data_path)]
+        self._spawn(args, self.data_path.with_suffix(".log"), f"{self.url}/tickets", timeout)
+        return self
+
+
+class SlackStandinProcess(_ChildServer):
     """`manage.py slack_standin` as a child process (workflows.ops.slack_standin).
     The port is chosen once: a restarted stand-in answers on the same URL,
     with no messages and no calls (Slack's own state is not what tests pin)."""
+
+    what = "the Slack stand-in"
 
     def __init__(self, log_path: Path, *, token: str, channels: list[str], port: int | None = None):
         self.log_path = Path(log_path)
@@ -103,40 +114,12 @@ class SlackStandinProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_url = f"{self.url}/api/"
-        self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 15.0) -> SlackStandinProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         channels = [arg for channel in self.channels for arg in ("--channel", channel)]
-        with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(
-                _manage("slack_standin", "--port", str(self.port), "--token", self.token, *channels),
-                cwd=settings.BASE_DIR,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Slack stand-in exited at start; see {self.log_path}")
-            try:
-                if requests.get(f"{self.url}/_standin/ready", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"the Slack stand-in did not answer within {timeout} s")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+        args = ["slack_standin", "--port", str(self.port), "--token", self.token, *channels]
+        self._spawn(args, self.log_path, f"{self.url}/_standin/ready", timeout)
+        return self
 
     def kill(self) -> None:
         """SIGKILL (Slack unreachable: connections refused until start())."""
