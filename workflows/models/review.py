@@ -63,7 +63,9 @@ class GateApproval(models.Model):
 class ReviewNotice(models.Model):
     """A reminder before a plan's review deadline, or the escalation once it
     passed: one row each, written with the plan, sent once by whichever
-    cluster takes its row first (`operations.notifications.send_due`)."""
+    cluster takes its row first (`operations.notifications.send_due`). Also
+    the escalation of a plan whose own deadline passed, written by the
+    escalation itself (`engine.expiry`, `at_expiry`)."""
 
     class Kind(models.TextChoices):
         REMINDER = "REMINDER"
@@ -79,6 +81,13 @@ class ReviewNotice(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     # What became of it: the number of people told, or why nobody was.
     outcome = models.CharField(max_length=200, blank=True, default="")
+
+    @property
+    def at_expiry(self) -> bool:
+        """The escalation of a plan whose deadline passed (`"on_expiry":
+        "escalate"`): due when it passed, about the deadline it was extended
+        to. A review deadline's escalation is due at the deadline it is about."""
+        return self.kind == self.Kind.ESCALATION and self.due_at < self.deadline
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workflow", "kind", "due_at"], name="review_notice_once")]
