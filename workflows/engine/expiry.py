@@ -82,11 +82,10 @@ def escalates(workflow: Workflow, now: datetime) -> bool:
         return True  # another cluster escalated it (or it moved on) since it was read
     workflow.escalated_at, workflow.deadline, workflow.updated_at = now, deadline, now
     group = review["escalate_to"]
-    # Due at the deadline that passed, about the one it was extended to
-    # (`ReviewNotice.at_expiry`); the unique notice per due time is a second
-    # guarantee that the group is told once.
+    # Due at the deadline that passed, about the one it was extended to; the
+    # unique notice per due time is a second guarantee that the group is told once.
     ReviewNotice.objects.create(
-        workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=was, deadline=deadline, group=group
+        workflow=workflow, kind=ReviewNotice.Kind.ESCALATION, due_at=was, deadline=deadline, group=group, at_expiry=True
     )
     journal.append(
         actor="system",

@@ -65,7 +65,7 @@ class ReviewNotice(models.Model):
     passed: one row each, written with the plan, sent once by whichever
     cluster takes its row first (`operations.notifications.send_due`). Also
     the escalation of a plan whose own deadline passed, written by the
-    escalation itself (`engine.expiry`, `at_expiry`)."""
+    escalation itself (`engine.expiry`)."""
 
     class Kind(models.TextChoices):
         REMINDER = "REMINDER"
@@ -79,15 +79,11 @@ class ReviewNotice(models.Model):
     deadline = models.DateTimeField()
     group = models.CharField(max_length=150, blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
+    # An escalation of a plan whose own deadline passed (`"on_expiry":
+    # "escalate"`): due when it passed, about the deadline it was extended to.
+    at_expiry = models.BooleanField(default=False, db_default=False)
     # What became of it: the number of people told, or why nobody was.
     outcome = models.CharField(max_length=200, blank=True, default="")
-
-    @property
-    def at_expiry(self) -> bool:
-        """The escalation of a plan whose deadline passed (`"on_expiry":
-        "escalate"`): due when it passed, about the deadline it was extended
-        to. A review deadline's escalation is due at the deadline it is about."""
-        return self.kind == self.Kind.ESCALATION and self.due_at < self.deadline
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workflow", "kind", "due_at"], name="review_notice_once")]
