@@ -106,9 +106,7 @@ def test_approving_after_the_deadline_escalates_instead_of_expiring_and_counts(p
     assert decided.status == "APPROVED"
     assert escalations(workflow) == 1
     assert notifications.send_due() == 1 and mail.outbox == []  # decided before its group was told
-    assert ReviewNotice.objects.get(workflow=workflow, at_expiry=True).outcome == (
-        "not sent: the plan is APPROVED"
-    )
+    assert ReviewNotice.objects.get(workflow=workflow, at_expiry=True).outcome == ("not sent: the plan is APPROVED")
 
 
 def test_a_plan_waiting_at_a_gate_escalates_too(people, leads):
