@@ -4,6 +4,7 @@ engine's expiry — its Slack message says so and offers nothing to click
 
 from datetime import timedelta
 
+from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from tests.support.personas import PASSWORD
@@ -14,8 +15,8 @@ from workflows.engine import expiry, previews
 from workflows.models import Workflow
 
 
-def posted(api, slack, key) -> str:
-    answer = api["agent"].post("/workflows", ticket_plan(key))
+def posted(api, slack, key, **extra) -> str:
+    answer = api["agent"].post("/workflows", ticket_plan(key, **extra))
     assert answer.status_code == 201, answer.content
     workflow_id = answer.json()["id"]
     previews.compute(workflow_id)
@@ -60,6 +61,22 @@ def test_expiry_updates_the_message(api, slack):
     Workflow.objects.filter(pk=workflow_id).update(deadline=timezone.now() - timedelta(seconds=1))
     assert expiry.expire_overdue() == 1
     assert "Expired*" in str(last_update(slack)["blocks"])
+
+
+def test_an_escalation_at_the_deadline_updates_the_message_which_still_decides(api, slack, django_user_model):
+    lead = django_user_model.objects.create_user("lead", email="lead@example.com")
+    lead.groups.add(Group.objects.create(name="leads"))
+    review = {"deadline_seconds": 60, "escalate_to": "leads", "on_expiry": "escalate", "extend_seconds": 3600}
+    workflow_id = posted(api, slack, "escalated-1", deadline_seconds=7200, review=review)
+    Workflow.objects.filter(pk=workflow_id).update(deadline=timezone.now() - timedelta(seconds=1))
+
+    assert expiry.expire_overdue() == 0
+    sending.send_due()
+
+    [update] = slack.calls("chat.update")
+    blocks = update["body"]["blocks"]
+    assert "Escalated to leads, deadline extended" in str(blocks)
+    assert [b for b in blocks if b["type"] == "actions"]  # still waiting: the buttons stay
 
 
 def test_chat_decisions_is_a_policy_field_and_turning_it_on_waits_for_a_second_operator(api):

@@ -72,8 +72,10 @@ class PlanIn(Schema):
     review: dict[str, Any] | None = Field(
         None,
         description="Review deadline (seconds from submission, before the plan's own deadline), reminders "
-        "so many seconds before it, and the group told once it passes; checked by the server "
-        "(field errors at review.<field>)",
+        "so many seconds before it, and the group told once it passes; what the plan's own deadline does: "
+        'on_expiry "expire" (the default, EXPIRED) or "escalate" (once, to escalate_to, the deadline extended '
+        "by extend_seconds; it expires at that second deadline); checked by the server "
+        "(field errors at review.<field>); inside the plan hash when it names on_expiry",
         json_schema_extra={
             "anyOf": [
                 {
@@ -88,6 +90,8 @@ class PlanIn(Schema):
                             "items": {"type": "integer", "minimum": 1},
                         },
                         "escalate_to": {"type": "string"},
+                        "on_expiry": {"enum": ["expire", "escalate"], "default": "expire"},
+                        "extend_seconds": {"type": "integer", "minimum": 1, "maximum": plans.MAX_DEADLINE_SECONDS},
                     },
                 },
                 {"type": "null"},

@@ -36,6 +36,8 @@ NAMED: dict[str, str] = {
     "reviewers.notified": "Reviewers were told of a plan that awaits review (mail, webhook).",
     "reviewers.reminder": "A plan's review reminder was sent.",
     "reviewers.escalation": "A plan's review was escalated to its escalation group.",
+    "workflow.escalated": "A plan's deadline passed undecided and its review says to escalate: it went once to its "
+    "escalate_to group, its deadline extended by extend_seconds.",
     "delegation.started": "A reviewer away until a time handed their notices, reminders, escalations and "
     "assignments to a delegate (a replaced delegation ends first).",
     "delegation.ended": "A delegation ended: its reviewer ended it, replaced it, or its time passed (`expired`, "

@@ -162,6 +162,14 @@ def _outcome(workflow: Workflow) -> str | None:
     return f":white_check_mark: *Approved* by {escape(', '.join(approvers))} (now {workflow.status.lower()})"
 
 
+def _escalated(workflow: Workflow) -> list[str]:
+    """The deadline passed and the plan went to its escalation group, its
+    deadline extended (docs/explanation/review.md#on-expiry)."""
+    if workflow.escalated_at is None:
+        return []
+    return [f":rotating_light: Escalated to {escape(workflow.review['escalate_to'])}, deadline extended"]
+
+
 def _approvers(workflow: Workflow) -> list[str]:
     """Who approved this revision, in order, each once."""
     names = (
@@ -179,6 +187,7 @@ def _about(workflow: Workflow) -> dict:
         f"Team: {escape(workflow.team.name)}",
         f"Revision {workflow.revision}",
         f"Decide by {_when(workflow.deadline)}",
+        *_escalated(workflow),
     )
 
 

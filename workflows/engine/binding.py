@@ -31,7 +31,16 @@ def entry(key: str, action: str, args, compensation, gate=None) -> dict:
     return found
 
 
-def plan_hash(entries: list[dict]) -> str:
+ON_EXPIRY = "on_expiry"
+
+
+def plan_hash(entries: list[dict], review: dict | None = None) -> str:
+    """The hash of a plan's steps, and of its `review` when that says what
+    happens at its deadline (`on_expiry`, docs/explanation/review.md#on-expiry): who is
+    told and how long the plan then waits are part of what is approved. A
+    plan whose review does not say hashes as it always did."""
+    if isinstance(review, dict) and ON_EXPIRY in review:
+        return sha256_hex(canonical_json({"steps": entries, "review": review}))
     return sha256_hex(canonical_json(entries))
 
 
@@ -49,10 +58,21 @@ def stored_hashes(lanes, manager=None) -> dict[tuple, str]:
     gated = manager is None or any(field.name == "gate" for field in manager.model._meta.get_fields())
     columns = ("workflow_id", "lane", "key", "action", "args", "compensation") + (("gate",) if gated else ())
     plans: dict[tuple, list[dict]] = {lane: [] for lane in lanes}
+    reviews = _reviews(steps, plans)
     for workflow_id, lane, key, action, args, compensation, *gate in steps.order_by("position").values_list(*columns):
         if (workflow_id, lane) in plans:
             plans[workflow_id, lane].append(entry(key, action, args, compensation, gate[0] if gate else None))
-    return {lane: plan_hash(entries) for lane, entries in plans.items()}
+    return {lane: plan_hash(entries, reviews.get(lane[0]) if lane[1] == 0 else None) for lane, entries in plans.items()}
+
+
+def _reviews(steps, plans) -> dict:
+    """The `review` of each plan (lane 0) whose hash covers it: one query,
+    none when no plan's own steps are asked for (or before plans had one)."""
+    ids = {workflow_id for workflow_id, lane in plans if lane == 0}
+    model = steps.model._meta.get_field("workflow").related_model
+    if not ids or not any(field.name == "review" for field in model._meta.get_fields()):
+        return {}
+    return dict(model._default_manager.filter(pk__in=ids, review__has_key=ON_EXPIRY).values_list("pk", "review"))
 
 
 def compensation_hash(plan: list[dict]) -> str:

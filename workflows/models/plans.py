@@ -68,6 +68,10 @@ class Workflow(models.Model):
     # "remind_before_seconds": [...], "escalate_to": group}`; null for none
     # (its actions' policies may still set one: `ReviewNotice`).
     review = models.JSONField(null=True, blank=True)
+    # When the plan's deadline passed and, its review saying `"on_expiry":
+    # "escalate"`, it went to `review.escalate_to` with its deadline extended
+    # instead of expiring (`engine.expiry`): set once, by a conditional update.
+    escalated_at = models.DateTimeField(null=True, blank=True)
     # The plan's revision: 1 as submitted, one more for each reviewer's edit
     # (`operations.revisions`); an approval counts only for its revision.
     revision = models.PositiveIntegerField(default=1, db_default=1)

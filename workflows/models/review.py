@@ -63,7 +63,9 @@ class GateApproval(models.Model):
 class ReviewNotice(models.Model):
     """A reminder before a plan's review deadline, or the escalation once it
     passed: one row each, written with the plan, sent once by whichever
-    cluster takes its row first (`operations.notifications.send_due`)."""
+    cluster takes its row first (`operations.notifications.send_due`). Also
+    the escalation of a plan whose own deadline passed, written by the
+    escalation itself (`engine.expiry`)."""
 
     class Kind(models.TextChoices):
         REMINDER = "REMINDER"
@@ -77,6 +79,9 @@ class ReviewNotice(models.Model):
     deadline = models.DateTimeField()
     group = models.CharField(max_length=150, blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
+    # An escalation of a plan whose own deadline passed (`"on_expiry":
+    # "escalate"`): due when it passed, about the deadline it was extended to.
+    at_expiry = models.BooleanField(default=False, db_default=False)
     # What became of it: the number of people told, or why nobody was.
     outcome = models.CharField(max_length=200, blank=True, default="")
 

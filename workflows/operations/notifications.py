@@ -186,7 +186,8 @@ def send_due(limit: int = 100) -> int:
 def _send(notice: ReviewNotice) -> tuple[str, dict]:
     """(outcome, `{away: delegate}` of those whose delegate was told instead)."""
     workflow = notice.workflow
-    if workflow.status != WorkflowStatus.PLANNED:
+    waiting = (WorkflowStatus.PLANNED, WorkflowStatus.WAITING_GATE) if notice.at_expiry else (WorkflowStatus.PLANNED,)
+    if workflow.status not in waiting:
         return f"not sent: the plan is {workflow.status}", {}
     review_deadline = notice.deadline
     if notice.kind == ReviewNotice.Kind.REMINDER:
@@ -210,13 +211,30 @@ def _send(notice: ReviewNotice) -> tuple[str, dict]:
         .order_by("pk")
     )
     told, delegated = delegation.route(list(may_see.filter(groups__name=group)), may_see)
-    subject = f"Escalation: plan not reviewed in time: {workflow.name}"[:200].replace("\n", " ")
-    body = (
-        f"Nobody decided this plan by its review deadline ({review_deadline:%Y-%m-%d %H:%M} UTC); it expires "
-        f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}"
-    )
+    subject, body = _escalation(notice, about)
     sent = send_mass_mail([(subject, body, None, [user.email]) for user in told], fail_silently=False)
     return f"{sent} member(s) of {group} told", delegated
+
+
+def _escalation(notice: ReviewNotice, about: str) -> tuple[str, str]:
+    """(subject, body) of an escalation: the review deadline passed, or the
+    plan's own and it was extended (docs/explanation/review.md#on-expiry)."""
+    workflow = notice.workflow
+    if not notice.at_expiry:
+        subject = f"Escalation: plan not reviewed in time: {workflow.name}"
+        body = (
+            f"Nobody decided this plan by its review deadline ({notice.deadline:%Y-%m-%d %H:%M} UTC); it expires "
+            f"at {workflow.deadline:%Y-%m-%d %H:%M} UTC.\n\n{about}"
+        )
+    else:
+        where = "at a gate" if workflow.status == WorkflowStatus.WAITING_GATE else "for review"
+        subject = f"Escalation: plan past its deadline, extended: {workflow.name}"
+        body = (
+            f"This plan waited {where} until its deadline ({notice.due_at:%Y-%m-%d %H:%M} UTC) with nobody "
+            f"deciding. It was escalated to you and its deadline extended to {notice.deadline:%Y-%m-%d %H:%M} "
+            f"UTC; then it expires.\n\n{about}"
+        )
+    return subject[:200].replace("\n", " "), body
 
 
 def _duration(left: timedelta) -> str:

@@ -109,15 +109,21 @@ MAX_GATE_APPROVALS = 10
 MAX_REMINDERS = 5
 
 
+REVIEW_FIELDS = ("deadline_seconds", "remind_before_seconds", "escalate_to", "on_expiry", "extend_seconds")
+ON_EXPIRY = ("expire", "escalate")
+
+
 def _review_errors(review, plan_deadline: int) -> dict[str, str]:
     """`{"deadline_seconds": s, "remind_before_seconds": [...], "escalate_to":
-    group}`: a review deadline before the plan's own (when it expires),
-    reminders before the review deadline, and the group told once it passed."""
+    group, "on_expiry": "expire"|"escalate", "extend_seconds": s}`: a review
+    deadline before the plan's own (when it expires), reminders before the
+    review deadline, the group told once it passed, and what the plan's own
+    deadline does (docs/explanation/review.md#on-expiry)."""
     if not isinstance(review, dict):
-        return {"review": 'An object: {"deadline_seconds", "remind_before_seconds", "escalate_to"}.'}
+        return {"review": "An object: {" + ", ".join(f'"{name}"' for name in REVIEW_FIELDS) + "}."}
     errors = {
-        f"review.{name}": "Unknown field: review has deadline_seconds, remind_before_seconds and escalate_to."
-        for name in sorted(set(review) - {"deadline_seconds", "remind_before_seconds", "escalate_to"})
+        f"review.{name}": f"Unknown field: review has {', '.join(REVIEW_FIELDS[:-1])} and {REVIEW_FIELDS[-1]}."
+        for name in sorted(set(review) - set(REVIEW_FIELDS))
     }
     deadline = review.get("deadline_seconds")
     if type(deadline) is not int or not 1 <= deadline < plan_deadline:
@@ -141,6 +147,29 @@ def _review_errors(review, plan_deadline: int) -> dict[str, str]:
     group = review.get("escalate_to")
     if group is not None and (not isinstance(group, str) or not Group.objects.filter(name=group).exists()):
         errors["review.escalate_to"] = "The name of an existing group, told when the review deadline passes."
+    errors.update(_on_expiry_errors(review))
+    return errors
+
+
+def _on_expiry_errors(review: dict) -> dict[str, str]:
+    """`"escalate"` hands the plan once to `escalate_to` and extends its
+    deadline by `extend_seconds`; `"expire"` (the default) ends it EXPIRED."""
+    on_expiry = review.get("on_expiry", "expire")
+    if on_expiry not in ON_EXPIRY:
+        return {"review.on_expiry": '"expire" (the default: the plan ends EXPIRED) or "escalate".'}
+    extend = review.get("extend_seconds")
+    if on_expiry == "expire":
+        if "extend_seconds" in review:
+            return {"review.extend_seconds": 'Only with "on_expiry": "escalate".'}
+        return {}
+    errors = {}
+    if review.get("escalate_to") is None:
+        errors["review.escalate_to"] = 'Required with "on_expiry": "escalate": the group the plan goes to.'
+    if type(extend) is not int or not 1 <= extend <= MAX_DEADLINE_SECONDS:
+        errors["review.extend_seconds"] = (
+            f'Required with "on_expiry": "escalate": whole seconds the deadline is extended by, '
+            f"1 to {MAX_DEADLINE_SECONDS}."
+        )
     return errors
 
 
@@ -232,7 +261,7 @@ def submit(user, body: dict) -> Submission:
     if errors:
         raise PlanInvalid(errors)
     plan = canonical_plan(body["steps"])
-    plan_hash = sha256_hex(canonical_json(plan))
+    plan_hash = binding.plan_hash(plan, body.get("review"))
     context = redact(body.get("context") or {}, prompts=True)
     deadline_seconds = body.get("deadline_seconds") or settings.DEFAULT_DEADLINE_SECONDS
     callback_url = body.get("callback_url") or ""
