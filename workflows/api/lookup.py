@@ -79,10 +79,12 @@ def compensation(request, compensation_id: UUID) -> Compensation:
 
 
 def policy_change(request, change_id: UUID) -> PolicyChange:
-    reads(request, "policies")
+    # Reviewers read the proposed versions of their teams' policy sets.
+    if not roles.is_reviewer(request.user):
+        reads(request, "policies")
     found = (
         PolicyChange.objects.visible_to(request.user)
-        .select_related("requested_by", "decided_by")
+        .select_related("requested_by", "decided_by", "policy_set_version__policy_set")
         .filter(pk=change_id)
         .first()
     )

@@ -52,6 +52,16 @@ class PlanTooLarge(DomainError):
     code = "invalid"
 
 
+class PolicyForbidden(DomainError):
+    code = "policy_forbidden"
+    status = 403
+
+
+class PolicyErrored(DomainError):
+    code = "policy_error"
+    status = 403
+
+
 @dataclass(frozen=True)
 class LiveSet:
     """One live policy set: the global one or the team's."""
@@ -88,6 +98,19 @@ class Evaluation:
     @property
     def auto(self) -> bool:
         return bool(self.steps) and all(s.decision == AUTO for s in self.steps)
+
+    def enforce(self) -> None:
+        """Refuse a submission a forbid determines, or one a policy errored on."""
+        if forbidding := self.forbidding:
+            raise PolicyForbidden(f"Forbidden by policy: {', '.join(forbidding)}.", details={"policies": forbidding})
+        if any(s.error == POLICY_ERROR for s in self.steps):
+            erroring = self.erroring
+            named = f": {', '.join(erroring)}" if erroring else ""
+            raise PolicyErrored(
+                f"A policy could not be evaluated on this plan{named}; it is refused rather than judged "
+                "without that policy.",
+                details={"policies": erroring},
+            )
 
 
 def _unique(items) -> list[str]:
@@ -280,7 +303,11 @@ def _decide(key, submit, auto, unknown, destructive, compiled: _Compiled, team_s
         policy = compiled.by_key[auto_permits[0]][1]
         basis = f"policy:{team_set.name}:{policy.id}@{team_set.version}" if team_set else None
         return StepDecision(key, AUTO, policies=_unique(name(k) for k in auto_permits), basis=basis)
-    deciding = [*permits, *(auto.diagnostics.reasons if auto.decision == cedarpy.Decision.Deny else []), *sorted(blocking)]
+    deciding = [
+        *permits,
+        *(auto.diagnostics.reasons if auto.decision == cedarpy.Decision.Deny else []),
+        *sorted(blocking),
+    ]
     annotated = [compiled.by_key[k][1] for k in permits]
     approvals = max((p.approvals for p in annotated if p.approvals is not None), default=None)
     group = next((p.reviewer_group for p in annotated if p.reviewer_group), None)

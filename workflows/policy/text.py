@@ -38,7 +38,9 @@ class PolicyTextInvalid(DomainError):
 
     def __init__(self, message: str, line: int | None = None):
         where = f"line {line}: " if line is not None else ""
-        super().__init__(f"{where}{message}", fields={"text": f"{where}{message}"}, details={"line": line})
+        super().__init__(
+            f"{where}{message}", fields={"text": f"{where}{message}"}, details={"line": line} if line else None
+        )
         self.line = line
 
 
@@ -152,7 +154,9 @@ def check(text: str, *, global_set: bool = False) -> list[Policy]:
     seen: dict[str, int] = {}
     for policy in policies:
         if policy.id in seen:
-            raise PolicyTextInvalid(f"@id({policy.id!r}) is already the id of the policy at line {seen[policy.id]}.", policy.line)
+            raise PolicyTextInvalid(
+                f"@id({policy.id!r}) is already the id of the policy at line {seen[policy.id]}.", policy.line
+            )
         seen[policy.id] = policy.line
     result = cedarpy.validate_policies(text, schema.text())
     if not result.validation_passed:
