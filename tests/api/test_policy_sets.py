@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from tests.support.plans import ticket_plan
+from tests.support.policy_sets import make_live, propose
 from workflows.models import AuditEvent, Team, Workflow
 from workflows.policy import text as policy_text
 
@@ -14,19 +15,6 @@ READS = (
     '@id("reads")\npermit(principal, action == Action::"auto_approve", resource)\n'
     'when { resource.action == "ticket.create" };\n'
 )
-
-
-def propose(api, text, team="default", who="operator"):
-    return api[who].post(f"/policy-sets/{team}/versions", {"text": text})
-
-
-def make_live(api, text, team="default"):
-    answer = propose(api, text, team)
-    assert answer.status_code == 202, answer.content
-    change = answer.json()["id"]
-    decided = api["reviewer"].post(f"/policy-changes/{change}/authorize", {"reason": ""})
-    assert decided.status_code == 200, decided.content
-    return answer.json()
 
 
 def evaluate(api, steps, who="agent"):

@@ -79,8 +79,12 @@ def compensation(request, compensation_id: UUID) -> Compensation:
 
 
 def policy_change(request, change_id: UUID) -> PolicyChange:
-    # Reviewers read the proposed versions of their teams' policy sets.
-    if not roles.is_reviewer(request.user):
+    # Reviewers read the proposed versions of their teams' policy sets, and
+    # are answered as other roles that do not read action policies.
+    if (
+        not roles.is_reviewer(request.user)
+        or PolicyChange.objects.filter(pk=change_id, policy_set_version__isnull=True).exists()
+    ):
         reads(request, "policies")
     found = (
         PolicyChange.objects.visible_to(request.user)

@@ -212,11 +212,14 @@ def diff(change: PolicyChange) -> list[str]:
     )
 
 
+def clock():
+    """The time policies see (`context.hour`, `context.weekday`)."""
+    return timezone.now()
+
+
 def evaluate(body: dict, *, agent: str, team: str, workflow: str = "plan"):
     """Each step of `body` decided by the live sets of `team` (and the global one)."""
-    return evaluation.evaluate(
-        body, agent=agent, team=team, sets=live_sets(team), now=timezone.now(), workflow=workflow
-    )
+    return evaluation.evaluate(body, agent=agent, team=team, sets=live_sets(team), now=clock(), workflow=workflow)
 
 
 def check_submission(body: dict, *, agent: str, team: str, workflow: str) -> None:
