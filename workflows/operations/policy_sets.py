@@ -19,12 +19,12 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from workflows import persons, roles, teams
+from workflows import actions, persons, roles, teams
 from workflows.audit import journal
 from workflows.db import sha256_hex
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, NotVisible, WrongState
-from workflows.models import PolicyChange, PolicySet, PolicySetVersion, Team
+from workflows.models import PolicyChange, PolicySet, PolicySetVersion, Team, Workflow
 from workflows.policy import evaluation
 from workflows.policy.evaluation import LiveSet
 from workflows.policy.text import check
@@ -225,3 +225,49 @@ def evaluate(body: dict, *, agent: str, team: str, workflow: str = "plan"):
 def check_submission(body: dict, *, agent: str, team: str, workflow: str) -> None:
     """403 `policy_forbidden` or `policy_error` for a plan the live sets refuse."""
     evaluate(body, agent=agent, team=team, workflow=workflow).enforce()
+
+
+REPLAYED_PLANS = 1_000
+
+
+def would_have(change: PolicyChange, *, shown: int = 10) -> dict:
+    """How a proposed version would have decided the team's last
+    `REPLAYED_PLANS` plans, each as submitted (its agent, its time): how
+    many every step of which it would have approved by policy, and some of
+    those that hold a destructive or irreversible step."""
+    version = change.policy_set_version
+    name = version.policy_set.name
+    sets = [s for s in live_sets(name) if s.name == GLOBAL] if name != GLOBAL else []
+    sets.append(LiveSet(name, version.version, version.text))
+    plans = (
+        Workflow.objects.filter(**({} if name == GLOBAL else {"team__name": name}))
+        .select_related("submitted_by", "team")
+        .order_by("-created_at")[:REPLAYED_PLANS]
+    )
+    counted, auto, risky, destructive = 0, 0, 0, []
+    for plan in plans:
+        counted += 1
+        team_sets = sets if name != GLOBAL else [*sets, *[s for s in live_sets(plan.team.name) if s.name != GLOBAL]]
+        try:
+            result = evaluation.evaluate(
+                {"steps": plan.plan},
+                agent=plan.submitted_by.get_username(),
+                team=plan.team.name,
+                sets=team_sets,
+                now=plan.created_at,
+                workflow=str(plan.pk),
+            )
+        except evaluation.PlanTooLarge:
+            continue
+        if result.auto:
+            auto += 1
+            if any(_irreversible(step["action"]) for step in plan.plan):
+                risky += 1
+                if len(destructive) < shown:
+                    destructive.append(plan)
+    return {"plans": counted, "auto": auto, "destructive_count": risky, "destructive": destructive}
+
+
+def _irreversible(action: str) -> bool:
+    found = actions.find(action)
+    return found is None or found.destructive or found.irreversible
