@@ -149,9 +149,10 @@ def _change_page(change_id: UUID) -> str:
 
 
 def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpResponse:
-    if not roles.is_operator(request.user) and not PolicyChange.objects.filter(
-        pk=change_id, policy_set_version__isnull=False
-    ).exists():
+    if (
+        not roles.is_operator(request.user)
+        and not PolicyChange.objects.filter(pk=change_id, policy_set_version__isnull=False).exists()
+    ):
         raise PermissionDenied("Only operators can decide on a policy change.")
     change = get_object_or_404(
         PolicyChange.objects.visible_to(request.user).select_related("requested_by"), pk=change_id
