@@ -220,13 +220,13 @@ def evaluate(
     body: dict, *, agent: str, team: str, sets: list[LiveSet], now: datetime, workflow: str = "plan"
 ) -> Evaluation:
     """Each step's decision under `sets` (the live global and team sets)."""
-    if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
-        raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
     team_set = next((s for s in sets if s.name != "global"), None)
     version = team_set.version if team_set else None
     steps = body.get("steps") or []
     if not sets:
         return Evaluation(version, [StepDecision(step["key"], HUMAN) for step in steps])
+    if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
+        raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
     compiled = _compile(tuple(sets))
     entities = [
         {"uid": {"type": "Team", "id": team}, "attrs": {}, "parents": []},
