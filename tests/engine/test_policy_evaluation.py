@@ -51,3 +51,9 @@ def test_bounds_apply_where_policies_are_live():
     live = [LiveSet("t", 1, '@id("p")\npermit(principal, action, resource);')]
     with pytest.raises(PlanTooLarge):
         evaluate(huge, agent="bot", team="t", sets=live, now=NOW)
+
+
+def test_a_live_set_the_schema_no_longer_accepts_refuses_every_step():
+    stale = '@id("p")\nforbid(principal, action, resource) when { resource.gone == 1 };\n'
+    step = decide(stale, {"title": "t"})
+    assert (step.decision, step.error) == ("forbid", "policy_error")

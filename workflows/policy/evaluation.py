@@ -38,7 +38,7 @@ import cedarpy
 from workflows import actions
 from workflows.errors import DomainError
 from workflows.policy import schema
-from workflows.policy.text import Policy, check
+from workflows.policy.text import Policy, PolicyTextInvalid, check
 
 MAX_PLAN_CHARS = 512_000
 MAX_DEPTH = 16
@@ -227,7 +227,12 @@ def evaluate(
         return Evaluation(version, [StepDecision(step["key"], HUMAN) for step in steps])
     if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
         raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
-    compiled = _compile(tuple(sets))
+    try:
+        compiled = _compile(tuple(sets))
+    except PolicyTextInvalid:
+        # A live set the schema no longer accepts (an action's arguments
+        # changed since): judged by no policy at all, every step is refused.
+        return Evaluation(version, [StepDecision(step["key"], FORBID, error=POLICY_ERROR) for step in steps])
     entities = [
         {"uid": {"type": "Team", "id": team}, "attrs": {}, "parents": []},
         {"uid": {"type": "Agent", "id": agent}, "attrs": {}, "parents": [{"type": "Team", "id": team}]},
