@@ -34,6 +34,7 @@ from workflows.models import (
     DeadLetter,
     Job,
     PolicyChange,
+    PolicySetVersion,
     Step,
     Workflow,
 )
@@ -63,6 +64,8 @@ NOT_DECISIONS = {
     "oidc_backchannel_logout",
     # Slack's own POST (signed, no session), and linking a Slack user, which decides nothing.
     "slack_interactions",
+    # Evaluating a plan against the live policies changes nothing.
+    "policy_playground",
     "slack_link",
     # Handing one's notices over while away moves attention, never the right
     # to decide (docs/explanation/review.md#delegation).
@@ -296,6 +299,9 @@ def _decision(name, people):
     if name in ("policy_change_authorize", "policy_change_decline"):
         change = _loosening(people)
         return "operator2", reverse(name, args=[change.pk]), {"reason": "ok"}, reverse("policy_detail", args=["noop"])
+    if name == "policy_set_detail":
+        path = reverse(name, args=["default"])
+        return "operator", path, {"text": '@id("a")\nforbid(principal, action, resource) when { false };'}, path
     if name == "webhook_delivery_replay":
         dead = _dead_delivery(people)
         return (
@@ -330,6 +336,7 @@ DECISIONS = [
     "policy_detail",
     "policy_change_authorize",
     "policy_change_decline",
+    "policy_set_detail",
     "webhook_delivery_replay",
 ]
 
@@ -345,6 +352,7 @@ def _state() -> tuple:
         sorted(Job.objects.values_list("status")),
         sorted(Compensation.objects.values_list("status")),
         sorted(PolicyChange.objects.values_list("status")),
+        sorted(PolicySetVersion.objects.values_list("version")),
         sorted(ActionPolicy.objects.values_list("action", "version")),
         sorted(Step.objects.exclude(proposed_resolution=None).values_list("key")),
     )

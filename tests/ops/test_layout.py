@@ -73,6 +73,7 @@ LAYERS = {
     "workflows.actions": 7,
     # 8. The engine, and the API's shape of a workflow (it reads the gates).
     "workflows.engine": 8,
+    "workflows.policy": 8,
     "workflows.shapes": 8,
     # 9. What people do, and the analytics of what they decided.
     "workflows.operations": 9,

@@ -22,6 +22,10 @@ class ErrorBody(Schema):
     message: str
     fields: dict[str, str] | None = None
     current: CurrentOut | None = Field(None, description="with `stale_revision`: what is current now")
+    line: int | None = Field(None, description="with a refused policy set: the line Cedar's message is about")
+    policies: list[str] | None = Field(
+        None, description="with `policy_forbidden` or `policy_error`: the @id of each policy concerned"
+    )
 
 
 class ErrorOut(Schema):

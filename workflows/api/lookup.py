@@ -79,10 +79,16 @@ def compensation(request, compensation_id: UUID) -> Compensation:
 
 
 def policy_change(request, change_id: UUID) -> PolicyChange:
-    reads(request, "policies")
+    # Reviewers read the proposed versions of their teams' policy sets, and
+    # are answered as other roles that do not read action policies.
+    if (
+        not roles.is_reviewer(request.user)
+        or PolicyChange.objects.filter(pk=change_id, policy_set_version__isnull=True).exists()
+    ):
+        reads(request, "policies")
     found = (
         PolicyChange.objects.visible_to(request.user)
-        .select_related("requested_by", "decided_by")
+        .select_related("requested_by", "decided_by", "policy_set_version__policy_set")
         .filter(pk=change_id)
         .first()
     )

@@ -11,7 +11,7 @@ from workflows import roles
 from workflows.api import lookup
 from workflows.engine import limits
 from workflows.models import ActionPolicy, PolicyChange
-from workflows.operations import policies
+from workflows.operations import policies, policy_sets
 
 router = Router()
 
@@ -33,6 +33,13 @@ class PolicyChangeOut(Schema):
     decision_reason: str
     created_at: datetime
     decided_at: datetime | None
+    policy_set: str | None = Field(None, description="For a proposed Cedar policy set version: its team (or global)")
+    version: int | None = Field(None, description="For a proposed Cedar policy set version: its number")
+    diff: list[str] | None = Field(
+        None,
+        description="For a proposed Cedar policy set version: a unified diff "
+        "against the version it was proposed against",
+    )
 
 
 class PolicyOut(Schema):
@@ -117,6 +124,15 @@ def policy_change_out(request: PolicyChange) -> dict:
         "decision_reason": request.decision_reason,
         "created_at": request.created_at,
         "decided_at": request.decided_at,
+        **(
+            {
+                "policy_set": request.policy_set_version.policy_set.name,
+                "version": request.policy_set_version.version,
+                "diff": policy_sets.diff(request),
+            }
+            if request.policy_set_version_id
+            else {}
+        ),
     }
 
 
@@ -166,11 +182,13 @@ def get_policy_change(request, change_id: UUID):
 @router.post(
     "/policy-changes/{change_id}/authorize",
     response=PolicyChangeOut,
-    summary="Apply a loosening (operators, not the requester); 409 if the policy changed since",
+    summary="Apply a loosening (operators, not the requester), or make a proposed policy set version live "
+    "(reviewers of its team, not the proposer); 409 if the policy changed since",
 )
 def authorize_policy_change(request, change_id: UUID, payload: DecisionReasonIn):
     change = lookup.policy_change(request, change_id)
-    lookup.require(request, roles.OPERATORS)
+    if change.policy_set_version_id is None:
+        lookup.require(request, roles.OPERATORS)
     found = policies.authorize(change, by=request.user, reason=payload.reason)
     return policy_change_out(lookup.policy_change(request, found.pk))
 
@@ -178,10 +196,12 @@ def authorize_policy_change(request, change_id: UUID, payload: DecisionReasonIn)
 @router.post(
     "/policy-changes/{change_id}/decline",
     response=PolicyChangeOut,
-    summary="Decline a loosening (operators, not the requester)",
+    summary="Decline a loosening (operators, not the requester) or a proposed policy set version "
+    "(reviewers of its team, not the proposer)",
 )
 def decline_policy_change(request, change_id: UUID, payload: DecisionReasonIn):
     change = lookup.policy_change(request, change_id)
-    lookup.require(request, roles.OPERATORS)
+    if change.policy_set_version_id is None:
+        lookup.require(request, roles.OPERATORS)
     found = policies.decline(change, by=request.user, reason=payload.reason)
     return policy_change_out(lookup.policy_change(request, found.pk))

@@ -88,6 +88,10 @@ NAMED: dict[str, str] = {
     "policy_change.requested": "An operator asked to loosen an action's policy; another must authorize.",
     "policy_change.authorized": "Another operator authorized a policy loosening; it applies.",
     "policy_change.declined": "A policy loosening was declined.",
+    "policy_set.proposed": "An operator proposed a new version of a team's (or the global) Cedar policy set; a "
+    "reviewer of that team, another person, must authorize it.",
+    "policy_set.authorized": "A reviewer authorized a proposed policy set version: it is live.",
+    "policy_set.declined": "A proposed policy set version was declined.",
     # People, teams, agents
     "user.signed_in": "Someone signed in (local password or the identity provider).",
     "user.breakglass": "An operator let one local account sign in for a limited time while local sign-in is off.",

@@ -33,7 +33,7 @@ from workflows.models.plans import (
     WorkflowQuerySet,
     operation_key_for,
 )
-from workflows.models.policies import ActionPolicy, ActionThrottle, PolicyChange
+from workflows.models.policies import ActionPolicy, ActionThrottle, PolicyChange, PolicySet, PolicySetVersion
 from workflows.models.recovery import Compensation, CompensationQuerySet, DeadLetter, DeadLetterQuerySet, Trace
 from workflows.models.review import Approval, GateApproval, ReviewNotice, UsedReviewLink
 from workflows.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookSecret
@@ -65,6 +65,8 @@ __all__ = [
     "ActionPolicy",
     "ActionThrottle",
     "PolicyChange",
+    "PolicySet",
+    "PolicySetVersion",
     # jobs
     "JobQuerySet",
     "Job",

@@ -8,7 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import roles
+from workflows import roles, teams
+from workflows.models.identity import Team
 from workflows.states import PolicyChangeStatus
 
 
@@ -19,6 +20,21 @@ class PolicyQuerySet(models.QuerySet):
         if roles.may_read(user, "policies"):
             return self
         return self.none()
+
+
+class PolicyChangeQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Changes of action policies, as `PolicyQuerySet`; changes of a
+        team's Cedar policy set also to its reviewers, and those of the
+        global set to every reviewer, operator and auditor."""
+        action_changes = Q(policy_set_version__isnull=True)
+        if not teams.is_staff_role(user):
+            return self.none()
+        names = list(Team.objects.visible_to(user).values_list("name", flat=True)) + [PolicySet.GLOBAL]
+        set_changes = Q(policy_set_version__policy_set__name__in=names)
+        if roles.may_read(user, "policies"):
+            return self.filter(action_changes | set_changes)
+        return self.filter(set_changes)
 
 
 class ActionPolicy(models.Model):
@@ -99,9 +115,10 @@ class PolicyChange(models.Model):
     """An operator's request to loosen an action's policy, applied only when
     another operator authorizes it (docs/explanation/concurrency.md#effects-in-flight). `base_version` is the policy
     version it was asked against: a request made stale by a later change is
-    refused, never applied over it."""
+    refused, never applied over it. The same flow carries a proposed
+    version of a team's Cedar policy set (`policy_set_version`)."""
 
-    objects = PolicyQuerySet.as_manager()
+    objects = PolicyChangeQuerySet.as_manager()
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     action = models.CharField(max_length=64)
@@ -117,9 +134,60 @@ class PolicyChange(models.Model):
     decision_reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Set for a proposed version of a Cedar policy set (`action` is then ""):
+    # authorized by a reviewer of that team (docs/explanation/policies.md#versions).
+    policy_set_version = models.OneToOneField(
+        "PolicySetVersion", on_delete=models.PROTECT, null=True, blank=True, related_name="change"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["action", "status", "-created_at"], name="policy_change_action")]
 
     def __str__(self) -> str:
         return f"policy change {self.pk} of {self.action} ({self.status})"
+
+
+class PolicySet(models.Model):
+    """A team's Cedar policy set, or the global one (`name` "global"), and
+    which of its versions is live (docs/explanation/policies.md#versions).
+    Its row lock orders the proposals and authorizations of one set."""
+
+    GLOBAL = "global"
+
+    name = models.CharField(max_length=64, unique=True)
+    live_version = models.PositiveIntegerField(default=0, help_text="0 while no version was ever authorized.")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"policy set {self.name} v{self.live_version}"
+
+    @property
+    def is_global(self) -> bool:
+        return self.name == self.GLOBAL
+
+
+class PolicySetVersion(models.Model):
+    """One proposed text of a policy set, numbered when proposed. It is
+    decided through its `PolicyChange` (one each): its state is read from
+    that change and from the set's live version, never stored twice."""
+
+    policy_set = models.ForeignKey(PolicySet, on_delete=models.PROTECT, related_name="versions")
+    version = models.PositiveIntegerField()
+    text = models.TextField()
+    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["policy_set", "version"], name="policy_set_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.policy_set.name} v{self.version}"
+
+    def state(self) -> str:
+        """PROPOSED, DECLINED, LIVE or SUPERSEDED."""
+        change = self.change
+        if change.status == PolicyChangeStatus.PENDING:
+            return "PROPOSED"
+        if change.status == PolicyChangeStatus.DECLINED:
+            return "DECLINED"
+        return "LIVE" if self.policy_set.live_version == self.version else "SUPERSEDED"

@@ -8,6 +8,7 @@ an agent that retries its submission gets the same workflow back.
 """
 
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,6 +24,7 @@ from workflows.chat import marks as chat
 from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, policy, previews
 from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
+from workflows.operations import policy_sets
 from workflows.states import PreviewState
 from workflows.webhooks import keys, outbound
 
@@ -276,10 +278,15 @@ def submit(user, body: dict) -> Submission:
     existing = _existing(user, body["submission_key"], submission_hash)
     if existing:
         return Submission(existing, created=False)
+    # The team's Cedar policies (docs/explanation/policies.md#evaluation): a
+    # forbid, or a policy that errors, refuses the plan before anything is written.
+    workflow_id = uuid.uuid4()
+    policy_sets.check_submission({"steps": plan}, agent=user.get_username(), team=team.name, workflow=str(workflow_id))
     now = timezone.now()
     try:
         with transaction.atomic():
             workflow = Workflow.objects.create(
+                id=workflow_id,
                 name=body["name"],
                 submitted_by=user,
                 team=team,

@@ -31,6 +31,7 @@ from workflows.engine import policy as engine_policy
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import ActionPolicy, PolicyChange
+from workflows.operations import policy_sets
 from workflows.reasons import clean_reason
 from workflows.states import PolicyChangeStatus
 
@@ -226,7 +227,10 @@ def _check_decider(request: PolicyChange, user) -> None:
 
 def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
     """A second operator applies a loosening, as a new policy version, if the
-    policy is still at the version the request was made against."""
+    policy is still at the version the request was made against. (A version
+    of a Cedar policy set is decided by `policy_sets.authorize`.)"""
+    if request.policy_set_version_id is not None:
+        return policy_sets.authorize(request, by=by, reason=reason)
     _check_decider(request, by)
     reason = clean_reason(reason, required=False)
     with transaction.atomic():
@@ -262,6 +266,8 @@ def authorize(request: PolicyChange, *, by, reason: str = "") -> PolicyChange:
 
 
 def decline(request: PolicyChange, *, by, reason: str) -> PolicyChange:
+    if request.policy_set_version_id is not None:
+        return policy_sets.decline(request, by=by, reason=reason)
     _check_decider(request, by)
     reason = clean_reason(reason)
     with transaction.atomic():

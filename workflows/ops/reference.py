@@ -331,12 +331,28 @@ def audit_events_page() -> str:
     return "".join(out).rstrip() + "\n"
 
 
+def policy_schema_page() -> str:
+    from workflows.policy import schema, text
+
+    with builtin_actions():
+        published = schema.text()
+    return (
+        NOTICE.format(source="`workflows/policy/schema.py`") + "# Cedar policy schema {#policy-schema}\n\n"
+        "Every version of a policy set is validated against this schema before it is stored "
+        "(see [policies](../explanation/policies.md#schema)). `Args` lists the arguments of the built-in "
+        "actions; a deployment with plugins adds theirs. Limits: at most "
+        f"{text.MAX_TEXT_CHARS:,} characters and {text.MAX_POLICIES:,} policies a set.\n\n"
+        f"```text\n{published}```\n"
+    )
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "http-api.md": http_api,
     "settings.md": settings_page,
     "commands.md": commands_page,
     "states.md": states_page,
     "audit-events.md": audit_events_page,
+    "policy-schema.md": policy_schema_page,
 }
 
 

@@ -139,17 +139,33 @@ def policy_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _change_page(change_id: UUID) -> str:
-    """The page of the action a policy change is about."""
-    action = PolicyChange.objects.filter(pk=change_id).values_list("action", flat=True).first()
+    """The page of the action (or the Cedar policy set) a policy change is about."""
+    action, policy_set = PolicyChange.objects.filter(pk=change_id).values_list(
+        "action", "policy_set_version__policy_set__name"
+    ).first() or ("", None)
+    if policy_set:
+        return reverse("policy_set_detail", kwargs={"team": policy_set})
     return reverse("policy_detail", kwargs={"name": action}) if action else reverse("policy_list")
 
 
 def _decide(request: HttpRequest, change_id: UUID, decision, done: str) -> HttpResponse:
-    if not roles.is_operator(request.user):
+    if (
+        not roles.is_operator(request.user)
+        and not PolicyChange.objects.filter(pk=change_id, policy_set_version__isnull=False).exists()
+    ):
         raise PermissionDenied("Only operators can decide on a policy change.")
     change = get_object_or_404(
         PolicyChange.objects.visible_to(request.user).select_related("requested_by"), pk=change_id
     )
+    if change.policy_set_version_id is not None:
+        # A reviewer of the team decides (`policy_sets.authorize` checks who).
+        return act(
+            request,
+            lambda: decision(change, by=request.user, reason=request.POST.get("reason", "")),
+            done=f"{done}: policy set version",
+            back=_change_page(change.pk),
+            partial=lambda: redirect(_change_page(change.pk)),
+        )
 
     def pending() -> HttpResponse:
         return render(

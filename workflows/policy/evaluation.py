@@ -1,0 +1,319 @@
+"""Deciding a plan's steps by the live policy sets (docs/explanation/policies.md#evaluation).
+
+For each step, Cedar answers two requests, `submit` and `auto_approve`,
+with the agent as principal and the step as resource. The rules, all
+failing closed:
+
+- Submission is allowed unless a `forbid` determines the `submit` answer
+  (`forbid`) or a policy errors (`policy_error`): Cedar skips a policy that
+  errors, which could drop a forbid, so an error refuses. Cedar's default
+  deny (no permit at all) never blocks a submission.
+- A step is `auto` only when `auto_approve` is permitted and no policy
+  errored; a destructive or irreversible step only when a determining
+  permit says `@allow_destructive("true")`. Everything else goes to a
+  `human`, with the approvals and reviewer group the determining permits'
+  annotations raise.
+- A run-time reference (`$from`, `$secret`, `$decision`) is the record
+  `{"ref": ...}` to Cedar: its value is not known yet. A policy that reads
+  the args at or under a reference, or reads a record that holds one, is
+  said to touch it (found in the policy's JSON form, below); its answer
+  about that step proves nothing, so the step goes to a human, and an error
+  it raises there is no `policy_error`. A value Cedar cannot hold (null, a
+  fraction, an integer beyond 64 bits) is left out and treated the same way.
+
+Bounds: a plan body of at most `MAX_PLAN_CHARS` characters of JSON and
+`MAX_DEPTH` levels of nesting in any step's args; past them, `PlanTooLarge`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+
+import cedarpy
+
+from workflows import actions
+from workflows.errors import DomainError
+from workflows.policy import schema
+from workflows.policy.text import Policy, PolicyTextInvalid, check
+
+MAX_PLAN_CHARS = 512_000
+MAX_DEPTH = 16
+I64 = 2**63
+FORBID, HUMAN, AUTO = "forbid", "human", "auto"
+POLICY_ERROR = "policy_error"
+_ERRORING = re.compile(r"policy `([^`]*)`")
+
+
+class PlanTooLarge(DomainError):
+    code = "invalid"
+
+
+class PolicyForbidden(DomainError):
+    code = "policy_forbidden"
+    status = 403
+
+
+class PolicyErrored(DomainError):
+    code = "policy_error"
+    status = 403
+
+
+@dataclass(frozen=True)
+class LiveSet:
+    """One live policy set: the global one or the team's."""
+
+    name: str
+    version: int
+    text: str
+
+
+@dataclass
+class StepDecision:
+    key: str
+    decision: str
+    approvals: int | None = None
+    group: str | None = None
+    policies: list[str] = field(default_factory=list)
+    error: str | None = None
+    basis: str | None = None
+
+
+@dataclass
+class Evaluation:
+    version: int | None
+    steps: list[StepDecision]
+
+    @property
+    def forbidding(self) -> list[str]:
+        return _unique(p for s in self.steps if s.decision == FORBID and s.error is None for p in s.policies)
+
+    @property
+    def erroring(self) -> list[str]:
+        return _unique(p for s in self.steps if s.error == POLICY_ERROR for p in s.policies)
+
+    @property
+    def auto(self) -> bool:
+        return bool(self.steps) and all(s.decision == AUTO for s in self.steps)
+
+    def enforce(self) -> None:
+        """Refuse a submission a forbid determines, or one a policy errored on."""
+        if forbidding := self.forbidding:
+            raise PolicyForbidden(f"Forbidden by policy: {', '.join(forbidding)}.", details={"policies": forbidding})
+        if any(s.error == POLICY_ERROR for s in self.steps):
+            erroring = self.erroring
+            named = f": {', '.join(erroring)}" if erroring else ""
+            raise PolicyErrored(
+                f"A policy could not be evaluated on this plan{named}; it is refused rather than judged "
+                "without that policy.",
+                details={"policies": erroring},
+            )
+
+
+def _unique(items) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+@dataclass
+class _Compiled:
+    policy_set: cedarpy.PolicySet
+    by_key: dict[str, tuple[str, Policy]]  # Cedar's key → (set name, policy)
+    touches: dict[str, list[tuple[str, ...]]]
+    auto_scope: set[str]
+
+
+def _applies_to(scope: dict, action: str) -> bool:
+    """Whether a policy's action scope can match `action` (unknown forms: yes)."""
+    op = scope.get("op")
+    if op == "All":
+        return True
+    if op == "==" or (op == "in" and "entity" in scope):
+        return scope["entity"].get("id") == action if scope["entity"].get("type") == "Action" else True
+    if op == "in" and "entities" in scope:
+        return any(e.get("id") == action for e in scope["entities"])
+    return True
+
+
+def _args_paths(node, found: list[tuple[str, ...]], continued: bool = False) -> tuple[str, ...] | None:
+    """Collect in `found` every path read under some `.args`: the longest
+    chain of attribute reads (`.` or `has`) after it. Returns the chain of
+    `node` itself, for its parent to extend."""
+    if isinstance(node, list):
+        for item in node:
+            _args_paths(item, found)
+        return None
+    if not isinstance(node, dict):
+        return None
+    for op in (".", "has"):
+        if op in node and isinstance(node[op], dict) and "attr" in node[op]:
+            inner = _args_paths(node[op]["left"], found, continued=True)
+            attr = node[op]["attr"]
+            chain = inner + (attr,) if inner is not None else (() if attr == "args" else None)
+            if chain is not None and not continued:
+                found.append(chain)
+            return chain
+    for value in node.values():
+        _args_paths(value, found)
+    return None
+
+
+@lru_cache(maxsize=32)
+def _compile(sets: tuple[LiveSet, ...]) -> _Compiled:
+    by_key, est = {}, {}
+    for live in sets:
+        for policy in check(live.text, global_set=live.name == "global"):
+            key = f"{live.name}/{policy.id}"
+            by_key[key] = (live.name, policy)
+            est[key] = policy.est
+    touches = {}
+    for key, body in est.items():
+        found: list[tuple[str, ...]] = []
+        _args_paths(body.get("conditions", []), found)
+        touches[key] = found
+    auto_scope = {key for key, body in est.items() if _applies_to(body.get("action", {}), "auto_approve")}
+    handle = cedarpy.PolicySet.from_json_str(json.dumps({"staticPolicies": est, "templates": {}, "templateLinks": []}))
+    return _Compiled(handle, by_key, touches, auto_scope)
+
+
+def _value(value, path: tuple[str, ...], unknown: list[tuple[str, ...]], depth: int):
+    """A plan value as Cedar JSON; a reference as `{"ref": kind}` and its
+    path in `unknown`; a value Cedar cannot hold is left out (None) with its
+    path in `unknown`."""
+    if depth > MAX_DEPTH:
+        raise PlanTooLarge(f"A step's args may nest at most {MAX_DEPTH} levels deep.")
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in schema.REFERENCE_KEYS:
+            unknown.append(path)
+            return {"ref": next(iter(value))[1:]}
+        if any(key.startswith("__") for key in value):
+            # Cedar's JSON reads `__entity` and `__extn` as escapes: never let
+            # a plan name an entity; hold the record as unknown instead.
+            unknown.append(path)
+            return None
+        record = {}
+        for key, item in value.items():
+            converted = _value(item, (*path, key), unknown, depth + 1)
+            if converted is not None:
+                record[key] = converted
+        return record
+    if isinstance(value, list):
+        items = [_value(item, path, unknown, depth + 1) for item in value]
+        return [item for item in items if item is not None]
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and -I64 <= value < I64:
+        return value
+    unknown.append(path)
+    return None
+
+
+def _touched(paths: list[tuple[str, ...]], unknown: list[tuple[str, ...]]) -> bool:
+    return any(p[: len(u)] == u or u[: len(p)] == p for p in paths for u in unknown)
+
+
+def evaluate(
+    body: dict, *, agent: str, team: str, sets: list[LiveSet], now: datetime, workflow: str = "plan"
+) -> Evaluation:
+    """Each step's decision under `sets` (the live global and team sets)."""
+    team_set = next((s for s in sets if s.name != "global"), None)
+    version = team_set.version if team_set else None
+    steps = body.get("steps") or []
+    if not sets:
+        return Evaluation(version, [StepDecision(step["key"], HUMAN) for step in steps])
+    if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
+        raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
+    try:
+        compiled = _compile(tuple(sets))
+    except PolicyTextInvalid:
+        # A live set the schema no longer accepts (an action's arguments
+        # changed since): judged by no policy at all, every step is refused.
+        return Evaluation(version, [StepDecision(step["key"], FORBID, error=POLICY_ERROR) for step in steps])
+    entities = [
+        {"uid": {"type": "Team", "id": team}, "attrs": {}, "parents": []},
+        {"uid": {"type": "Agent", "id": agent}, "attrs": {}, "parents": [{"type": "Team", "id": team}]},
+    ]
+    context = {"hour": now.hour, "weekday": now.isoweekday(), "steps_in_plan": len(steps)}
+    requests, unknowns, flags = [], [], []
+    for step in steps:
+        unknown: list[tuple[str, ...]] = []
+        args = _value(step.get("args") or {}, (), unknown, 1)
+        action = actions.find(step["action"])
+        destructive = bool(action and action.destructive)
+        irreversible = bool(action is None or action.irreversible)
+        uid = {"type": "Step", "id": f"{workflow}/{step['key']}"}
+        entities.append(
+            {
+                "uid": uid,
+                "attrs": {
+                    "action": step["action"],
+                    "args": args or {},
+                    "destructive": destructive,
+                    "irreversible": irreversible,
+                    "team": team,
+                },
+                "parents": [],
+            }
+        )
+        unknowns.append(unknown)
+        flags.append(destructive or irreversible)
+        for name in schema.ACTIONS:
+            principal = {"type": "Agent", "id": agent}
+            requests.append(
+                {"principal": principal, "action": {"type": "Action", "id": name}, "resource": uid, "context": context}
+            )
+    results = cedarpy.is_authorized_batch(requests, compiled.policy_set, entities)
+    decided = [
+        _decide(step["key"], results[2 * i], results[2 * i + 1], unknowns[i], flags[i], compiled, team_set)
+        for i, step in enumerate(steps)
+    ]
+    return Evaluation(version, decided)
+
+
+def _erroring(result, compiled: _Compiled) -> set[str] | None:
+    """The keys of the policies that errored; None when Cedar could not
+    answer at all (then every policy is as good as erroring)."""
+    keys = set()
+    for message in result.diagnostics.errors:
+        match = _ERRORING.search(message)
+        if match is None or match.group(1) not in compiled.by_key:
+            return None
+        keys.add(match.group(1))
+    return keys
+
+
+def _decide(key, submit, auto, unknown, destructive, compiled: _Compiled, team_set) -> StepDecision:
+    def name(cedar_key: str) -> str:
+        return compiled.by_key[cedar_key][1].id
+
+    touched = {k for k, paths in compiled.touches.items() if unknown and _touched(paths, unknown)}
+    submit_errors, auto_errors = _erroring(submit, compiled), _erroring(auto, compiled)
+    if submit_errors is None or auto_errors is None:
+        return StepDecision(key, FORBID, error=POLICY_ERROR)
+    if submit.decision == cedarpy.Decision.Deny and submit.diagnostics.reasons:
+        return StepDecision(key, FORBID, policies=_unique(name(k) for k in submit.diagnostics.reasons))
+    hard = (submit_errors | auto_errors) - touched
+    if hard or submit.decision == cedarpy.Decision.NoDecision:
+        return StepDecision(key, FORBID, policies=_unique(name(k) for k in sorted(hard)), error=POLICY_ERROR)
+    permits = [k for r in (submit, auto) if r.decision == cedarpy.Decision.Allow for k in r.diagnostics.reasons]
+    auto_permits = list(auto.diagnostics.reasons) if auto.decision == cedarpy.Decision.Allow else []
+    if destructive:
+        auto_permits = [k for k in auto_permits if compiled.by_key[k][1].allows_destructive]
+    blocking = (touched & compiled.auto_scope) | submit_errors | auto_errors
+    if auto_permits and not blocking:
+        policy = compiled.by_key[auto_permits[0]][1]
+        basis = f"policy:{team_set.name}:{policy.id}@{team_set.version}" if team_set else None
+        return StepDecision(key, AUTO, policies=_unique(name(k) for k in auto_permits), basis=basis)
+    deciding = [
+        *permits,
+        *(auto.diagnostics.reasons if auto.decision == cedarpy.Decision.Deny else []),
+        *sorted(blocking),
+    ]
+    annotated = [compiled.by_key[k][1] for k in permits]
+    approvals = max((p.approvals for p in annotated if p.approvals is not None), default=None)
+    group = next((p.reviewer_group for p in annotated if p.reviewer_group), None)
+    return StepDecision(key, HUMAN, approvals=approvals, group=group, policies=_unique(name(k) for k in deciding))
