@@ -327,7 +327,10 @@ def console_posts() -> set[str]:
         view = pattern.callback
         if pattern.name in ("login", "logout", "oidc_backchannel_logout"):  # sign-in plumbing, not console actions
             continue
-        if pattern.name in ("slack_interactions", "slack_link"):  # Slack's callback and the handshake a person confirms in a browser
+        if pattern.name in (
+            "slack_interactions",
+            "slack_link",
+        ):  # Slack's callback and the handshake a person confirms in a browser
             continue
         source = inspect.getsource(view)
         if "@require_POST" in source or re.search(r"require_http_methods\(\[[^]]*\"POST\"", source):

@@ -86,7 +86,15 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
         ):
             a.person = people[a.reviewer_id]
             counted.setdefault(a.person, a)
-    return list(counted.values())
+    found = list(counted.values())
+    if found and step.gate and ("options" in step.gate or "input_schema" in step.gate):
+        # A typed gate's approvals count for the first one's choice and input only
+        # (docs/explanation/review.md#typed-decisions).
+        first = min(found, key=lambda a: (a.created_at, a.pk))
+        found = [
+            a for a in found if a.choice == first.choice and canonical_json(a.input) == canonical_json(first.input)
+        ]
+    return found
 
 
 def required(step: Step) -> int:
