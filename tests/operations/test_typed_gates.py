@@ -141,6 +141,8 @@ def test_another_person_approves_the_input_the_first_approver_gave(api, people):
     first = api["reviewer"].post(url, given)
     assert first.status_code == 200 and first.json()["status"] == "WAITING_GATE"
     assert api["reviewer"].post(url, given).status_code == 409  # the same person cannot approve their own input
+    shown = api["reviewer2"].get(f"/workflows/{workflow_id}").json()["gate"]
+    assert (shown["standing"], shown["options"]) == (given, ["small", "large"])
     differs = api["reviewer2"].post(url, {"choice": "small", "input": {"size": 5}})
     assert differs.status_code == 409
     assert differs.json()["error"]["code"] == "decision_differs"
