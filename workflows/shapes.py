@@ -92,15 +92,8 @@ def _gate_out(workflow: Workflow, steps) -> dict | None:
 
 
 def _standing(step, workflow) -> dict | None:
-    """At a typed gate, the choice and input the first counted approver gave,
-    which the others approve (docs/explanation/review.md#typed-decisions)."""
-    if not choices.typed(step.gate):
-        return None
-    valid = gates.valid_approvals(step, workflow)
-    if not valid:
-        return None
-    first = min(valid, key=lambda a: (a.created_at, a.pk))
-    return {"choice": first.choice or None, "input": first.input}
+    """At a typed gate, the choice and input the others approve (`gates.standing`)."""
+    return gates.standing(gates.valid_approvals(step, workflow)) if choices.typed(step.gate) else None
 
 
 def _preview_out(step) -> dict:

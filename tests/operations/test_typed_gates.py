@@ -7,6 +7,7 @@ takes the input into later args; all of it inside the plan hash, the audit
 and the approval proof."""
 
 import copy
+import importlib
 import json
 
 import pytest
@@ -253,3 +254,19 @@ def test_the_console_draws_the_gate_form_from_its_schema_and_posts_it(api, peopl
         {"choice": "small", "input_json": json.dumps(approval.input)},
     )
     assert Workflow.objects.get(pk=workflow_id).status == "RUNNING"
+
+
+def test_the_migration_gives_a_planned_plan_with_a_review_its_new_hash(api):
+    from django.apps import apps
+
+    rehash = importlib.import_module("workflows.migrations.0034_typed_gates").rehash_planned_reviews
+    plan = typed_plan() | {"review": {"deadline_seconds": 600}}
+    workflow = Workflow.objects.get(pk=api["agent"].post("/workflows", plan).json()["id"])
+    old = sha256_hex(canonical_json(workflow.plan))  # as plans were hashed before the review joined
+    Workflow.objects.filter(pk=workflow.pk).update(plan_hash=old)
+
+    rehash(apps, None)
+
+    workflow.refresh_from_db()
+    assert workflow.plan_hash != old
+    assert workflow.plan_hash == binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]

@@ -99,3 +99,13 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
 
 def required(step: Step) -> int:
     return int((step.gate or {}).get("approvals", 1))
+
+
+def standing(approvals: list[GateApproval]) -> dict | None:
+    """At a typed gate, the `{"choice", "input"}` of the first of its valid
+    approvals, which every other approver approves as it is
+    (docs/explanation/review.md#typed-decisions); None before the first."""
+    if not approvals:
+        return None
+    first = min(approvals, key=lambda a: (a.created_at, a.pk))
+    return {"choice": first.choice or None, "input": first.input}

@@ -56,14 +56,12 @@ def _typed(step: Step, counted: list[GateApproval], choice, given_input) -> dict
         named = "; ".join(f"{path}: {message}" for path, message in errors.items())
         raise DecisionInvalid(f"The decision is not valid for this gate: {named}", fields=errors)
     decided = {"choice": choice or None, "input": given_input}
-    if counted:
-        first = min(counted, key=lambda a: (a.created_at, a.pk))
-        standing = {"choice": first.choice or None, "input": first.input}
-        if canonical_json(standing) != canonical_json(decided):
-            raise DecisionDiffers(
-                "Another approver already gave this gate's choice and input: approve those, or reject.",
-                details={"current": standing},
-            )
+    standing = gates.standing(counted)
+    if standing is not None and canonical_json(standing) != canonical_json(decided):
+        raise DecisionDiffers(
+            "Another approver already gave this gate's choice and input: approve those, or reject.",
+            details={"current": standing},
+        )
     return decided
 
 

@@ -255,14 +255,12 @@ def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict
     if workflow.status != WorkflowStatus.WAITING_GATE or step is None:
         return {"gate": None}
     valid = gates.valid_approvals(step, workflow)
-    first = min(valid, key=lambda a: (a.created_at, a.pk)) if valid else None
-    standing = {"choice": first.choice, "input": first.input} if first else None
     return {
         "gate": {
             "step": step,
             "note": (step.gate or {}).get("note", ""),
             # A typed gate's form (docs/explanation/review.md#typed-decisions).
-            "typed": gate_form.form_context(step.gate, standing),
+            "typed": gate_form.form_context(step.gate, gates.standing(valid)),
             "approvals": len(valid),
             "required": gates.required(step),
             "results_digest": gates.results_digest(step),
