@@ -115,6 +115,14 @@ def test_a_when_must_name_an_earlier_gate():
     assert "steps.1.when.gate" in plans.validate(plan)
 
 
+def test_a_step_reads_a_result_of_another_branch_only_on_that_branch():
+    plan = typed_plan()
+    plan["steps"].append({"key": "after", "action": "noop", "args": {"n": {"$from": "large.result.n"}}})
+    assert plans.validate(plan) == {"steps.4.args.n": choices.OTHER_BRANCH}
+    plan["steps"][4]["when"] = {"gate": "decide", "choice": "large"}
+    assert plans.validate(plan) == {}
+
+
 def test_the_decision_is_checked_against_the_gate_and_nothing_changes_on_bad_input(api):
     workflow_id = at_gate(api)
     url = f"/workflows/{workflow_id}/steps/decide/approve"

@@ -105,9 +105,17 @@ def decision_references(value, path: str):
             yield from decision_references(item, f"{path}.{index}")
 
 
-def reference_errors(args, gates: dict[str, dict], where: str) -> dict[str, str]:
+OTHER_BRANCH = (
+    "That step runs only on one choice of its gate (its `when`): a step that reads it must carry the same `when`."
+)
+
+
+def reference_errors(
+    args, gates: dict[str, dict], where: str, branches: dict[str, dict] | None = None, when=None
+) -> dict[str, str]:
     """Each `$decision` must name an earlier gate that asks for input, and
-    a field its schema has (when the schema lists its fields)."""
+    a field its schema has (when the schema lists its fields); a gate that
+    may be skipped (`branches`: the earlier steps' `when`) only from its own branch."""
     errors = {}
     for path, ref in decision_references(args, where):
         gate_key, _, field = ref.partition(".input.") if isinstance(ref, str) else ("", "", "")
@@ -116,6 +124,8 @@ def reference_errors(args, gates: dict[str, dict], where: str) -> dict[str, str]
             errors[path] = (
                 'A $decision reference names an earlier gate that asks for input: "<gate key>.input.<field>".'
             )
+        elif (branches or {}).get(gate_key) and branches[gate_key] != when:
+            errors[path] = OTHER_BRANCH
         elif (known := fields_of(gate)) is not None and field.split(".")[0] not in known:
             errors[path] = f"That gate's input has no field {field.split('.')[0]!r}."
     return errors

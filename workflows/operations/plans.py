@@ -68,6 +68,7 @@ def validate(body: dict) -> dict[str, str]:
             errors[field] = f"This looks like a credential ({kind}): remove it."
     seen: list[str] = []
     gates: dict[str, dict] = {}  # the earlier steps' gates, by key (`when`, `$decision`)
+    branches: dict[str, dict] = {}  # the earlier steps' `when`, by key
     for index, step in enumerate(steps):
         where = f"steps.{index}"
         key = step["key"]
@@ -90,7 +91,9 @@ def validate(body: dict) -> dict[str, str]:
             source, _, rest = ref.partition(".result")
             if source not in seen or (rest and not rest.startswith(".")):
                 _add(errors, {path: "A $from reference must name an earlier step: '<step key>.result.<field>'."})
-        _add(errors, choices.reference_errors(step["args"], gates, f"{where}.args"))
+            elif branches.get(source) and branches[source] != step.get("when"):
+                _add(errors, {path: choices.OTHER_BRANCH})
+        _add(errors, choices.reference_errors(step["args"], gates, f"{where}.args", branches, step.get("when")))
         if step.get("when") is not None:
             _add(errors, choices.when_errors(step["when"], gates, f"{where}.when"))
         if step.get("gate") is not None:
@@ -108,6 +111,8 @@ def validate(body: dict) -> dict[str, str]:
             _add(errors, credential_fields(undo_args, f"{where}.compensation.args"))
             _add(errors, secrets.check(undo_args, undo, f"{where}.compensation.args"))
         seen.append(key)
+        if isinstance(step.get("when"), dict):
+            branches[key] = step["when"]
     return errors
 
 
