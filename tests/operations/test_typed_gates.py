@@ -15,9 +15,10 @@ import pytest
 from tests.support.personas import PASSWORD
 from tests.support.running import run_until
 from tests.support.seeing import Client
+from workflows.chat import blocks, buttons
 from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, choices, proofs
-from workflows.models import Attempt, AuditEvent, GateApproval, Step, Workflow
+from workflows.models import Attempt, AuditEvent, ChatMessage, GateApproval, Step, Workflow
 from workflows.operations import plans
 from workflows.states import StepStatus
 
@@ -278,3 +279,10 @@ def test_the_migration_gives_a_planned_plan_with_a_review_its_new_hash(api):
     workflow.refresh_from_db()
     assert workflow.plan_hash != old
     assert workflow.plan_hash == binding.stored_hashes([(workflow.pk, 0)])[workflow.pk, 0]
+
+
+def test_a_typed_gate_is_decided_in_the_console_not_by_a_chat_button(api):
+    workflow_id = at_gate(api)
+    shown = blocks.render(ChatMessage(workflow_id=workflow_id, kind=ChatMessage.Kind.GATE, key="decide"))
+    assert "decide in the console" in json.dumps(shown.blocks)
+    assert buttons.GATE_APPROVE not in json.dumps(shown.blocks)
