@@ -1,7 +1,7 @@
 """The shape of a workflow as the API answers GET /api/v1/workflows/{id}
 and as webhooks carry it: plain values, serialised by the caller."""
 
-from workflows.engine import gates
+from workflows.engine import choices, gates
 from workflows.models import Workflow
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
@@ -16,6 +16,7 @@ def _step_out(step) -> dict:
         "result": step.result,
         "preview": _preview_out(step),
         "gate": step.gate,
+        "gate_decision": step.gate_decision,
         "resolution": _pending_resolution_out(step),
         "attempts": [
             {
@@ -84,7 +85,15 @@ def _gate_out(workflow: Workflow, steps) -> dict | None:
         "approvals": len(gates.valid_approvals(step, workflow)),
         "required": gates.required(step),
         "results_digest": gates.results_digest(step),
+        "options": (step.gate or {}).get("options"),
+        "input_schema": (step.gate or {}).get("input_schema"),
+        "standing": _standing(step, workflow),
     }
+
+
+def _standing(step, workflow) -> dict | None:
+    """At a typed gate, the choice and input the others approve (`gates.standing`)."""
+    return gates.standing(gates.valid_approvals(step, workflow)) if choices.typed(step.gate) else None
 
 
 def _preview_out(step) -> dict:

@@ -36,6 +36,8 @@ class StepStatus(models.TextChoices):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     WAITING_GATE = "WAITING_GATE"
+    # Its `when` named another choice of its gate (docs/explanation/review.md#typed-decisions): it never runs.
+    SKIPPED = "SKIPPED"
 
 
 class AttemptStatus(models.TextChoices):
@@ -115,7 +117,8 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         W.COMPENSATED: frozenset(),
     },
     "step": {
-        S.PENDING: frozenset({S.RUNNING, S.BLOCKED, S.WAITING_GATE}),
+        # SKIPPED: its gate's choice took another branch (terminal).
+        S.PENDING: frozenset({S.RUNNING, S.BLOCKED, S.WAITING_GATE, S.SKIPPED}),
         # Approved: back in line to run; rejected, expired or cancelled: it never runs.
         S.WAITING_GATE: frozenset({S.PENDING}),
         S.RUNNING: frozenset({S.VERIFYING, S.WAITING_RETRY, S.IN_DOUBT, S.DEAD_LETTERED, S.BLOCKED}),
@@ -129,6 +132,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         S.COMPLETE: frozenset({S.COMPENSATING}),
         S.COMPENSATING: frozenset({S.COMPENSATED, S.COMPLETE}),
         S.COMPENSATED: frozenset(),
+        S.SKIPPED: frozenset(),
     },
     "attempt": {
         A.REQUESTED: frozenset({A.SUCCEEDED, A.FAILED, A.UNKNOWN, A.RECONCILED}),
@@ -171,6 +175,9 @@ SETTLED_WORKFLOW = frozenset(
         W.WAITING_GATE,
     }
 )
+# A forward step that is done with: the steps after it may run, and a plan
+# whose steps all are is complete.
+FINISHED_STEP = frozenset({S.COMPLETE, S.SKIPPED})
 RETRYABLE_CLASSES = frozenset({FailureClass.TRANSIENT, FailureClass.RATE_LIMITED, FailureClass.DEPENDENCY_UNAVAILABLE})
 
 

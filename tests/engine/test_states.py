@@ -46,6 +46,7 @@ def test_status_strings_are_the_contract():
         "COMPENSATING",
         "COMPENSATED",
         "WAITING_GATE",
+        "SKIPPED",
     }
     assert set(states.AttemptStatus.values) == {"REQUESTED", "SUCCEEDED", "FAILED", "UNKNOWN", "RECONCILED"}
     assert set(states.FailureClass.values) == {

@@ -33,7 +33,10 @@ from workflows.audit import secrets
 
 FROM = "$from"
 SECRET = secrets.SECRET
+# A typed gate's input (docs/explanation/review.md#typed-decisions): taken wherever `$from` is.
+DECISION = "$decision"
 FROM_MALFORMED = 'A $from reference is {"$from": "<step key>.result.<field>"}.'
+DECISION_MALFORMED = 'A $decision reference is {"$decision": "<gate key>.input.<field>"}.'
 
 # How each kind of reference appears in a JSON Schema, beside the value's own schema.
 REFERENCE_SCHEMAS = {
@@ -119,10 +122,14 @@ def is_reference(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {FROM} and isinstance(value[FROM], str)
 
 
+def is_decision(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {DECISION} and isinstance(value[DECISION], str)
+
+
 def _meant_as(value: Any) -> str | None:
     """The kind of reference `value` is meant to be, well formed or not."""
     if isinstance(value, dict):
-        for kind in (FROM, SECRET):
+        for kind in (FROM, SECRET, DECISION):
             if kind in value:
                 return kind
     return None
@@ -142,12 +149,14 @@ class _TakesReferences:
         kind = _meant_as(value)
         if kind is None:
             return handler(value)
-        if kind not in self.kinds:
+        if kind not in self.kinds and not (kind == DECISION and FROM in self.kinds):
             raise PydanticCustomError(
                 "reference_not_allowed", "This field does not take a {kind} reference.", {"kind": kind}
             )
         if kind == FROM and not is_reference(value):
             raise PydanticCustomError("from_reference", FROM_MALFORMED)
+        if kind == DECISION and not is_decision(value):
+            raise PydanticCustomError("decision_reference", DECISION_MALFORMED)
         if kind == SECRET and not (secrets.is_reference(value) and secrets.NAME.fullmatch(value[SECRET])):
             raise PydanticCustomError("secret_reference", secrets.MALFORMED)
         return value
@@ -174,7 +183,7 @@ class SecretRef(Ref):
     kinds = (SECRET,)
 
 
-OWN_ERRORS = ("reference_not_allowed", "from_reference", "secret_reference")
+OWN_ERRORS = ("reference_not_allowed", "from_reference", "secret_reference", "decision_reference")
 
 
 def _message(error: dict, model: type[BaseModel]) -> str:

@@ -70,6 +70,9 @@ class PerformContext:
     # again here when not given).
     keys: signing.KeySet | None = field(default=None, repr=False)
     _issued: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+    # SHA-256 of what the typed gates before the step decided (docs/explanation/review.md#typed-decisions);
+    # None when there were none, and then the claim is left out.
+    decisions_sha256: str | None = None
 
     def signing_key(self) -> signing.SigningKey:
         """The key the attempt recorded; the current one if that key was
@@ -100,6 +103,7 @@ class PerformContext:
             "args_sha256": self.args_sha256,
             "approvers": self.approvers,
             "policy_version": self.policy_version,
+            **({"decisions_sha256": self.decisions_sha256} if self.decisions_sha256 else {}),
         }
 
     def proof(self, method: str, url: str, body: bytes | str | None = b"") -> str:

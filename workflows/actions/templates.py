@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.actions.args import FROM, is_reference
+from workflows.actions.args import DECISION, FROM, is_decision, is_reference
 from workflows.audit import secrets
 from workflows.db import canonical_json, sha256_hex
 
@@ -41,6 +41,8 @@ class Slot:
     def placeholder(self) -> str:
         if secrets.is_reference(self.reference):
             return f"secret:{self.reference[secrets.SECRET]}"
+        if is_decision(self.reference):
+            return f"{{{{decision:{self.reference[DECISION]}}}}}"
         return f"{{{{from:{self.reference[FROM]}}}}}"
 
 
@@ -49,7 +51,7 @@ Text = tuple[str | Slot, ...]
 
 
 def _is_reference(value: Any) -> bool:
-    return is_reference(value) or secrets.is_reference(value)
+    return is_reference(value) or is_decision(value) or secrets.is_reference(value)
 
 
 def text(value: Any, encode: Callable[[Any], str] = str) -> Text:

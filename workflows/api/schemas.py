@@ -86,6 +86,11 @@ class StepOut(Schema):
     preview: PreviewOut
     attempts: list[AttemptOut]
     gate: dict[str, Any] | None = Field(None, description="The step's gate, as submitted, or null")
+    gate_decision: dict[str, Any] | None = Field(
+        None,
+        description="At a typed gate that opened: the {choice, input} its approvers agreed on "
+        "(docs/explanation/review.md#typed-decisions), else null",
+    )
     resolution: PendingResolutionOut | None = Field(
         None,
         description="An operator's answer for this IN_DOUBT step that later steps read by $from: it takes "
@@ -104,6 +109,15 @@ class GateOut(Schema):
         description="What an approval binds: the digest of the results before the "
         "gate; pass it back to be refused (409 results_changed) if they "
         "changed since",
+    )
+    options: list[str] | None = Field(None, description="A typed gate's options (the decision's `choice`)")
+    input_schema: dict[str, Any] | None = Field(
+        None, description="A typed gate's JSON Schema of the decision's `input`"
+    )
+    standing: dict[str, Any] | None = Field(
+        None,
+        description="The {choice, input} the first approver gave, which each other approver sends back as it "
+        "is (else 409 decision_differs); null before the first approval or at an untyped gate",
     )
 
 

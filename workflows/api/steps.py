@@ -24,16 +24,37 @@ class GateDecisionIn(DecisionIn):
     )
 
 
+class GateApprovalIn(GateDecisionIn):
+    choice: str | None = Field(
+        None,
+        max_length=200,
+        description="At a gate with `options`: the one you choose (required there; 400 with `fields` when not "
+        "one of them). Later steps whose `when` names another choice end SKIPPED.",
+    )
+    input: dict[str, Any] | None = Field(
+        None,
+        description="At a gate with an `input_schema`: the first approver's input, valid against it (400 with "
+        "`fields`); each later approver sends the same choice and input, else 409 `decision_differs` with "
+        "`current`.",
+    )
+
+
 @router.post(
     "/workflows/{workflow_id}/steps/{step_key}/approve",
     response=WorkflowOut,
     summary="Approve the gate the workflow waits at before this step (reviewers, not the submitter); the run "
     "goes on once the gate's approvals are in",
 )
-def approve_gate(request, workflow_id: UUID, step_key: str, payload: GateDecisionIn):
+def approve_gate(request, workflow_id: UUID, step_key: str, payload: GateApprovalIn):
     workflow = lookup.workflow(request, workflow_id)
     gate_decisions.approve(
-        workflow, lookup.gate_step(workflow, step_key), by=request.user, seen=seen(payload), comment=payload.comment
+        workflow,
+        lookup.gate_step(workflow, step_key),
+        by=request.user,
+        seen=seen(payload),
+        comment=payload.comment,
+        choice=payload.choice,
+        given_input=payload.input,
     )
     return workflow_out(lookup.workflow(request, workflow_id))
 

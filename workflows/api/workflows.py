@@ -35,6 +35,31 @@ GATE_SCHEMA = {
             "description": "Reviewers who must approve before this step runs",
         },
         "note": {"type": "string", "maxLength": 2000, "description": "What the reviewers are to check at the gate"},
+        "options": {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": 20,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": "The choices its approvers pick one of (the decision's `choice`); later steps' `when` "
+            "names one",
+        },
+        "input_schema": {
+            "type": "object",
+            "description": "A JSON Schema of an object the first approver fills in (the decision's `input`) and "
+            "the others approve; needs approvals >= 2. Later args take it by "
+            '{"$decision": "<gate key>.input.<field>"}',
+        },
+    },
+}
+
+WHEN_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["gate", "choice"],
+    "properties": {
+        "gate": {"type": "string", "description": "The key of an earlier step whose gate has options"},
+        "choice": {"type": "string", "description": "One of its options: on any other, this step ends SKIPPED"},
     },
 }
 
@@ -51,6 +76,11 @@ class StepIn(Schema):
         description="Pause the run before this step until reviewers approve it, seeing the results of the "
         "steps before it (not on the first step)",
         json_schema_extra={"anyOf": [GATE_SCHEMA, {"type": "null"}]},
+    )
+    when: dict[str, Any] | None = Field(
+        None,
+        description="Run this step only on one choice of an earlier gate; on any other it ends SKIPPED",
+        json_schema_extra={"anyOf": [WHEN_SCHEMA, {"type": "null"}]},
     )
 
 

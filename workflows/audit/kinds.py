@@ -53,6 +53,7 @@ NAMED: dict[str, str] = {
     "gate.approval_recorded": "One approval of a gate's several was recorded.",
     "gate.opened": "A gate's approvals are complete: its step goes back in line.",
     "gate.rejected": "A reviewer rejected a gate: the step never runs.",
+    "step.skipped": "The step's `when` named another choice than its gate took: it ends SKIPPED, never run.",
     "attempt.requested": "An attempt was committed as REQUESTED, before any effect was sent.",
     "step.lease_expired": "A worker's lease on the step ran out; recovery takes the step over.",
     "step.released": "A draining cluster gave back a claimed step it had not sent yet.",

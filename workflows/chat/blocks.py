@@ -19,7 +19,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from workflows.chat import buttons
-from workflows.engine import gates, policy
+from workflows.engine import choices, gates, policy
 from workflows.models import Approval, AuditEvent, ChatMessage, Compensation, GateApproval, Step, Workflow
 from workflows.states import CompensationStatus, PreviewState, StepStatus, WorkflowStatus
 
@@ -233,10 +233,13 @@ def _plan(workflow: Workflow) -> Message:
     return Message(text, blocks, not why)
 
 
-def _only_open(*, cut: bool, pending: bool, in_chat: bool) -> str:
+def _only_open(*, cut: bool, pending: bool, in_chat: bool, typed: bool = False) -> str:
     """Why the message offers only Open, or "" when it may be decided here."""
     if not in_chat:
         return "_An action of this plan is decided in the console only._"
+    if typed:
+        # A button carries no choice or input (docs/explanation/review.md#typed-decisions).
+        return "_This gate asks for a choice or an input: decide in the console._"
     if cut:
         return "_Too long for Slack: decide in the console._"
     if pending:
@@ -271,7 +274,9 @@ def _gate(workflow: Workflow, step: Step) -> Message:
         names = ", ".join(d.reviewer.get_username() for d in decisions)
         blocks.append(_context(f"Approved so far by {escape(names)} ({len(decisions)} of {gates.required(step)})"))
     policies = policy.policies_for({s["action"] for s in workflow.plan}).values()
-    why = _only_open(cut=fit.cut, pending=False, in_chat=policy.chat_decisions(policies))
+    why = _only_open(
+        cut=fit.cut, pending=False, in_chat=policy.chat_decisions(policies), typed=choices.typed(step.gate)
+    )
     if why:
         blocks += [_context(why), _actions(url)]
     else:

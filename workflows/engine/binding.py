@@ -17,62 +17,65 @@ from datetime import UTC
 
 from workflows.audit import keys
 from workflows.db import canonical_json, sha256_hex
-from workflows.models import Approval, Compensation, Step
+from workflows.models import Approval, Compensation, Step, Workflow
 
 
-def entry(key: str, action: str, args, compensation, gate=None) -> dict:
+def entry(key: str, action: str, args, compensation, gate=None, when=None) -> dict:
     """One step as the plan hash covers it: the shape plans were always
     hashed in (`plans.canonical_plan`), so hashes stored before binding was
-    checked stay valid. A step's `gate` joins it only when the step has one
-    (docs/explanation/review.md#review): a plan without gates hashes as it always did."""
+    checked stay valid. A step's `gate` (docs/explanation/review.md#review) and its `when`
+    (docs/explanation/review.md#typed-decisions) join it only when the step has them: a plan
+    without them hashes as it always did."""
     found = {"key": key, "action": action, "args": args, "compensation": compensation or None}
     if gate:
         found["gate"] = gate
+    if when:
+        found["when"] = when
     return found
 
 
-ON_EXPIRY = "on_expiry"
-
-
 def plan_hash(entries: list[dict], review: dict | None = None) -> str:
-    """The hash of a plan's steps, and of its `review` when that says what
-    happens at its deadline (`on_expiry`, docs/explanation/review.md#on-expiry): who is
-    told and how long the plan then waits are part of what is approved. A
-    plan whose review does not say hashes as it always did."""
-    if isinstance(review, dict) and ON_EXPIRY in review:
-        return sha256_hex(canonical_json({"steps": entries, "review": review}))
-    return sha256_hex(canonical_json(entries))
+    """SHA-256 of the steps' entries; a plan's `review` (its deadline,
+    reminders, escalation) joins them as a last entry when it has one
+    (docs/explanation/review.md#typed-decisions): a plan without one hashes as it always did."""
+    return sha256_hex(canonical_json(entries + [{"review": review}] if review is not None else entries))
 
 
-def stored_hashes(lanes, manager=None) -> dict[tuple, str]:
+def stored_hashes(lanes, manager=None, workflows=None) -> dict[tuple, str]:
     """The plan hash of the stored steps of each `(workflow id, lane)`, in
-    one query whatever their number. Lane 0 is the plan reviewers approved;
-    a compensation's lane is the undo its authorizer allowed. (`manager`:
-    the Step manager to read, a migration's historical one.)"""
+    one query whatever their number, and lane 0's with its workflow's
+    `review`. Lane 0 is the plan reviewers approved; a compensation's lane
+    is the undo its authorizer allowed. (`manager`, `workflows`: the Step
+    and Workflow managers to read, a migration's historical ones; with a
+    historical Step manager and no Workflow one, no review is read.)"""
     lanes = set(lanes)
     if not lanes:
         return {}
     steps = (Step.objects if manager is None else manager).filter(
         workflow_id__in={workflow for workflow, _ in lanes}, lane__in={lane for _, lane in lanes}
     )
-    gated = manager is None or any(field.name == "gate" for field in manager.model._meta.get_fields())
-    columns = ("workflow_id", "lane", "key", "action", "args", "compensation") + (("gate",) if gated else ())
+    names = {field.name for field in (Step if manager is None else manager.model)._meta.get_fields()}
+    extra = tuple(name for name in ("gate", "when") if name in names)
+    columns = ("workflow_id", "lane", "key", "action", "args", "compensation") + extra
     plans: dict[tuple, list[dict]] = {lane: [] for lane in lanes}
-    reviews = _reviews(steps, plans)
-    for workflow_id, lane, key, action, args, compensation, *gate in steps.order_by("position").values_list(*columns):
+    for workflow_id, lane, key, action, args, compensation, *more in steps.order_by("position").values_list(*columns):
         if (workflow_id, lane) in plans:
-            plans[workflow_id, lane].append(entry(key, action, args, compensation, gate[0] if gate else None))
-    return {lane: plan_hash(entries, reviews.get(lane[0]) if lane[1] == 0 else None) for lane, entries in plans.items()}
-
-
-def _reviews(steps, plans) -> dict:
-    """The `review` of each plan (lane 0) whose hash covers it: one query,
-    none when no plan's own steps are asked for (or before plans had one)."""
-    ids = {workflow_id for workflow_id, lane in plans if lane == 0}
-    model = steps.model._meta.get_field("workflow").related_model
-    if not ids or not any(field.name == "review" for field in model._meta.get_fields()):
-        return {}
-    return dict(model._default_manager.filter(pk__in=ids, review__has_key=ON_EXPIRY).values_list("pk", "review"))
+            plans[workflow_id, lane].append(entry(key, action, args, compensation, **dict(zip(extra, more))))
+    if workflows is None and manager is None:
+        workflows = Workflow.objects
+    reviews = (
+        dict(
+            workflows.filter(pk__in={w for w, lane in lanes if lane == 0}, review__isnull=False).values_list(
+                "pk", "review"
+            )
+        )
+        if workflows is not None and any(lane == 0 for _, lane in lanes)
+        else {}
+    )
+    return {
+        (workflow_id, lane): plan_hash(entries, reviews.get(workflow_id) if lane == 0 else None)
+        for (workflow_id, lane), entries in plans.items()
+    }
 
 
 def compensation_hash(plan: list[dict]) -> str:
@@ -97,6 +100,9 @@ def sealed_text(record: Approval | Compensation) -> str:
                 "reviewer": record.reviewer_id,
                 "decision": record.decision,
                 "at": _instant(record.created_at),
+                # Only at a typed gate: seals made before typed decisions stay valid.
+                **({"choice": record.choice} if getattr(record, "choice", "") else {}),
+                **({"input": record.input} if getattr(record, "input", None) is not None else {}),
             }
         )
     if record._meta.model_name == "compensation":  # also a migration's historical model

@@ -29,6 +29,7 @@ from workflows import actions, queue, telemetry
 from workflows.actions import ActionError
 from workflows.audit import journal
 from workflows.engine import (
+    choices,
     draining,
     failpoints,
     gatekeeper,
@@ -46,7 +47,7 @@ from workflows.engine import (
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
-from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.states import FINISHED_STEP, AttemptStatus, StepStatus, WorkflowStatus
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def due_steps(workflow_id=None, window: int | None = None, exclude_actions=()):
         steps = ready.filter(pk__in=_first_ready(ready, window))
     earlier_unfinished = Step.objects.filter(
         workflow=OuterRef("workflow"), lane=OuterRef("lane"), position__lt=OuterRef("position")
-    ).exclude(status=StepStatus.COMPLETE)
+    ).exclude(status__in=FINISHED_STEP)
     steps = steps.filter(~Exists(earlier_unfinished))
     # Within a window, any order will do (it holds the first due steps). Id
     # order, under `fixed_plans`, makes the planner fetch the window's rows
@@ -175,6 +176,11 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
             if connection.features.has_select_for_update_skip_locked:
                 candidates = candidates.select_for_update(skip_locked=True, of=("self",))
             found = list(candidates.select_related("workflow")[:limit])
+        # A step whose `when` names another choice of its gate ends SKIPPED
+        # here, before its own gate (if any) could pause it.
+        if skipped := [step for step in found if step.when and not choices.taken(step)]:
+            gatekeeper.skip(skipped)
+            found = [step for step in found if step not in skipped]
         # A step whose gate is shut is not claimed: it and its workflow
         # wait for the gate's approvals, paused here under the claim's lock.
         if shut := [step for step in found if gates.shut(step)]:

@@ -8,7 +8,7 @@ from workflows.audit import journal
 from workflows.engine.leases import WORKER
 from workflows.engine.transitions import move, move_many
 from workflows.models import Step, Workflow
-from workflows.states import StepStatus, WorkflowStatus
+from workflows.states import FINISHED_STEP, StepStatus, WorkflowStatus
 
 
 def pause(steps: list[Step]) -> None:
@@ -35,6 +35,39 @@ def pause(steps: list[Step]) -> None:
             log=log,
             data=lambda workflow: {"steps": [s.key for s in waiting if s.workflow_id == workflow.pk]},
         )
+    journal.append_many(log)
+
+
+def skip(steps: list[Step]) -> None:
+    """Inside the claim's transaction, with these (ready, PENDING) steps'
+    rows locked: each ends SKIPPED, its gate having chosen another branch
+    (docs/explanation/review.md#typed-decisions); the step after it is ready, and a workflow
+    whose steps are all done with is complete."""
+    log: list[journal.Entry] = []
+    skipped = move_many(
+        [step for step in steps if step.status == StepStatus.PENDING],
+        StepStatus.SKIPPED,
+        actor=WORKER,
+        verb="step.skipped",
+        locked=True,
+        log=log,
+        next_attempt_at=None,
+        data=lambda step: {"when": step.when},
+    )
+    Step.objects.ready_after(skipped)
+    touched = {step.workflow_id: step.workflow for step in skipped}
+    unfinished = set(
+        Step.objects.filter(workflow_id__in=touched, lane=0)
+        .exclude(status__in=FINISHED_STEP)
+        .values_list("workflow_id", flat=True)
+        .distinct()
+    )
+    move_many(
+        [w for pk, w in touched.items() if pk not in unfinished and w.status == WorkflowStatus.RUNNING],
+        WorkflowStatus.COMPLETE,
+        actor=WORKER,
+        log=log,
+    )
     journal.append_many(log)
 
 

@@ -86,8 +86,26 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
         ):
             a.person = people[a.reviewer_id]
             counted.setdefault(a.person, a)
-    return list(counted.values())
+    found = list(counted.values())
+    if found and step.gate and ("options" in step.gate or "input_schema" in step.gate):
+        # A typed gate's approvals count for the first one's choice and input only
+        # (docs/explanation/review.md#typed-decisions).
+        first = min(found, key=lambda a: (a.created_at, a.pk))
+        found = [
+            a for a in found if a.choice == first.choice and canonical_json(a.input) == canonical_json(first.input)
+        ]
+    return found
 
 
 def required(step: Step) -> int:
     return int((step.gate or {}).get("approvals", 1))
+
+
+def standing(approvals: list[GateApproval]) -> dict | None:
+    """At a typed gate, the `{"choice", "input"}` of the first of its valid
+    approvals, which every other approver approves as it is
+    (docs/explanation/review.md#typed-decisions); None before the first."""
+    if not approvals:
+        return None
+    first = min(approvals, key=lambda a: (a.created_at, a.pk))
+    return {"choice": first.choice or None, "input": first.input}

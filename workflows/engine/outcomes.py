@@ -23,7 +23,7 @@ from workflows.engine import compensating, failpoints, limits, parking, planning
 from workflows.engine.leases import WORKER, LeaseLost, assert_lease, still_held
 from workflows.engine.transitions import move, move_many
 from workflows.models import Attempt, Step, Workflow
-from workflows.states import RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
+from workflows.states import FINISHED_STEP, RETRYABLE_CLASSES, AttemptStatus, FailureClass, StepStatus, WorkflowStatus
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def settle(step: Step, ok: bool, fence: int) -> None:
                 compensating.step_complete(workflow, step)
             elif (
                 workflow.status == WorkflowStatus.RUNNING
-                and not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists()
+                and not workflow.steps.filter(lane=0).exclude(status__in=FINISHED_STEP).exists()
             ):
                 move(workflow, WorkflowStatus.COMPLETE, actor=WORKER)
         else:
@@ -192,7 +192,7 @@ def complete_held(steps: list[Step], log: list) -> None:
     touched = {step.workflow_id for step in done}
     unfinished = set(
         Step.objects.filter(workflow_id__in=touched, lane=0)
-        .exclude(status=StepStatus.COMPLETE)
+        .exclude(status__in=FINISHED_STEP)
         .order_by()
         .values_list("workflow_id", flat=True)
         .distinct()

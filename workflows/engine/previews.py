@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from workflows import actions
 from workflows.actions import Action, ActionError, Preview
+from workflows.actions.args import is_decision
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
 from workflows.chat import marks as chat
@@ -39,8 +40,8 @@ CONCURRENT_READS = 8
 
 
 def uses_results(value) -> bool:
-    """Whether args take a value from an earlier step (`$from`)."""
-    if actions.is_reference(value):
+    """Whether args take a value from an earlier step (`$from`) or gate (`$decision`)."""
+    if actions.is_reference(value) or is_decision(value):
         return True
     if isinstance(value, dict):
         return any(uses_results(item) for item in value.values())

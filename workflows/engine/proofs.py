@@ -14,6 +14,7 @@ from __future__ import annotations
 from workflows.actions import Action, PerformContext
 from workflows.actions.context import new_jti
 from workflows.audit import signing
+from workflows.engine import choices
 from workflows.models import Attempt, Step
 
 
@@ -57,5 +58,6 @@ def context(step: Step, attempt: Attempt, args_sha256: str, keys: signing.KeySet
         args_sha256=args_sha256,
         kid=attempt.proof_kid,
         keys=keys,
+        decisions_sha256=choices.Decisions(step).digest(),
         **extra,
     )

@@ -1,13 +1,16 @@
 """References in args, resolved when the step runs and only then:
 `{"$from": "<step key>.result.<field>"}` takes a value from an earlier
-step's recorded result (docs/reference/http-api.md#http-api); `{"$secret": "NAME"}` takes a secret
+step's recorded result (docs/reference/http-api.md#http-api); `{"$decision": "<gate key>.input.<field>"}`
+takes a typed gate's input (docs/explanation/review.md#typed-decisions); `{"$secret": "NAME"}` takes a secret
 from the worker's environment (docs/explanation/trust-core.md#secrets-by-reference, `workflows.secrets`)."""
 
 from workflows import actions
 from workflows.actions import ActionError
+from workflows.actions.args import DECISION, is_decision
 from workflows.audit import secrets
 from workflows.audit.redaction import was_redacted
 from workflows.db import canonical_json, sha256_hex
+from workflows.engine import choices
 from workflows.models import Step
 from workflows.states import FailureClass, StepStatus
 
@@ -83,10 +86,13 @@ def resolve(step: Step) -> tuple[dict, str]:
     `$from` references resolved and their secrets left as references: what
     the approval proof's `args_sha256` binds, with no secret in it."""
     results = _Results(step)
+    decisions = choices.Decisions(step)
 
     def walk(value, reveal: bool):
         if actions.is_reference(value):
             return results.lookup(value[actions.FROM])
+        if is_decision(value):
+            return decisions.lookup(value[DECISION])
         if secrets.is_reference(value):
             if not reveal:
                 return value

@@ -239,6 +239,12 @@ class Step(models.Model):
     # is when they had.
     gate = models.JSONField(null=True, blank=True)
     gate_opened_at = models.DateTimeField(null=True, blank=True)
+    # Typed decisions (docs/explanation/review.md#typed-decisions): at a gate
+    # with `options` or an `input_schema`, the choice and input its approvers
+    # agreed on, `{"choice", "input"}`, kept when it opened. `when`: `{"gate":
+    # key, "choice": option}`, this step runs only on that choice, else SKIPPED.
+    gate_decision = models.JSONField(null=True, blank=True)
+    when = models.JSONField(null=True, blank=True)
     # An operator's answer for this IN_DOUBT step that waits for a second
     # person (docs/explanation/decisions.md#bound-decisions, `workflows.operations.resolution`): `{"decision",
     # "reason", "external_ref", "result", "at"}`, and who gave it. Null

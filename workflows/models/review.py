@@ -51,6 +51,10 @@ class GateApproval(models.Model):
     comment = models.TextField(blank=True, default="")
     plan_hash = models.CharField(max_length=64)
     results_digest = models.CharField(max_length=64)
+    # A typed gate's choice among its options and the input its schema asks
+    # for (docs/explanation/review.md#typed-decisions); sealed with the rest.
+    choice = models.CharField(max_length=200, blank=True, default="")
+    input = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     mac = models.CharField(max_length=64, blank=True, default="")
     key_id = models.CharField(max_length=32, blank=True, default="")

@@ -22,7 +22,7 @@ from workflows.errors import DomainError, NotAllowed, NotVisible, WrongState
 from workflows.models import DeadLetter, Job, JobItem, Step, Workflow
 from workflows.operations import compensation
 from workflows.reasons import clean_reason
-from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.states import FINISHED_STEP, AttemptStatus, StepStatus, WorkflowStatus
 
 MAX_BULK = 500
 
@@ -211,7 +211,7 @@ def settle_applied(dead_letter: DeadLetter, found: Outcome, *, by, reason: str) 
             queue.wake(workflow)
         elif workflow.status == WorkflowStatus.FAILED:
             move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=context)
-            if workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
+            if workflow.steps.filter(lane=0).exclude(status__in=FINISHED_STEP).exists():
                 queue.wake(workflow)
             else:
                 move(workflow, WorkflowStatus.COMPLETE, actor=by)

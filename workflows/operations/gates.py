@@ -17,9 +17,10 @@ from workflows import queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.chat import marks as chat
-from workflows.engine import binding, gates, locks
+from workflows.db import canonical_json
+from workflows.engine import binding, choices, gates, locks
 from workflows.engine.transitions import move
-from workflows.errors import WrongState
+from workflows.errors import DomainError, WrongState
 from workflows.models import GateApproval, Step, Workflow
 from workflows.operations import deciding, delegation
 from workflows.operations.deciding import Seen
@@ -30,6 +31,38 @@ class ResultsChanged(WrongState):
     """The results before the gate are no longer those the reviewer was shown."""
 
     code = "results_changed"
+
+
+class DecisionInvalid(DomainError):
+    """A choice or input the gate does not take (400 with `fields`)."""
+
+    code = "invalid"
+
+
+class DecisionDiffers(WrongState):
+    """At a typed gate, the first approver's choice and input stand: the
+    others approve those, or reject (`details["current"]` names them)."""
+
+    code = "decision_differs"
+
+
+def _typed(step: Step, counted: list[GateApproval], choice, given_input) -> dict | None:
+    """The checked `{"choice", "input"}` of an approval at a typed gate
+    (docs/explanation/review.md#typed-decisions), None at a plain one: valid for the gate,
+    and the same as the first counted approver's."""
+    if not choices.typed(step.gate) and choice is None and given_input is None:
+        return None
+    if errors := choices.decision_errors(step.gate or {}, choice, given_input):
+        named = "; ".join(f"{path}: {message}" for path, message in errors.items())
+        raise DecisionInvalid(f"The decision is not valid for this gate: {named}", fields=errors)
+    decided = {"choice": choice or None, "input": given_input}
+    standing = gates.standing(counted)
+    if standing is not None and canonical_json(standing) != canonical_json(decided):
+        raise DecisionDiffers(
+            "Another approver already gave this gate's choice and input: approve those, or reject.",
+            details={"current": standing},
+        )
+    return decided
 
 
 def _waiting(workflow_id, step_key: str, by, what: str, *, approving: bool) -> tuple[Workflow, Step, str]:
@@ -48,7 +81,9 @@ def _waiting(workflow_id, step_key: str, by, what: str, *, approving: bool) -> t
     return locked, step, me
 
 
-def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, shown: str | None) -> GateApproval:
+def _record(
+    workflow: Workflow, step: Step, by, decision: str, comment: str, shown: str | None, typed: dict | None = None
+) -> GateApproval:
     """The decision, once its decider is found eligible: the results before
     the gate must be those they were shown (named whenever there are any)."""
     digest = gates.results_digest(step)
@@ -65,6 +100,8 @@ def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, sho
             comment=comment,
             plan_hash=workflow.plan_hash,
             results_digest=digest,
+            choice=(typed or {}).get("choice") or "",
+            input=(typed or {}).get("input"),
             created_at=timezone.now(),
         )
     )
@@ -76,20 +113,32 @@ def _record(workflow: Workflow, step: Step, by, decision: str, comment: str, sho
         raise WrongState("You have already decided at this gate.") from None
 
 
-def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment: str = "") -> Workflow:
+def approve(
+    workflow: Workflow | UUID,
+    step_key: str,
+    *,
+    by,
+    seen: Seen,
+    comment: str = "",
+    choice: str | None = None,
+    given_input=None,
+) -> Workflow:
     """Approve the gate as `seen`: the plan's revision and hash, and the
     digest of the results before the gate (`gates.results_digest`) the
-    reviewer was shown; refused (409) when any changed since."""
+    reviewer was shown; refused (409) when any changed since. At a typed
+    gate, with its `choice` and `given_input` (`_typed`)."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
         locked, step, me = _waiting(
             getattr(workflow, "pk", workflow), step_key, by, "approve a gate of this plan", approving=True
         )
         deciding.current_plan(locked, seen)
-        counted = {approval.person for approval in gates.valid_approvals(step, locked)}
+        valid = gates.valid_approvals(step, locked)
+        counted = {approval.person for approval in valid}
         if me in counted:
             raise WrongState("You have already decided at this gate (four eyes count people, not accounts).")
-        _record(locked, step, by, GateApproval.Decision.APPROVE, comment, seen.results_digest)
+        typed = _typed(step, valid, choice, given_input)
+        _record(locked, step, by, GateApproval.Decision.APPROVE, comment, seen.results_digest, typed)
         have = len(counted | {me})
         need = gates.required(step)
         data = {
@@ -98,6 +147,7 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
             "approvals": have,
             "required": need,
             "results_digest": gates.results_digest(step),
+            **(typed or {}),
         }
         data = delegation.stamped(data, locked, by)
         if have < need:
@@ -112,7 +162,16 @@ def approve(workflow: Workflow | UUID, step_key: str, *, by, seen: Seen, comment
             chat.changed([locked.pk])
             return locked
         now = timezone.now()
-        move(step, StepStatus.PENDING, actor=by, verb="gate.opened", data=data, gate_opened_at=now, next_attempt_at=now)
+        move(
+            step,
+            StepStatus.PENDING,
+            actor=by,
+            verb="gate.opened",
+            data=data,
+            gate_opened_at=now,
+            next_attempt_at=now,
+            gate_decision=typed,
+        )
         move(locked, WorkflowStatus.RUNNING, actor=by, verb="workflow.gate_approved", data=data)
         queue.wake(locked)
     return locked

@@ -22,7 +22,7 @@ from workflows.audit import journal, secrets
 from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.chat import marks as chat
 from workflows.db import canonical_json, sha256_hex
-from workflows.engine import binding, policy, previews
+from workflows.engine import binding, choices, policy, previews
 from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
 from workflows.operations import policy_sets
 from workflows.states import PreviewState
@@ -69,6 +69,8 @@ def validate(body: dict) -> dict[str, str]:
         if kind := find_credential(body.get(field) or ""):
             errors[field] = f"This looks like a credential ({kind}): remove it."
     seen: list[str] = []
+    gates: dict[str, dict] = {}  # the earlier steps' gates, by key (`when`, `$decision`)
+    branches: dict[str, dict] = {}  # the earlier steps' `when`, by key
     for index, step in enumerate(steps):
         where = f"steps.{index}"
         key = step["key"]
@@ -91,8 +93,15 @@ def validate(body: dict) -> dict[str, str]:
             source, _, rest = ref.partition(".result")
             if source not in seen or (rest and not rest.startswith(".")):
                 _add(errors, {path: "A $from reference must name an earlier step: '<step key>.result.<field>'."})
+            elif branches.get(source) and branches[source] != step.get("when"):
+                _add(errors, {path: choices.OTHER_BRANCH})
+        _add(errors, choices.reference_errors(step["args"], gates, f"{where}.args", branches, step.get("when")))
+        if step.get("when") is not None:
+            _add(errors, choices.when_errors(step["when"], gates, f"{where}.when"))
         if step.get("gate") is not None:
             _add(errors, _gate_errors(step["gate"], index, f"{where}.gate"))
+            if isinstance(step["gate"], dict):
+                gates[key] = step["gate"]
         compensation = step.get("compensation")
         if compensation is not None:
             undo = actions.find(compensation["action"])
@@ -104,6 +113,8 @@ def validate(body: dict) -> dict[str, str]:
             _add(errors, credential_fields(undo_args, f"{where}.compensation.args"))
             _add(errors, secrets.check(undo_args, undo, f"{where}.compensation.args"))
         seen.append(key)
+        if isinstance(step.get("when"), dict):
+            branches[key] = step["when"]
     return errors
 
 
@@ -177,14 +188,15 @@ def _on_expiry_errors(review: dict) -> dict[str, str]:
 
 def _gate_errors(gate, index: int, where: str) -> dict[str, str]:
     """A gate is `{"approvals": 1..10, "note": text}`, on any step but the
-    first (the plan's own approval already stands before that one)."""
+    first (the plan's own approval already stands before that one), with
+    `options` and an `input_schema` when typed (`choices.gate_errors`)."""
     if index == 0:
         return {where: "The first step cannot carry a gate: the plan's approval already stands before it."}
     if not isinstance(gate, dict):
         return {where: 'A gate is {"approvals": N, "note": "..."}.'}
-    errors = {}
-    for name in sorted(set(gate) - {"approvals", "note"}):
-        errors[f"{where}.{name}"] = "Unknown field: a gate has approvals and note."
+    errors = choices.gate_errors(gate, where)
+    for name in sorted(set(gate) - {"approvals", "note", "options", "input_schema"}):
+        errors[f"{where}.{name}"] = "Unknown field: a gate has approvals, note, options and input_schema."
     approvals = gate.get("approvals")
     if type(approvals) is not int or not 1 <= approvals <= MAX_GATE_APPROVALS:
         errors[f"{where}.approvals"] = f"A whole number of approvals, 1 to {MAX_GATE_APPROVALS}."
@@ -224,6 +236,7 @@ def canonical_plan(steps: list[dict]) -> list[dict]:
             "compensation": step["compensation"] if step.get("compensation") else None,
             # Only on a gated step: a plan without gates is stored and hashed as it always was.
             **({"gate": step["gate"]} if step.get("gate") else {}),
+            **({"when": step["when"]} if step.get("when") else {}),
         }
         for step in steps
     ]
@@ -310,6 +323,7 @@ def submit(user, body: dict) -> Submission:
                     args=step["args"],
                     compensation=step["compensation"],
                     gate=step.get("gate"),
+                    when=step.get("when"),
                     operation_key=operation_key_for(workflow.id, step["key"]),
                     preview_state=previews.initial_state(actions.find(step["action"]), step["args"]),
                 )

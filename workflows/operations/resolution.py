@@ -31,7 +31,7 @@ from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import Step, Workflow
 from workflows.operations import compensation
 from workflows.reasons import clean_reason
-from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
+from workflows.states import FINISHED_STEP, AttemptStatus, StepStatus, WorkflowStatus
 
 HAPPENED = "happened"
 NOT_HAPPENED = "not_happened"
@@ -188,7 +188,7 @@ def _settle(step: Step, workflow: Workflow, *, by, evidence: dict, result, verb:
             move(workflow, WorkflowStatus.FAILED, actor=by, verb="workflow.stopped", data=evidence)
         compensation.request(workflow, by=by, reason=evidence["reason"])
     elif workflow.status == WorkflowStatus.NEEDS_ATTENTION:
-        if not workflow.steps.filter(lane=0).exclude(status=StepStatus.COMPLETE).exists():
+        if not workflow.steps.filter(lane=0).exclude(status__in=FINISHED_STEP).exists():
             move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.resumed", data=evidence)
             move(workflow, WorkflowStatus.COMPLETE, actor=by)
         elif not workflow.steps.filter(status=StepStatus.IN_DOUBT).exists():

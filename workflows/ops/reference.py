@@ -300,6 +300,13 @@ def states_page() -> str:
         ),
         ("Active workflow states", states.ACTIVE_WORKFLOW, "workers run its steps"),
         (
+            "Finished step states",
+            states.FINISHED_STEP,
+            "a forward step done with: the next may run, and a plan whose steps all are is complete; "
+            "`SKIPPED`: its `when` named another choice of its gate "
+            "([typed decisions](../explanation/review.md#typed-decisions))",
+        ),
+        (
             "Retried failure classes",
             states.RETRYABLE_CLASSES,
             "retried automatically when the action is safe to repeat; every other class is not",

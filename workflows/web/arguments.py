@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from workflows import actions
+from workflows.actions.args import DECISION, is_decision
 from workflows.audit import secrets
 from workflows.states import PreviewState
 
@@ -83,6 +84,9 @@ def node(value: Any, results: dict[str, Any] | None = None) -> dict:
         return {"kind": "secret", "name": value[secrets.SECRET]}
     if actions.is_reference(value):
         return _from(value[actions.FROM], results or {})
+    if is_decision(value):
+        gate, _, path = value[DECISION].partition(".input.")
+        return {"kind": "decision", "gate": gate, "path": path}
     if isinstance(value, str):
         lines = value.splitlines()
         if len(value) > FOLD_CHARACTERS or len(lines) > FOLD_LINES:

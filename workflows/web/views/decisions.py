@@ -18,7 +18,7 @@ from workflows.models import Workflow
 from workflows.operations import approvals
 from workflows.operations import gates as gate_decisions
 from workflows.states import PreviewState, WorkflowStatus
-from workflows.web import seen
+from workflows.web import gate_form, seen
 from workflows.web.auth import needs_recent_sign_in
 from workflows.web.pages import act
 from workflows.web.views.detail import detail_path, detail_url, get_workflow_for_user, live
@@ -29,7 +29,7 @@ from workflows.web.views.plans import with_review_facts
 @require_POST
 @needs_recent_sign_in(back=lambda workflow_id, **_: detail_path(workflow_id))
 def gate_approve(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpResponse:
-    return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved")
+    return _gate_decision(request, workflow_id, step_key, gate_decisions.approve, "Gate approved", typed=True)
 
 
 @login_required
@@ -39,16 +39,28 @@ def gate_reject(request: HttpRequest, workflow_id: UUID, step_key: str) -> HttpR
     return _gate_decision(request, workflow_id, step_key, gate_decisions.reject, "Gate rejected")
 
 
-def _gate_decision(request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str) -> HttpResponse:
+def _gate_decision(
+    request: HttpRequest, workflow_id: UUID, step_key: str, decision, done: str, typed: bool = False
+) -> HttpResponse:
+    """A gate's decision from the page's form; an approval carries the
+    choice and input of a typed gate (`gate_form.read`)."""
     if not roles.is_reviewer(request.user):
         raise PermissionDenied
     workflow = get_workflow_for_user(request, workflow_id)
-    get_object_or_404(workflow.steps, key=step_key, lane=0)
+    step = get_object_or_404(workflow.steps, key=step_key, lane=0)
     comment = request.POST.get("comment", "")[:4000]
     shown = seen.from_form(request)
+    extra = {}
+    if typed:
+        try:
+            choice, given_input = gate_form.read(step.gate, request.POST)
+        except gate_form.Unreadable as exc:
+            messages.error(request, f"The decision is not valid for this gate: {exc}")
+            return live(request, workflow) if request.htmx else redirect(detail_url(workflow))
+        extra = {"choice": choice, "given_input": given_input}
     return act(
         request,
-        lambda: decision(workflow, step_key, by=request.user, seen=shown, comment=comment),
+        lambda: decision(workflow, step_key, by=request.user, seen=shown, comment=comment, **extra),
         done=f"{done}: {workflow.name}",
         back=detail_url(workflow),
         partial=lambda: live(request, workflow),

@@ -18,7 +18,7 @@ from workflows.engine import gates, policy
 from workflows.models import AuditEvent, Step, Workflow
 from workflows.operations import cancellation, claims, compensation, revisions
 from workflows.states import TERMINAL_WORKFLOW, PreviewState, StepStatus, WorkflowStatus
-from workflows.web import arguments
+from workflows.web import arguments, gate_form
 
 
 def get_workflow_for_user(request: HttpRequest, workflow_id: UUID) -> Workflow:
@@ -254,11 +254,14 @@ def _gate_context(workflow: Workflow, steps: list[Step], reviewer: bool) -> dict
     step = next((s for s in steps if s.lane == 0 and s.status == StepStatus.WAITING_GATE), None)
     if workflow.status != WorkflowStatus.WAITING_GATE or step is None:
         return {"gate": None}
+    valid = gates.valid_approvals(step, workflow)
     return {
         "gate": {
             "step": step,
             "note": (step.gate or {}).get("note", ""),
-            "approvals": len(gates.valid_approvals(step, workflow)),
+            # A typed gate's form (docs/explanation/review.md#typed-decisions).
+            "typed": gate_form.form_context(step.gate, gates.standing(valid)),
+            "approvals": len(valid),
             "required": gates.required(step),
             "results_digest": gates.results_digest(step),
             "can_decide": reviewer,

@@ -182,7 +182,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     )
     _team_metrics(lines)
     active = dict(
-        Step.objects.exclude(status__in=[StepStatus.COMPLETE, StepStatus.COMPENSATED, StepStatus.PENDING])
+        Step.objects.exclude(
+            status__in=[StepStatus.COMPLETE, StepStatus.COMPENSATED, StepStatus.PENDING, StepStatus.SKIPPED]
+        )
         .values("status")
         .annotate(n=Count("id"))
         .values_list("status", "n")
