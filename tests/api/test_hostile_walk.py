@@ -262,6 +262,12 @@ TEMPLATES = {
         "reason": "r",
         "version": 1,
     },
+    # A proposed version of a team's Cedar policy set, and a plan to evaluate against the live sets.
+    "/versions": {"text": '@id("reads")\npermit(principal, action == Action::"auto_approve", resource);\n', "reason": "r"},
+    "/policies/evaluate": {
+        "plan": {"steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]},
+        "agent": "agent",
+    },
     "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
     "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
 }
@@ -357,6 +363,8 @@ def world(people, desk, monkeypatch):
         "delivery_id": [str(delivery.pk)],
         "name": ["ticket.create", "noop"],
         "change_id": [str(loosen.pk)],
+        # A team's policy set, and the global one.
+        "team": ["default", "global"],
         "object_id": [str(people["admin"].pk), str(Group.objects.first().pk), str(ActionPolicy.objects.first().pk)],
         "id": [str(people["admin"].pk)],
         "content_type_id": [str(ContentType.objects.get_for_model(Workflow).pk)],

@@ -171,10 +171,12 @@ def test_the_expiry_settings_are_inside_the_plan_hash(people, leads):
         )
     }
     assert len(hashes) == 4
-    # A review that does not name on_expiry hashes as plans always did: the steps alone.
+    # The whole review is hashed, whether or not it names on_expiry: its
+    # deadline and escalation are approved with the steps too.
     plain = submitted(people, "plain", {"deadline_seconds": 3600, "escalate_to": "leads"})
     entries = [binding.entry(s["key"], s["action"], s["args"], s["compensation"]) for s in plain.plan]
-    assert plain.plan_hash == binding.plan_hash(entries)
+    assert plain.plan_hash == binding.plan_hash(entries, plain.review)
+    assert plain.plan_hash != binding.plan_hash(entries)
 
     workflow = submitted(people, "tampered")
     decide.approve(workflow, by=people["reviewer"])
