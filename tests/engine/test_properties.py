@@ -213,7 +213,7 @@ def test_random_operations_never_break_the_rules(db, settings, monkeypatch):
 
 def settings_for_machine():
     return settings(
-        max_examples=60,
+        max_examples=40,
         stateful_step_count=25,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
