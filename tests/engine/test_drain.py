@@ -4,9 +4,13 @@ and nothing is sent twice. Real cluster, real desk holding the effects."""
 
 import io
 import os
+import signal
+import threading
+import time
 
 import pytest
 from django.core.management import CommandError, call_command
+from django_q.cluster import get_mp_context
 
 from tests.support.effects import (
     SLOW,
@@ -16,6 +20,7 @@ from tests.support.effects import (
     wait_for_desk_holding,
     wait_for_in_flight,
 )
+from workflows.management.commands.qcluster import set_event
 from workflows.models import Attempt, AuditEvent, Step
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus
@@ -80,3 +85,39 @@ def test_drain_refuses_what_is_not_a_cluster_and_changes_nothing(db, tmp_path):
         call_command("drain", heartbeat_file="")
     with pytest.raises(CommandError, match="positive"):
         call_command("drain", pid=os.getpid(), timeout=0)
+
+
+def _sleeper(killed: bool):
+    """A process sleeping on a stop event, as a sentinel sleeps between its
+    rounds; SIGKILLed in its sleep when `killed`, as a signal to the whole
+    process group kills a sentinel."""
+    event = get_mp_context().Event()
+    sleeper = get_mp_context().Process(target=event.wait, daemon=True)
+    sleeper.start()
+    deadline = time.monotonic() + 10
+    while event._cond._sleeping_count.get_value() < 1:
+        assert time.monotonic() < deadline, "the sleeper never slept on the event"
+        time.sleep(0.01)
+    if killed:
+        os.kill(sleeper.pid, signal.SIGKILL)
+        sleeper.join()
+    return event, sleeper
+
+
+def test_a_stop_event_whose_sleeper_was_killed_is_set_without_hanging_the_cluster():
+    """qcluster's stop asks each sentinel it saw alive to stop by setting its
+    event; a sentinel killed in its sleep since would make that set wait for
+    ever (the cluster then hung until its stopper's SIGKILL)."""
+    event, _ = _sleeper(killed=True)
+    plain = threading.Thread(target=event.set, daemon=True)
+    plain.start()
+    plain.join(1.0)
+    assert plain.is_alive(), "a plain set returned: the hang this guards against did not happen"
+
+    event, _ = _sleeper(killed=True)
+    assert set_event(event, timeout=0.5) is False  # it gave up, and the stop goes on
+
+    event, sleeper = _sleeper(killed=False)
+    assert set_event(event) is True
+    sleeper.join(10)
+    assert sleeper.exitcode == 0  # a live sentinel is woken and told

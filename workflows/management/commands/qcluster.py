@@ -3,6 +3,7 @@ recovery loop."""
 
 import os
 import signal
+import threading
 
 from django.conf import settings
 from django_q.brokers import get_broker
@@ -80,8 +81,22 @@ def _stop(clusters: list[Cluster]) -> None:
     parallel), then wait for each; kill one that does not stop."""
     for cluster in clusters:
         if cluster.sentinel.is_alive():
-            cluster.stop_event.set()
+            set_event(cluster.stop_event)
     for cluster in clusters:
         cluster.sentinel.join(settings.Q_CLUSTER["timeout"] + 5)
         if cluster.sentinel.is_alive():
             cluster.sentinel.kill()
+
+
+def set_event(event, timeout: float = 2.0) -> bool:
+    """Set a multiprocessing Event without hanging on a dead process.
+    `Event.set()` waits until every process sleeping on the event has woken;
+    a sentinel killed while it slept (a signal to the cluster's whole process
+    group kills it, django-q2 leaves it SIGTERM's default) never wakes, and
+    the wait would last for ever. So the event is set from a daemon thread
+    and waited on for `timeout` at most: a live sentinel wakes at once, a dead
+    one needs no telling. True when the set completed."""
+    setter = threading.Thread(target=event.set, name="stop-event", daemon=True)
+    setter.start()
+    setter.join(timeout)
+    return not setter.is_alive()
