@@ -544,4 +544,6 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
     assert chat["backlog_steps_queued"] == 50 and chat["submissions"] == chat["posted"] == 3
     delay = chat["submission_to_post_ms"]
     assert delay["n"] == 3 and 0 < delay["p50"] <= delay["p95"] <= delay["max"]
+    # Those that came while backlog steps were still due are reported apart (none to all three of them).
+    assert 0 <= chat["submission_to_post_ms_while_steps_due"]["n"] <= 3
     assert re.search(r"\(m\) 3 plans, submission to Slack post ms +p50 [\d.]+", report), report

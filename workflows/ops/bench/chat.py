@@ -3,7 +3,8 @@
 worker has a backlog of `--chat-backlog` due steps (default 10,000) to run.
 
 The backlog is queued first: plans of `noop` steps, submitted and approved
-with Slack off (they are not posted). Then one cluster starts, pointed at
+with Slack off (they are not posted), their previews' tasks taken off the
+queue as (k) does: a backlog of steps is one of plans reviewed earlier. Then one cluster starts, pointed at
 the stand-in, and `--chat-samples` plans are submitted through the JSON API
 one after another; each one's delay runs from its submission to the
 stand-in's record of its `chat.postMessage` (one host, one clock). Beside
@@ -20,6 +21,7 @@ from django.conf import settings
 from django.test import Client
 from django.test.utils import override_settings
 
+from workflows import queue
 from workflows.models import Step
 from workflows.operations import plans, tokens
 from workflows.ops.bench.common import BenchError
@@ -46,6 +48,10 @@ class ChatPart:
         backlog_count = self.o.chat_backlog
         with override_settings(SLACK_BOT_TOKEN=""):
             backlog = self.bench.submit(-(-backlog_count // STEPS_PER_PLAN), STEPS_PER_PLAN, "k-backlog")
+            # A backlog of steps is one of plans reviewed earlier: their own
+            # previews' tasks are not left queued ahead of the samples (as in (k)).
+            for broker in queue.brokers().values():
+                broker.purge_queue()
             self.bench.approve_all(backlog)
         due = Step.objects.filter(workflow_id__in=backlog, status=StepStatus.PENDING)
         queued = due.count()
@@ -95,7 +101,11 @@ class ChatPart:
         if not delays:
             raise BenchError("no message reached the stand-in")
         times = [at for at, _ in samples]
-        still_due = [samples[max(0, bisect.bisect_right(times, arrived[name]) - 1)][1] for name in arrived]
+        due_at = {name: samples[max(0, bisect.bisect_right(times, arrived[name]) - 1)][1] for name in arrived}
+        still_due = list(due_at.values())
+        # The messages that arrived while the backlog still had steps due:
+        # those are the ones a shared queue would have held back.
+        under = [(arrived[name] - submitted[name]) * 1000 for name in arrived if due_at[name] > 0]
         return {
             "backlog_steps_queued": queued,
             "submissions": len(submitted),
@@ -103,6 +113,7 @@ class ChatPart:
             "not_posted_within_s": {"seconds": WAIT_SECONDS, "count": len(submitted) - len(delays)},
             "submission_to_post_ms": spread([d * 1000 for d in delays]),
             "backlog_due_at_arrival": spread([float(n) for n in still_due], 0),
+            "submission_to_post_ms_while_steps_due": spread(under) if under else {"n": 0},
             "workers": self.bench.workers,
             "slack_previews": settings.SLACK_PREVIEWS,
         }

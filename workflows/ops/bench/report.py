@@ -126,7 +126,13 @@ def report(result: dict) -> str:
                 f"(m) {chat['submissions']} plans, submission to Slack post ms",
                 f"p50 {delay['p50']}, p95 {delay['p95']}, max {delay['max']} under a backlog of "
                 f"{chat['backlog_steps_queued']:,} due steps; still due at arrival p50 {still['p50']:,.0f}, "
-                f"p95 {still['p95']:,.0f}; {chat['posted']}/{chat['submissions']} posted",
+                f"p95 {still['p95']:,.0f}; {chat['posted']}/{chat['submissions']} posted"
+                + (
+                    f"; the {under['n']} that arrived while steps were still due: p50 {under['p50']}, "
+                    f"p95 {under['p95']}, max {under['max']}"
+                    if (under := chat.get("submission_to_post_ms_while_steps_due", {})).get("n")
+                    else ""
+                ),
             )
         )
     if "each_key_once" in (bulk := result.get("bulk", {})):
