@@ -57,4 +57,4 @@ def test_the_playground_evaluates_and_escapes(as_user, api):
     deep = "[" * 5000 + "]" * 5000
     assert as_user("reviewer").post("/policy-sets/default/playground", bad).status_code == 200
     refused = as_user("reviewer").post("/policy-sets/default/playground", {"agent": "agent", "plan": deep})
-    assert refused.status_code == 400
+    assert refused.status_code == 400 and "nest at most 16 levels" in refused.content.decode()
