@@ -44,7 +44,7 @@ def _context(request: HttpRequest, found: dict, text: str = "", error: str = "")
             {
                 "change": change,
                 "diff": policy_sets.diff(change),
-                "replay": policy_sets.would_have(change),
+                "replay": policy_sets.would_have(change.policy_set_version),
                 "can_decide": roles.is_reviewer(request.user) and change.requested_by_id != request.user.pk,
             }
             for change in pending
