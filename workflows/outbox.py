@@ -37,6 +37,7 @@ WORKFLOW_STATUS_EVENTS = {
 }
 OTHER_EVENTS = (
     "workflow.revised",
+    "workflow.escalated",
     "step.dead_lettered",
 )
 EVENT_TYPES = (*WORKFLOW_STATUS_EVENTS.values(), *OTHER_EVENTS)

@@ -122,6 +122,7 @@ def workflow_out(workflow: Workflow) -> dict:
         "submitted_by": workflow.submitted_by.get_username(),
         "team": workflow.team.name,
         "deadline": workflow.deadline,
+        "escalated_at": workflow.escalated_at,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
         # Who is handling the plan while it awaits a decision (docs/explanation/review.md#review).

@@ -4,18 +4,22 @@
 expires at that second deadline. Once, even with two clusters sweeping at
 once; audited, told through the review notices, and part of the plan hash."""
 
+import json
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from tests.support import deciding as decide
 from tests.support.plans import ticket_plan
+from tests.support.webhooks import secret_for
 from workflows.engine import binding, expiry, policy
 from workflows.models import AuditEvent, ReviewNotice, Step, Workflow
 from workflows.operations import notifications, plans
+from workflows.webhooks.models import WebhookDelivery
 
 ESCALATE = {"deadline_seconds": 3600, "escalate_to": "leads", "on_expiry": "escalate", "extend_seconds": 1800}
 
@@ -69,6 +73,30 @@ def test_at_its_deadline_the_plan_escalates_once_then_expires_at_the_extended_on
     assert Workflow.objects.get(pk=workflow.pk).status == "EXPIRED"
     assert escalations(workflow) == 1  # never twice
     assert notifications.send_due() == 0 and len(mail.outbox) == 1
+
+
+def test_the_agent_gets_workflow_escalated_once_and_the_api_says_when(api, people, leads):
+    secret_for("agent")
+    body = {**ticket_plan("hooked"), "deadline_seconds": 7200, "review": ESCALATE}
+    answer = api["agent"].post("/workflows", {**body, "callback_url": "https://hooks.example.com/in"})
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["escalated_at"] is None
+    workflow = overdue(Workflow.objects.get(pk=answer.json()["id"]))
+    was = workflow.deadline
+
+    expiry.expire_overdue()
+    expiry.expire_overdue()
+
+    [delivery] = WebhookDelivery.objects.filter(event="workflow.escalated")
+    sent = json.loads(delivery.body)
+    workflow.refresh_from_db()
+    assert sent["type"] == "workflow.escalated" and delivery.url == "https://hooks.example.com/in"
+    assert sent["data"]["escalation"]["escalate_to"] == "leads"
+    assert sent["data"]["escalation"]["deadline_was"] == DjangoJSONEncoder().default(was)
+    assert sent["data"]["escalation"]["deadline"] == DjangoJSONEncoder().default(workflow.deadline)
+    assert sent["data"]["workflow"]["status"] == "PLANNED" and sent["data"]["workflow"]["escalated_at"]
+    shown = api["agent"].get(f"/workflows/{workflow.pk}").json()
+    assert shown["escalated_at"] is not None and shown["escalated_at"] == sent["data"]["workflow"]["escalated_at"]
 
 
 def test_expire_is_the_default_and_can_be_named(people, leads):

@@ -50,7 +50,7 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "--raw-clients",
         "1,2",
         "--skip",
-        "g,h,i,j,k,l,m,n",
+        "g,h,i,j,k,l,m,n,o",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -235,7 +235,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j,k,l,m,n",
+        "a,b,c,d,e,h,i,j,k,l,m,n,o",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +316,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j,k,l,m,n",
+        "a,b,c,d,e,f,h,i,j,k,l,m,n,o",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +349,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j,k,l,m,n",
+        "a,b,c,d,e,g,i,j,k,l,m,n,o",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +384,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j,k,l,m,n",
+        "a,b,c,d,e,g,h,j,k,l,m,n,o",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +425,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,k,l,m,n",
+        "a,b,c,d,e,g,h,i,k,l,m,n,o",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -461,7 +461,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,l,m,n",
+        "a,b,c,d,e,g,h,i,j,l,m,n,o",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -497,7 +497,7 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,m,n",
+        "a,b,c,d,e,g,h,i,j,k,m,n,o",
         "--analytics-decisions",
         "300",
         "--workdir",
@@ -526,7 +526,7 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l,n",
+        "a,b,c,d,e,g,h,i,j,k,l,n,o",
         "--chat-samples",
         "3",
         "--chat-backlog",
@@ -547,3 +547,43 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
     # Those that came while backlog steps were still due are reported apart (none to all three of them).
     assert 0 <= chat["submission_to_post_ms_while_steps_due"]["n"] <= 3
     assert re.search(r"\(m\) 3 plans, submission to Slack post ms +p50 [\d.]+", report), report
+
+
+def test_policies_part_times_evaluation_per_step_and_its_share_of_submit_to_approved(db, tmp_path):
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--skip",
+        "a,b,c,d,e,g,h,i,j,k,l,m,n",
+        "--policy-sizes",
+        "2,5",
+        "--policy-samples",
+        "4",
+        "--policy-path-samples",
+        "3",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    policies = result["policies"]
+    assert policies["baseline"]["path_ms"]["n"] == 3 and policies["steps_per_plan"] == 5
+    assert [(size["policies"], size["version"]) for size in policies["sizes"]] == [(2, 1), (5, 2)]
+    for size in policies["sizes"]:
+        assert size["per_step_us"]["n"] == 4 and 0 < size["per_step_us"]["p50"] <= size["per_step_us"]["p99"]
+        assert size["path_ms"]["n"] == size["policy_ms"]["n"] == 3
+        # The policies were timed inside each submission, and are a part of the path, not all of it.
+        assert 0 < size["policy_share_of_path"] < 1 and size["policy_ms"]["p50"] > 0
+        assert is_number(size["path_ratio_p50_to_baseline"]) and is_number(size["first_evaluation_ms"])
+    assert re.search(r"\(o\) 5 policies, evaluation µs per step +p50 [\d.]+, p99 [\d.]+", report), report
+    assert re.search(
+        r"\(o\) 2 policies, submit -> APPROVED ms +p50 [\d.]+, p95 [\d.]+ = [\d.]+ x no policy set", report
+    )
+    # Each plan measured (3 to warm up, 3 without a policy set, 3 per size) is cancelled: none is left due.
+    measured = Workflow.objects.filter(name__startswith="bench policies")
+    assert measured.count() == 3 + 3 + 2 * 3 and set(measured.values_list("status", flat=True)) == {"CANCELLED"}

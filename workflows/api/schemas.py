@@ -140,6 +140,11 @@ class WorkflowOut(Schema):
     submitted_by: str
     team: str = Field(..., description="The team whose plan it is: its people review and operate it")
     deadline: datetime
+    escalated_at: datetime | None = Field(
+        None,
+        description='When its deadline passed undecided and its review (`"on_expiry": "escalate"`) sent it once to '
+        "its escalate_to group, the deadline extended; null if it never was",
+    )
     created_at: datetime
     updated_at: datetime
     gate: GateOut | None = Field(None, description="The gate the workflow waits at (WAITING_GATE), else null")

@@ -9,11 +9,13 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from workflows import outbox
 from workflows.audit import journal
 from workflows.chat import marks as chat
 from workflows.engine import gatekeeper, locks
 from workflows.engine.transitions import move
 from workflows.models import ReviewNotice, Workflow
+from workflows.shapes import workflow_out
 from workflows.states import WorkflowStatus
 
 AT_GATE = "the workflow's deadline passed while it waited at a gate"
@@ -68,8 +70,10 @@ def escalates(workflow: Workflow, now: datetime) -> bool:
     once, one updates the row and escalates; the other updates nothing and
     leaves the plan (its deadline now lies ahead) alone. The winner audits
     `workflow.escalated`, writes the notice its group is sent
-    (`operations.notifications.send_due`, on the messages lane) and marks
-    the plan's chat messages for an update, all in its transaction."""
+    (`operations.notifications.send_due`, on the messages lane), emits the
+    `workflow.escalated` webhook event the plan's agent and the team's
+    endpoints get, and marks the plan's chat messages for an update, all in
+    its transaction."""
     review = workflow.review if isinstance(workflow.review, dict) else {}
     if review.get("on_expiry") != "escalate" or workflow.escalated_at is not None:
         return False
@@ -101,5 +105,7 @@ def escalates(workflow: Workflow, now: datetime) -> bool:
             "deadline": deadline.isoformat(),
         },
     )
+    escalation = {"escalate_to": group, "deadline_was": was, "deadline": deadline}
+    outbox.emit("workflow.escalated", workflow.pk, {"escalation": escalation}, shape=workflow_out)
     chat.changed([workflow.pk])
     return True

@@ -176,6 +176,12 @@ class PolicySetVersion(models.Model):
     text = models.TextField()
     proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+    replay = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="How this text would have decided the team's last plans, replayed once when it was proposed "
+        "(operations.policy_sets.replay); null for a version proposed before replays were stored.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["policy_set", "version"], name="policy_set_version_unique")]

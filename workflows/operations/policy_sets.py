@@ -8,7 +8,9 @@ of an action's policy. It takes effect only when a reviewer of that team,
 another person than the proposer, authorizes it; the proposal names the
 live version it was made against, and one made stale by a later version is
 refused, never applied over it. The global set is proposed by an operator
-and authorized by a reviewer of the `global` group.
+and authorized by a reviewer of the `global` group. A proposed text is
+replayed once against the team's last plans, and the replay stored with its
+version (`replay`).
 """
 
 from __future__ import annotations
@@ -85,11 +87,15 @@ def propose(name: str, *, by, text: str, reason: str = "") -> PolicyChange:
         raise NotAllowed(f"Only an operator of {name} can propose a version of its policy set.")
     policies = check(text, global_set=name == GLOBAL)
     reason = clean_reason(reason, required=False)
+    # Before the set's lock: the replay reads up to a thousand plans.
+    replayed = replay(name, text)
     with transaction.atomic():
         policy_set, _ = PolicySet.objects.get_or_create(name=name)
         policy_set = PolicySet.objects.select_for_update().get(pk=policy_set.pk)
         number = (policy_set.versions.aggregate(last=Max("version"))["last"] or 0) + 1
-        version = PolicySetVersion.objects.create(policy_set=policy_set, version=number, text=text, proposed_by=by)
+        version = PolicySetVersion.objects.create(
+            policy_set=policy_set, version=number, text=text, proposed_by=by, replay=replayed
+        )
         summary = {"policy_set": name, "version": number, "policies": [p.id for p in policies]}
         change = PolicyChange.objects.create(
             action="",
@@ -228,32 +234,36 @@ def check_submission(body: dict, *, agent: str, team: str, workflow: str) -> Non
 
 
 REPLAYED_PLANS = 1_000
+SHOWN_DESTRUCTIVE = 10
 
 
-def would_have(change: PolicyChange, *, shown: int = 10) -> dict:
-    """How a proposed version would have decided the team's last
+def replay(name: str, text: str) -> dict:
+    """How `text`, as the set `name`, would have decided the team's last
     `REPLAYED_PLANS` plans, each as submitted (its agent, its time): how
     many every step of which it would have approved by policy, and some of
-    those that hold a destructive or irreversible step."""
-    version = change.policy_set_version
-    name = version.policy_set.name
+    those (id and name) that hold a destructive or irreversible step.
+    Done once per version, when it is proposed (`propose`), and stored on
+    it: the pages read it, never replay it again."""
     sets = [s for s in live_sets(name) if s.name == GLOBAL] if name != GLOBAL else []
-    sets.append(LiveSet(name, version.version, version.text))
+    sets.append(LiveSet(name, 0, text))
     plans = (
         Workflow.objects.filter(**({} if name == GLOBAL else {"team__name": name}))
         .select_related("submitted_by", "team")
         .order_by("-created_at")[:REPLAYED_PLANS]
     )
+    team_sets: dict[str, list[LiveSet]] = {}
     counted, auto, risky, destructive = 0, 0, 0, []
     for plan in plans:
         counted += 1
-        team_sets = sets if name != GLOBAL else [*sets, *[s for s in live_sets(plan.team.name) if s.name != GLOBAL]]
+        if plan.team.name not in team_sets:
+            others = [s for s in live_sets(plan.team.name) if s.name != GLOBAL] if name == GLOBAL else []
+            team_sets[plan.team.name] = [*sets, *others]
         try:
             result = evaluation.evaluate(
                 {"steps": plan.plan},
                 agent=plan.submitted_by.get_username(),
                 team=plan.team.name,
-                sets=team_sets,
+                sets=team_sets[plan.team.name],
                 now=plan.created_at,
                 workflow=str(plan.pk),
             )
@@ -263,9 +273,18 @@ def would_have(change: PolicyChange, *, shown: int = 10) -> dict:
             auto += 1
             if any(_irreversible(step["action"]) for step in plan.plan):
                 risky += 1
-                if len(destructive) < shown:
-                    destructive.append(plan)
+                if len(destructive) < SHOWN_DESTRUCTIVE:
+                    destructive.append({"id": str(plan.pk), "name": plan.name})
     return {"plans": counted, "auto": auto, "destructive_count": risky, "destructive": destructive}
+
+
+def would_have(version: PolicySetVersion) -> dict:
+    """The version's stored replay; one proposed before replays were stored
+    is replayed now, once, and stored."""
+    if version.replay is None:
+        version.replay = replay(version.policy_set.name, version.text)
+        PolicySetVersion.objects.filter(pk=version.pk, replay__isnull=True).update(replay=version.replay)
+    return version.replay
 
 
 def _irreversible(action: str) -> bool:

@@ -21,8 +21,12 @@ failing closed:
   it raises there is no `policy_error`. A value Cedar cannot hold (null, a
   fraction, an integer beyond 64 bits) is left out and treated the same way.
 
-Bounds: a plan body of at most `MAX_PLAN_CHARS` characters of JSON and
-`MAX_DEPTH` levels of nesting in any step's args; past them, `PlanTooLarge`.
+Bounds: at most `MAX_STEPS` steps, `MAX_DEPTH` levels of nesting in any
+step's args (measured without recursion, before anything else reads them: a
+plan built in code may nest deeper than Python recurses) and
+`MAX_PLAN_CHARS` characters of JSON; past them, `PlanTooLarge`. With the
+bounds of a set (`workflows.policy.text`: at most 1,000 policies), one
+evaluation is bounded in time and memory (docs/performance.md#o-policies).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from workflows.policy.text import Policy, PolicyTextInvalid, check
 
 MAX_PLAN_CHARS = 512_000
 MAX_DEPTH = 16
+# As many steps as a plan may have (workflows.operations.plans.MAX_STEPS).
+MAX_STEPS = 50
 I64 = 2**63
 FORBID, HUMAN, AUTO = "forbid", "human", "auto"
 POLICY_ERROR = "policy_error"
@@ -178,12 +184,10 @@ def _compile(sets: tuple[LiveSet, ...]) -> _Compiled:
     return _Compiled(handle, by_key, touches, auto_scope)
 
 
-def _value(value, path: tuple[str, ...], unknown: list[tuple[str, ...]], depth: int):
+def _value(value, path: tuple[str, ...], unknown: list[tuple[str, ...]]):
     """A plan value as Cedar JSON; a reference as `{"ref": kind}` and its
     path in `unknown`; a value Cedar cannot hold is left out (None) with its
-    path in `unknown`."""
-    if depth > MAX_DEPTH:
-        raise PlanTooLarge(f"A step's args may nest at most {MAX_DEPTH} levels deep.")
+    path in `unknown`. Recursive: `_check_bounds` has bounded the depth."""
     if isinstance(value, dict):
         if len(value) == 1 and next(iter(value)) in schema.REFERENCE_KEYS:
             unknown.append(path)
@@ -195,12 +199,12 @@ def _value(value, path: tuple[str, ...], unknown: list[tuple[str, ...]], depth: 
             return None
         record = {}
         for key, item in value.items():
-            converted = _value(item, (*path, key), unknown, depth + 1)
+            converted = _value(item, (*path, key), unknown)
             if converted is not None:
                 record[key] = converted
         return record
     if isinstance(value, list):
-        items = [_value(item, path, unknown, depth + 1) for item in value]
+        items = [_value(item, path, unknown) for item in value]
         return [item for item in items if item is not None]
     if isinstance(value, bool | str):
         return value
@@ -210,6 +214,23 @@ def _value(value, path: tuple[str, ...], unknown: list[tuple[str, ...]], depth: 
         return value
     unknown.append(path)
     return None
+
+
+def _check_bounds(steps: list) -> None:
+    """PlanTooLarge for too many steps or args nested too deep, walking the
+    args with a stack of its own, stopping at the first value too deep."""
+    if len(steps) > MAX_STEPS:
+        raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_STEPS} steps; this one has {len(steps)}.")
+    for step in steps:
+        stack = [(step.get("args") or {}, 1)]
+        while stack:
+            value, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                raise PlanTooLarge(f"A step's args may nest at most {MAX_DEPTH} levels deep.")
+            if isinstance(value, dict) and not (len(value) == 1 and next(iter(value)) in schema.REFERENCE_KEYS):
+                stack.extend((item, depth + 1) for item in value.values())
+            elif isinstance(value, list):
+                stack.extend((item, depth + 1) for item in value)
 
 
 def _touched(paths: list[tuple[str, ...]], unknown: list[tuple[str, ...]]) -> bool:
@@ -225,6 +246,7 @@ def evaluate(
     steps = body.get("steps") or []
     if not sets:
         return Evaluation(version, [StepDecision(step["key"], HUMAN) for step in steps])
+    _check_bounds(steps)
     if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
         raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
     try:
@@ -241,7 +263,7 @@ def evaluate(
     requests, unknowns, flags = [], [], []
     for step in steps:
         unknown: list[tuple[str, ...]] = []
-        args = _value(step.get("args") or {}, (), unknown, 1)
+        args = _value(step.get("args") or {}, (), unknown)
         action = actions.find(step["action"])
         destructive = bool(action and action.destructive)
         irreversible = bool(action is None or action.irreversible)

@@ -5,6 +5,7 @@
                            [--archive-workflows 100000] [--lanes-steps 10000 --lanes-samples 20]
                            [--analytics-decisions 100000]
                            [--chat-samples 30 --chat-backlog 10000]
+                           [--policy-sizes 10,100,1000 --policy-samples 200 --policy-path-samples 30]
                            [--skip a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
@@ -121,6 +122,23 @@ class Command(BaseCommand):
             default=common.CHAT_BACKLOG,
             help="(m): due steps queued before, that the worker runs meanwhile",
         )
+        parser.add_argument(
+            "--policy-sizes",
+            default=",".join(str(n) for n in common.POLICY_SIZES),
+            help="(o): policies in the team's live set, one run each",
+        )
+        parser.add_argument(
+            "--policy-samples",
+            type=int,
+            default=common.POLICY_SAMPLES,
+            help="(o): evaluations of a plan timed in process, per size",
+        )
+        parser.add_argument(
+            "--policy-path-samples",
+            type=int,
+            default=common.POLICY_PATH_SAMPLES,
+            help="(o): plans submitted and approved through the API, per size and for the baseline",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
@@ -146,6 +164,8 @@ class Command(BaseCommand):
                 opts["analytics_decisions"],
                 opts["chat_samples"],
                 opts["chat_backlog"],
+                opts["policy_samples"],
+                opts["policy_path_samples"],
             )
             < 1
             or opts["raw_seconds"] <= 0
@@ -177,6 +197,9 @@ class Command(BaseCommand):
             analytics_decisions=opts["analytics_decisions"],
             chat_samples=opts["chat_samples"],
             chat_backlog=opts["chat_backlog"],
+            policy_sizes=_numbers(opts["policy_sizes"], "--policy-sizes"),
+            policy_samples=opts["policy_samples"],
+            policy_path_samples=opts["policy_path_samples"],
             database_url=os.environ.get("DATABASE_URL") or processes.database_url(),
             workdir=Path(opts["workdir"] or base / stamp),
         )

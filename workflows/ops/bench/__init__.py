@@ -33,6 +33,10 @@
     n  Slack clicks: signed clicks posted to /chat/slack/interactions/ on a
        gunicorn web process, each plan APPROVED by a real cluster's worker:
        click → APPROVED p50/p95 (`slack_clicks`)
+    o  policies: a team's Cedar policy set of `--policy-sizes` (10, 100 and
+       1,000) policies: evaluation µs per step p50/p99 in process, and the
+       policies' share of submit → APPROVED through the API, beside the same
+       path with no policy set (`policies`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

@@ -27,6 +27,7 @@ SECTIONS = {
     "l": "analytics",
     "m": "chat",
     "n": "slack_clicks",
+    "o": "policies",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -46,6 +47,10 @@ LANES_STEPS = 10_000
 LANES_SAMPLES = 20
 # (l): plans' review endings the analytics answer over.
 ANALYTICS_DECISIONS = 100_000
+# (o): policies in the team's live set, evaluations timed in process, plans timed through the API.
+POLICY_SIZES = (10, 100, 1_000)
+POLICY_SAMPLES = 200
+POLICY_PATH_SAMPLES = 30
 
 
 class BenchError(Exception):
@@ -76,6 +81,9 @@ class Options:
     lanes_steps: int = LANES_STEPS
     lanes_samples: int = LANES_SAMPLES
     analytics_decisions: int = ANALYTICS_DECISIONS
+    policy_sizes: tuple[int, ...] = POLICY_SIZES
+    policy_samples: int = POLICY_SAMPLES
+    policy_path_samples: int = POLICY_PATH_SAMPLES
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")

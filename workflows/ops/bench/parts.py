@@ -1,4 +1,4 @@
-"""The Bench: one run of the parts (a) to (i) in turn, (f) sampled during
+"""The Bench: one run of the parts (a) to (o) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
 part's failure under `errors` (see workflows.ops.bench)."""
 
@@ -46,6 +46,7 @@ from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.lanes import LanesPart
 from workflows.ops.bench.memory import RssSampler
+from workflows.ops.bench.policies import PoliciesPart
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
 from workflows.ops.bench.slack_clicks import SlackClicksPart
@@ -123,6 +124,7 @@ class Bench:
             ("l", self.analytics),
             ("m", self.chat),
             ("n", self.slack_clicks),
+            ("o", self.policies),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -471,6 +473,9 @@ class Bench:
 
     def slack_clicks(self) -> dict:
         return SlackClicksPart(self).run()
+
+    def policies(self) -> dict:
+        return PoliciesPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

@@ -188,6 +188,25 @@ def report(result: dict) -> str:
             )
         every = found["all_teams_in_process_ms"]
         rows.append(("(l) analytics, every team, in-process ms", f"p50 {every['p50']}, max {every['max']}"))
+    if "sizes" in (policies := result.get("policies", {})):
+        base = policies["baseline"]["path_ms"]
+        for size in policies["sizes"]:
+            step, path, inside = size["per_step_us"], size["path_ms"], size["policy_ms"]
+            rows.append(
+                (
+                    f"(o) {size['policies']:,} policies, evaluation µs per step",
+                    f"p50 {step['p50']}, p99 {step['p99']} ({policies['steps_per_plan']}-step plans; the first "
+                    f"evaluation of the version {size['first_evaluation_ms']} ms)",
+                )
+            )
+            rows.append(
+                (
+                    f"(o) {size['policies']:,} policies, submit -> APPROVED ms",
+                    f"p50 {path['p50']}, p95 {path['p95']} = {size['path_ratio_p50_to_baseline']} x no policy set "
+                    f"(p50 {base['p50']}); policies p50 {inside['p50']} ms, "
+                    f"{100 * size['policy_share_of_path']:.1f}% of the path",
+                )
+            )
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]

@@ -18,6 +18,7 @@ from workflows import roles, teams
 from workflows.errors import DomainError
 from workflows.models import PolicyChange
 from workflows.operations import plans, policy_sets
+from workflows.policy import evaluation
 from workflows.web.auth import needs_recent_sign_in
 
 
@@ -43,7 +44,7 @@ def _context(request: HttpRequest, found: dict, text: str = "", error: str = "")
             {
                 "change": change,
                 "diff": policy_sets.diff(change),
-                "replay": policy_sets.would_have(change),
+                "replay": policy_sets.would_have(change.policy_set_version),
                 "can_decide": roles.is_reviewer(request.user) and change.requested_by_id != request.user.pk,
             }
             for change in pending
@@ -80,7 +81,7 @@ def policy_playground(request: HttpRequest, team: str) -> HttpResponse:
         context["agent"], context["plan"] = request.POST.get("agent", ""), request.POST.get("plan", "")
         try:
             context["result"] = _evaluate(request, team, context["agent"], context["plan"])
-        except (DomainError, ValueError, RecursionError) as exc:
+        except (DomainError, ValueError) as exc:
             context["error"] = getattr(exc, "message", str(exc))
     return render(request, "workflows/policy_playground.html", context, status=400 if context["error"] else 200)
 
@@ -92,9 +93,12 @@ def _evaluate(request: HttpRequest, team: str, agent_name: str, text: str):
         raise ValueError(f"No agent of {team} named {agent_name[:150]!r}.")
     if not (roles.is_reviewer(request.user) or roles.is_operator(request.user)):
         raise PermissionDenied("Reviewers and operators of the team evaluate plans.")
-    if len(text) > 512_000:
+    if len(text) > evaluation.MAX_PLAN_CHARS:
         raise ValueError("The plan is too large.")
-    body = json.loads(text or "null")
+    try:
+        body = json.loads(text or "null")
+    except RecursionError:
+        raise ValueError(f"A step's args may nest at most {evaluation.MAX_DEPTH} levels deep.") from None
     steps = body.get("steps") if isinstance(body, dict) else None
     if not isinstance(steps, list) or not steps or len(steps) > plans.MAX_STEPS:
         raise ValueError(f'A plan is {{"steps": [...]}} with 1 to {plans.MAX_STEPS} steps.')
