@@ -64,7 +64,7 @@ def _checked(condition: str) -> str:
 def check_condition(condition) -> None:
     """ConditionInvalid unless `condition` is one Cedar expression the schema accepts."""
     if not isinstance(condition, str) or not condition.strip():
-        raise ConditionInvalid("required: one Cedar expression over the step, such as `context.hour < 18`.")
+        raise ConditionInvalid("Required: one Cedar expression over the step, such as `context.hour < 18`.")
     if len(condition) > MAX_CONDITION_CHARS:
         raise ConditionInvalid(f"at most {MAX_CONDITION_CHARS} characters.")
     _checked(condition)
