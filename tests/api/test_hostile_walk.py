@@ -23,7 +23,7 @@ from tests.support.hostile import CONSOLE_LISTS, FORGED_CURSORS, HOSTILE_BODIES,
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until
 from workflows.models import ActionPolicy, DeadLetter, Workflow
-from workflows.operations import bulk, compensation, links, plans, policies, tokens
+from workflows.operations import bulk, compensation, grants, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
@@ -271,6 +271,15 @@ TEMPLATES = {
         "plan": {"steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]},
         "agent": "agent",
     },
+    # A valid standing grant, so that each swapped value reaches the operation.
+    "/grants": {
+        "agent": "agent",
+        "action": "ticket.create",
+        "when": "context.hour < 24",
+        "max_uses": 2,
+        "until": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    },
+    "/grants/{grant_id}": {"reason": "r"},
     "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
     "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
 }
@@ -353,6 +362,10 @@ def world(people, desk, monkeypatch):
         event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}", status=WebhookDelivery.Status.DEAD
     )
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
+    until = datetime.now(UTC) + timedelta(days=1)
+    granted = grants.create(
+        people["reviewer"], agent="agent", action="ticket.comment", when="true", max_uses=2, until=until
+    )
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])
@@ -364,6 +377,8 @@ def world(people, desk, monkeypatch):
         "job_id": [str(job.pk)],
         "endpoint_id": [str(endpoint.pk)],
         "delivery_id": [str(delivery.pk)],
+        # A standing grant awaiting its second reviewer (the walking admin).
+        "grant_id": [str(granted.pk)],
         "name": ["ticket.create", "noop"],
         "change_id": [str(loosen.pk)],
         # A team's policy set, and the global one.

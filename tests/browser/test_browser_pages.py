@@ -201,6 +201,7 @@ def pages(w):
         "/dashboard/",
         "/analytics/",
         "/me/delegation/",
+        "/grants/",
         "/audit/",
         "/actions/",
         "/actions/ticket.create/policy",
