@@ -202,6 +202,8 @@ def pages(w):
         "/analytics/",
         "/me/delegation/",
         "/grants/",
+        "/policy-sets/default/",
+        "/policy-sets/default/playground",
         "/audit/",
         "/actions/",
         "/actions/ticket.create/policy",
