@@ -11,7 +11,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from workflows.models import AgentOwner, AuditEvent, GrantUse, StandingGrant
+from workflows.models import AgentOwner, AuditEvent, GrantUse, StandingGrant, Team
 from workflows.operations import grants
 
 TITLE = 'resource.args has title && resource.args.title like "Reset*"'
@@ -107,8 +107,6 @@ def test_only_a_reviewer_of_the_agent_s_team_who_is_not_its_owner_grants(api, pe
     AgentOwner.objects.create(agent=people["agent"], owner=people["reviewer"])
     refused = api["reviewer"].post("/grants", body())
     assert refused.status_code == 403 and "owner" in refused.json()["error"]["message"]
-    from workflows.models import Team
-
     Team.objects.create(name="payments").members.add(people["reviewer2"])
     assert api["reviewer2"].post("/grants", body()).status_code == 403  # not of the agent's team
     assert not StandingGrant.objects.exists()
@@ -165,8 +163,6 @@ def test_grants_are_listed_by_their_team_with_keyset_pages(api, people):
     assert [g["max_uses"] for g in first["items"] + second["items"]] == [3, 2, 1] and second["next"] is None
     assert len(api["agent"].get("/grants").json()["items"]) == 3  # its own
     assert api["reviewer"].get("/grants", cursor="bad").status_code == 400
-    from workflows.models import Team
-
     other = Team.objects.create(name="payments")
     other.members.add(people["reviewer2"])
     assert api["reviewer2"].get("/grants").json()["items"] == []
@@ -221,3 +217,12 @@ def test_workers_racing_never_take_more_than_max_uses(people):
     assert _race([lambda: grants.use(other, "same:open") for _ in range(6)]) == [True] * 6
     other.refresh_from_db()
     assert other.uses == 1
+
+
+def test_a_grant_s_audit_events_are_its_team_s(api, people):
+    grant(api)
+    assert AuditEvent.objects.visible_to(people["auditor"]).filter(verb="grant.created").count() == 1
+    other = Team.objects.create(name="payments")
+    other.members.add(people["auditor"])
+    people["auditor"].__dict__.pop("_team_cache", None)
+    assert AuditEvent.objects.visible_to(people["auditor"]).filter(verb="grant.created").count() == 0
