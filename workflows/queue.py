@@ -57,6 +57,7 @@ LANES = {
     "workflows.tasks.notify_reviewers": MESSAGES,
     "workflows.tasks.send_review_notices": MESSAGES,
     "workflows.tasks.end_lapsed_delegations": MESSAGES,
+    "workflows.tasks.expire_lapsed_grants": MESSAGES,
     "workflows.tasks.compute_previews": MESSAGES,
     "workflows.tasks.deliver_webhooks": MESSAGES,
     "workflows.tasks.send_chat": MESSAGES,

@@ -88,8 +88,21 @@ class PolicyChangeStatus(models.TextChoices):
     DECLINED = "DECLINED"
 
 
+class GrantStatus(models.TextChoices):
+    """A standing grant (docs/explanation/policies.md#standing-grants)."""
+
+    # On a destructive or irreversible action: awaiting a second reviewer.
+    PENDING = "PENDING"
+    ACTIVE = "ACTIVE"
+    # Every use taken: it approves nothing more, yet still backs the steps
+    # it approved (their recheck finds it live until it is revoked or expires).
+    EXHAUSTED = "EXHAUSTED"
+    REVOKED = "REVOKED"
+    EXPIRED = "EXPIRED"
+
+
 W, S, A, C = WorkflowStatus, StepStatus, AttemptStatus, CompensationStatus
-P = PolicyChangeStatus
+P, G = PolicyChangeStatus, GrantStatus
 
 _WITH_EFFECTS = (W.RUNNING, W.COMPLETE, W.FAILED, W.NEEDS_ATTENTION)
 
@@ -153,6 +166,13 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         P.PENDING: frozenset({P.APPLIED, P.DECLINED}),
         P.APPLIED: frozenset(),
         P.DECLINED: frozenset(),
+    },
+    "grant": {
+        G.PENDING: frozenset({G.ACTIVE, G.REVOKED, G.EXPIRED}),
+        G.ACTIVE: frozenset({G.EXHAUSTED, G.REVOKED, G.EXPIRED}),
+        G.EXHAUSTED: frozenset({G.REVOKED, G.EXPIRED}),
+        G.REVOKED: frozenset(),
+        G.EXPIRED: frozenset(),
     },
 }
 

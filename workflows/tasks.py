@@ -7,7 +7,7 @@ just what is due, so duplicated or late deliveries are harmless.
 from workflows import telemetry
 from workflows.chat import slack
 from workflows.engine import execution, previews
-from workflows.operations import bulk, chat_decisions, delegation, notifications
+from workflows.operations import bulk, chat_decisions, delegation, grants, notifications
 from workflows.webhooks import delivery
 
 
@@ -34,6 +34,10 @@ def send_review_notices() -> int:
 
 def end_lapsed_delegations() -> int:
     return delegation.end_lapsed()
+
+
+def expire_lapsed_grants() -> int:
+    return grants.expire_lapsed()
 
 
 def compute_previews(workflow_id: str) -> int:

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from tests.support import deciding as decide
-from tests.support.hostile import CONSOLE_LISTS, FORGED_CURSORS, HOSTILE_BODIES, ZERO_UUID, api_lists
+from tests.support.hostile import CONSOLE_LISTS, FORGED_CURSORS, HOSTILE_BODIES, TEMPLATES, ZERO_UUID, api_lists
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until
 from workflows.models import ActionPolicy, DeadLetter, Workflow
-from workflows.operations import bulk, compensation, links, plans, policies, tokens
+from workflows.operations import bulk, compensation, grants, links, plans, policies, tokens
 from workflows.web import waiting
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
@@ -174,100 +174,6 @@ RAW_JSON_BODIES = [text for text, _ in HOSTILE_BODIES.values()] + [
     '{"comment": "ok"}',
     "[" * 40 + "]" * 40,
 ]
-# Every field a dead-letter filter reads (bulk replay and reconcile).
-DEAD_LETTER_FILTER = {
-    "workflow": "00000000-0000-0000-0000-000000000000",
-    "status": "OPEN",
-    "action": "ticket.create",
-    "failure_class": "TRANSIENT",
-    "older_than": "1d",
-    "team": "default",
-    "ids": ["00000000-0000-0000-0000-000000000000"],
-    "job": "00000000-0000-0000-0000-000000000000",
-}
-TEMPLATES = {
-    "/workflows": {
-        "name": "walk",
-        "submission_key": "walk",
-        "deadline_seconds": 60,
-        "context": {"prompt": "p"},
-        "steps": [
-            {
-                "key": "open",
-                "action": "ticket.create",
-                "args": {"title": "t", "body": "b"},
-                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
-            }
-        ],
-    },
-    "/decisions": {
-        "decisions": [
-            {
-                "workflow": "00000000-0000-0000-0000-000000000000",
-                "decision": "approve",
-                "revision": 1,
-                "plan_hash": "a" * 64,
-                "preview_digests": {"open": "a" * 64},
-                "comment": "ok",
-            }
-        ]
-    },
-    "/approve": {"comment": "ok"},
-    "/cancel": {"reason": "r"},
-    "/revise": {"steps": [{"key": "open", "args": {"title": "t", "body": "b"}}], "comment": "c"},
-    "/claim": {},
-    "/release": {},
-    "/assign": {"to": "reviewer2"},
-    # A valid delegation (admin away until tomorrow), so that each swapped value reaches the operation.
-    "/me/delegation": {
-        "to": "reviewer2",
-        "until": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
-        "note": "n",
-    },
-    "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
-    "/resolve/confirm": {"reason": "r", "resolution_digest": "d"},
-    # Before "/replay": the first suffix that matches is taken.
-    "/dead-letters/replay": {
-        "filter": DEAD_LETTER_FILTER,
-        "only": "safe",
-        "dry_run": True,
-        "reason": "r",
-    },
-    "/dead-letters/reconcile": {
-        "filter": DEAD_LETTER_FILTER,
-        "dry_run": True,
-    },
-    "/verify": {"workflow": "00000000-0000-0000-0000-000000000000"},
-    "/reject": {"comment": "no"},
-    "/replay": {"reason": "r"},
-    "/discard": {"reason": "r"},
-    "/compensations": {"reason": "r", "steps": ["open"]},
-    "/authorize": {"reason": "r"},
-    "/decline": {"reason": "r"},
-    "/policy": {
-        "enabled": True,
-        "risk": "HIGH",
-        "approvals_required": 2,
-        "approval_ttl_seconds": 600,
-        "max_attempts": 3,
-        "max_in_flight": 4,
-        "rate_per_second": 2.5,
-        "reason": "r",
-        "version": 1,
-    },
-    # A proposed version of a team's Cedar policy set, and a plan to evaluate against the live sets.
-    "/versions": {
-        "text": '@id("reads")\npermit(principal, action == Action::"auto_approve", resource);\n',
-        "reason": "r",
-    },
-    "/policies/evaluate": {
-        "plan": {"steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]},
-        "agent": "agent",
-    },
-    "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
-    "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
-}
-
 # The known nasty values, mixed with generated ones.
 json_values = st.recursive(
     st.sampled_from(NASTY_JSON_LEAVES) | (st.integers() | st.text(max_size=20) | st.floats()),
@@ -346,6 +252,10 @@ def world(people, desk, monkeypatch):
         event="workflow.failed", workflow=failed, endpoint=endpoint, body="{}", status=WebhookDelivery.Status.DEAD
     )
     job, _ = bulk.reconcile(people["operator"], {"workflow": failed.pk}, shown_filter={}, dry_run=True)
+    until = datetime.now(UTC) + timedelta(days=1)
+    granted = grants.create(
+        people["reviewer"], agent="agent", action="ticket.comment", when="true", max_uses=2, until=until
+    )
     # A superuser too, so that the admin's pages and forms run instead of answering 403.
     people["admin"].is_superuser = True
     people["admin"].save(update_fields=["is_superuser"])
@@ -357,6 +267,8 @@ def world(people, desk, monkeypatch):
         "job_id": [str(job.pk)],
         "endpoint_id": [str(endpoint.pk)],
         "delivery_id": [str(delivery.pk)],
+        # A standing grant awaiting its second reviewer (the walking admin).
+        "grant_id": [str(granted.pk)],
         "name": ["ticket.create", "noop"],
         "change_id": [str(loosen.pk)],
         # A team's policy set, and the global one.

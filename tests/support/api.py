@@ -28,8 +28,10 @@ class ApiClient:
     def put(self, path, body=None):
         return self.client.put(f"/api/v1{path}", body if body is not None else {}, content_type="application/json")
 
-    def delete(self, path):
-        return self.client.delete(f"/api/v1{path}")
+    def delete(self, path, body=None):
+        if body is None:
+            return self.client.delete(f"/api/v1{path}")
+        return self.client.delete(f"/api/v1{path}", body, content_type="application/json")
 
 
 class HttpApi:

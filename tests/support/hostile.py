@@ -5,6 +5,7 @@ accepts but JSON and the databases do not."""
 import base64
 import json
 import re
+from datetime import UTC, datetime, timedelta
 
 from tests.support.plans import ticket_plan
 
@@ -97,4 +98,111 @@ HOSTILE_BODIES = {
     "null": ("null", "JSON object"),
     "not UTF-8": ("\udcff", "UTF-8"),
     "not JSON": ("{", "not valid JSON"),
+}
+
+
+# A valid body for each API operation that takes one, by the end of its path:
+# the walks swap one value at a time for a hostile one, so that the input
+# gets past the parser into the operation.
+# Every field a dead-letter filter reads (bulk replay and reconcile).
+DEAD_LETTER_FILTER = {
+    "workflow": "00000000-0000-0000-0000-000000000000",
+    "status": "OPEN",
+    "action": "ticket.create",
+    "failure_class": "TRANSIENT",
+    "older_than": "1d",
+    "team": "default",
+    "ids": ["00000000-0000-0000-0000-000000000000"],
+    "job": "00000000-0000-0000-0000-000000000000",
+}
+TEMPLATES = {
+    "/workflows": {
+        "name": "walk",
+        "submission_key": "walk",
+        "deadline_seconds": 60,
+        "context": {"prompt": "p"},
+        "steps": [
+            {
+                "key": "open",
+                "action": "ticket.create",
+                "args": {"title": "t", "body": "b"},
+                "compensation": {"action": "ticket.close", "args": {"ticket_id": {"$from": "open.result.id"}}},
+            }
+        ],
+    },
+    "/decisions": {
+        "decisions": [
+            {
+                "workflow": "00000000-0000-0000-0000-000000000000",
+                "decision": "approve",
+                "revision": 1,
+                "plan_hash": "a" * 64,
+                "preview_digests": {"open": "a" * 64},
+                "comment": "ok",
+            }
+        ]
+    },
+    "/approve": {"comment": "ok"},
+    "/cancel": {"reason": "r"},
+    "/revise": {"steps": [{"key": "open", "args": {"title": "t", "body": "b"}}], "comment": "c"},
+    "/claim": {},
+    "/release": {},
+    "/assign": {"to": "reviewer2"},
+    # A valid delegation (admin away until tomorrow), so that each swapped value reaches the operation.
+    "/me/delegation": {
+        "to": "reviewer2",
+        "until": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+        "note": "n",
+    },
+    "/resolve": {"decision": "happened", "external_ref": "r", "result": {"a": 1}, "reason": "r"},
+    "/resolve/confirm": {"reason": "r", "resolution_digest": "d"},
+    # Before "/replay": the first suffix that matches is taken.
+    "/dead-letters/replay": {
+        "filter": DEAD_LETTER_FILTER,
+        "only": "safe",
+        "dry_run": True,
+        "reason": "r",
+    },
+    "/dead-letters/reconcile": {
+        "filter": DEAD_LETTER_FILTER,
+        "dry_run": True,
+    },
+    "/verify": {"workflow": "00000000-0000-0000-0000-000000000000"},
+    "/reject": {"comment": "no"},
+    "/replay": {"reason": "r"},
+    "/discard": {"reason": "r"},
+    "/compensations": {"reason": "r", "steps": ["open"]},
+    "/authorize": {"reason": "r"},
+    "/decline": {"reason": "r"},
+    "/policy": {
+        "enabled": True,
+        "risk": "HIGH",
+        "approvals_required": 2,
+        "approval_ttl_seconds": 600,
+        "max_attempts": 3,
+        "max_in_flight": 4,
+        "rate_per_second": 2.5,
+        "reason": "r",
+        "version": 1,
+    },
+    # A proposed version of a team's Cedar policy set, and a plan to evaluate against the live sets.
+    "/versions": {
+        "text": '@id("reads")\npermit(principal, action == Action::"auto_approve", resource);\n',
+        "reason": "r",
+    },
+    "/policies/evaluate": {
+        "plan": {"steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]},
+        "agent": "agent",
+    },
+    # A valid standing grant, so that each swapped value reaches the operation.
+    "/grants": {
+        "agent": "agent",
+        "action": "ticket.create",
+        "when": "context.hour < 24",
+        "max_uses": 2,
+        "until": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    },
+    "/grants/{grant_id}": {"reason": "r"},
+    "/webhooks": {"url": "https://hooks.example.com/in", "description": "d", "enabled": True},
+    "/webhooks/{endpoint_id}": {"url": "https://hooks.example.com/in", "description": "d", "enabled": False},
 }

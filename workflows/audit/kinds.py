@@ -17,6 +17,7 @@ _OBJECTS = {
     "attempt": "The attempt",
     "compensation": "The compensation",
     "policy_change": "The policy change",
+    "grant": "The standing grant",
 }
 
 NAMED: dict[str, str] = {
@@ -93,6 +94,18 @@ NAMED: dict[str, str] = {
     "reviewer of that team, another person, must authorize it.",
     "policy_set.authorized": "A reviewer authorized a proposed policy set version: it is live.",
     "policy_set.declined": "A proposed policy set version was declined.",
+    # Standing grants
+    "grant.created": "A reviewer granted an agent standing approval of an action's steps under a Cedar condition, "
+    "for so many uses until a time; ACTIVE, or PENDING a second reviewer on a destructive or irreversible action.",
+    "grant.authorized": "A second reviewer authorized a standing grant of a destructive or irreversible action: "
+    "it is ACTIVE.",
+    "grant.revoked": "A reviewer or operator revoked a standing grant, with a reason: it approves nothing more, and "
+    "the steps it approved stop before their next effect.",
+    "grant.expired": "A standing grant's time passed (closed by the worker): it approves nothing more, and the "
+    "steps it approved stop before their next effect.",
+    "grant.used": "A standing grant approved a step: one use counted for its operation key.",
+    "grant.exhausted": "A standing grant's last use was taken: it approves nothing more (the steps it approved "
+    "still run).",
     # People, teams, agents
     "user.signed_in": "Someone signed in (local password or the identity provider).",
     "user.breakglass": "An operator let one local account sign in for a limited time while local sign-in is off.",

@@ -18,7 +18,7 @@ from workflows.chat import marks as chat
 from workflows.db import update_rows
 from workflows.engine import announcements, review_outcomes
 from workflows.errors import WrongState
-from workflows.models import Attempt, Compensation, PolicyChange, Step, Workflow
+from workflows.models import Attempt, Compensation, PolicyChange, StandingGrant, Step, Workflow
 from workflows.shapes import workflow_out
 from workflows.states import IllegalTransition, StepStatus, check
 
@@ -28,6 +28,7 @@ _KIND = {
     Attempt: "attempt",
     Compensation: "compensation",
     PolicyChange: "policy_change",
+    StandingGrant: "grant",
 }
 
 
@@ -36,7 +37,7 @@ def _workflow_id(obj):
         return obj.pk
     if isinstance(obj, (Step, Compensation)):
         return obj.workflow_id
-    if isinstance(obj, PolicyChange):
+    if isinstance(obj, (PolicyChange, StandingGrant)):
         return None
     return obj.step.workflow_id
 

@@ -25,7 +25,7 @@ from workflows import outbox, queue
 from workflows.audit import checkpoints
 from workflows.chat import marks as chat
 from workflows.engine import execution, expiry, jobs, recovery
-from workflows.models import ChatMessage, Delegation, ReviewNotice, Step
+from workflows.models import ChatMessage, Delegation, ReviewNotice, StandingGrant, Step
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ def tick(brokers: dict) -> bool:
     # closing it records when, in the audit trail.
     if Delegation.objects.lapsed().exists() and _room("workflows.tasks.end_lapsed_delegations", brokers):
         queue.send("workflows.tasks.end_lapsed_delegations", name="lapsed delegations", brokers=brokers)
+    # Likewise a standing grant whose time passed: marking it EXPIRED records when.
+    if StandingGrant.objects.lapsed().exists() and _room("workflows.tasks.expire_lapsed_grants", brokers):
+        queue.send("workflows.tasks.expire_lapsed_grants", name="lapsed grants", brokers=brokers)
     return due
 
 

@@ -22,6 +22,7 @@ from workflows.models.audit import (
 from workflows.models.chat import ChatMessage, ChatMessageQuerySet
 from workflows.models.chat_identity import SlackIdentity, SlackSignature, UsedSlackLink
 from workflows.models.delegation import Delegation, DelegationQuerySet
+from workflows.models.grants import GrantUse, StandingGrant, StandingGrantQuerySet
 from workflows.models.identity import AccountLink, AgentOwner, ApiToken, ProviderIdentity, Team, TeamQuerySet
 from workflows.models.jobs import Job, JobItem, JobQuerySet
 from workflows.models.plans import (
@@ -67,6 +68,10 @@ __all__ = [
     "PolicyChange",
     "PolicySet",
     "PolicySetVersion",
+    # standing grants
+    "StandingGrantQuerySet",
+    "StandingGrant",
+    "GrantUse",
     # jobs
     "JobQuerySet",
     "Job",

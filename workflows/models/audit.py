@@ -8,6 +8,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from workflows import roles, teams
+from workflows.models.grants import StandingGrant
 from workflows.models.jobs import Job
 from workflows.models.plans import Workflow
 from workflows.webhooks.models import WebhookEndpoint
@@ -38,6 +39,7 @@ class AuditEventQuerySet(models.QuerySet):
         mine = teams.team_ids(user)
         endpoints = [str(pk) for pk in WebhookEndpoint.objects.visible_to(user).values_list("pk", flat=True)]
         jobs = [str(pk) for pk in Job.objects.visible_to(user).values_list("pk", flat=True)]
+        grants = [str(pk) for pk in StandingGrant.objects.visible_to(user).values_list("pk", flat=True)]
         members = (
             get_user_model()
             .objects.filter(teams.members_of_q(mine))
@@ -50,13 +52,14 @@ class AuditEventQuerySet(models.QuerySet):
             | Q(object_type="webhook_endpoint", object_id__in=endpoints)
             | Q(object_type="team", object_id__in=[str(pk) for pk in mine])
             | Q(object_type="job", object_id__in=jobs)
+            | Q(object_type="grant", object_id__in=grants)
             | Q(object_type="user", workflow_id__isnull=True, object_id__in=members)
         )
 
 
 # The kinds of object an event about no workflow may name that belong to a
 # team, or to no single one (`AuditEventQuerySet.visible_to`).
-TEAM_SCOPED_EVENTS = ("webhook_endpoint", "team", "job", "user", "person", "archive", "workflow")
+TEAM_SCOPED_EVENTS = ("webhook_endpoint", "team", "job", "user", "person", "archive", "workflow", "grant")
 
 
 class AuditEvent(models.Model):

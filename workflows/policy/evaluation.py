@@ -233,6 +233,37 @@ def _check_bounds(steps: list) -> None:
                 stack.extend((item, depth + 1) for item in value)
 
 
+def step_entity(step: dict, *, team: str, workflow: str = "plan") -> tuple[dict, list[tuple[str, ...]]]:
+    """A plan's step as the Cedar `Step` entity, and the paths of its args
+    whose value is not known before it runs (`_value`)."""
+    _check_bounds([step])
+    unknown: list[tuple[str, ...]] = []
+    args = _value(step.get("args") or {}, (), unknown)
+    action = actions.find(step["action"])
+    entity = {
+        "uid": {"type": "Step", "id": f"{workflow}/{step['key']}"},
+        "attrs": {
+            "action": step["action"],
+            "args": args or {},
+            "destructive": bool(action and action.destructive),
+            "irreversible": bool(action is None or action.irreversible),
+            "team": team,
+        },
+        "parents": [],
+    }
+    return entity, unknown
+
+
+def reads_unknown(est: dict, unknown: list[tuple[str, ...]]) -> bool:
+    """Whether a policy (Cedar's JSON form) reads the args at, under or
+    above a path whose value is not known yet."""
+    if not unknown:
+        return False
+    found: list[tuple[str, ...]] = []
+    _args_paths(est.get("conditions", []), found)
+    return _touched(found, unknown)
+
+
 def _touched(paths: list[tuple[str, ...]], unknown: list[tuple[str, ...]]) -> bool:
     return any(p[: len(u)] == u or u[: len(p)] == p for p in paths for u in unknown)
 
@@ -262,27 +293,11 @@ def evaluate(
     context = {"hour": now.hour, "weekday": now.isoweekday(), "steps_in_plan": len(steps)}
     requests, unknowns, flags = [], [], []
     for step in steps:
-        unknown: list[tuple[str, ...]] = []
-        args = _value(step.get("args") or {}, (), unknown)
-        action = actions.find(step["action"])
-        destructive = bool(action and action.destructive)
-        irreversible = bool(action is None or action.irreversible)
-        uid = {"type": "Step", "id": f"{workflow}/{step['key']}"}
-        entities.append(
-            {
-                "uid": uid,
-                "attrs": {
-                    "action": step["action"],
-                    "args": args or {},
-                    "destructive": destructive,
-                    "irreversible": irreversible,
-                    "team": team,
-                },
-                "parents": [],
-            }
-        )
+        entity, unknown = step_entity(step, team=team, workflow=workflow)
+        uid = entity["uid"]
+        entities.append(entity)
         unknowns.append(unknown)
-        flags.append(destructive or irreversible)
+        flags.append(entity["attrs"]["destructive"] or entity["attrs"]["irreversible"])
         for name in schema.ACTIONS:
             principal = {"type": "Agent", "id": agent}
             requests.append(
