@@ -435,11 +435,11 @@ def test_verify_audit_command_records_what_the_page_shows(auditor, trail, capsys
 
 # --- fixed query counts -----------------------------------------------------
 
-# session, user, groups, teams, the teams' webhook endpoints and jobs, page of events, latest whole-chain
+# session, user, groups, teams, the teams' webhook endpoints, jobs and grants, page of events, latest whole-chain
 # check, the workflow is the auditor's team's, its latest check
-LIST_QUERIES = 10
-API_QUERIES = 6  # token with its user, groups, teams, the teams' webhook endpoints and jobs, page of events
-EXPORT_QUERIES = 7  # session, user, groups, teams, the teams' webhook endpoints and jobs, the streamed events
+LIST_QUERIES = 11
+API_QUERIES = 7  # token with its user, groups, teams, the teams' webhook endpoints, jobs and grants, page of events
+EXPORT_QUERIES = 8  # session, user, groups, teams, the teams' webhook endpoints, jobs and grants, the events
 
 
 @pytest.mark.parametrize("count", [5, 150])
