@@ -33,6 +33,9 @@
     n  Slack clicks: signed clicks posted to /chat/slack/interactions/ on a
        gunicorn web process, each plan APPROVED by a real cluster's worker:
        click → APPROVED p50/p95 (`slack_clicks`)
+    o  (b)'s burst on one cluster with its plans approved by policy at
+       submission (a team whose live Cedar set permits `noop` auto_approve)
+       in place of the reviewer's approvals, beside (b)'s rate (`auto_burst`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest
