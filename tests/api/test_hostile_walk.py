@@ -263,10 +263,7 @@ TEMPLATES = {
         "version": 1,
     },
     # A proposed version of a team's Cedar policy set, and a plan to evaluate against the live sets.
-    "/versions": {
-        "text": '@id("reads")\npermit(principal, action == Action::"auto_approve", resource);\n',
-        "reason": "r",
-    },
+    "/versions": {"text": '@id("reads")\npermit(principal, action, resource);', "reason": "r"},
     "/policies/evaluate": {
         "plan": {"steps": [{"key": "open", "action": "ticket.create", "args": {"title": "t", "body": "b"}}]},
         "agent": "agent",
