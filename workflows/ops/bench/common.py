@@ -132,6 +132,7 @@ def auto_approving_agent(reviewer):
     from workflows.operations import policy_sets, tokens
 
     User = get_user_model()
+    reviewer = User.objects.get(pk=reviewer.pk)  # afresh: a user object caches its teams
     team, _ = Team.objects.get_or_create(name=AUTO_TEAM)
     agent, _ = User.objects.get_or_create(username=AUTO_AGENT)
     operator, _ = User.objects.get_or_create(username=AUTO_OPERATOR)
