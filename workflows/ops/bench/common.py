@@ -115,7 +115,12 @@ def personas():
     return agent, reviewer
 
 
-AUTO_TEAM, AUTO_AGENT, AUTO_OPERATOR = "bench-auto", "bench-auto-agent", "bench-auto-operator"
+AUTO_TEAM, AUTO_AGENT, AUTO_OPERATOR, AUTO_REVIEWER = (
+    "bench-auto",
+    "bench-auto-agent",
+    "bench-auto-operator",
+    "bench-auto-reviewer",
+)
 # The bench-auto team's policy set: every `noop` step runs without a person.
 AUTO_POLICY = (
     '@id("bench-noop")\npermit (principal, action == Action::"auto_approve", resource)\n'
@@ -123,20 +128,22 @@ AUTO_POLICY = (
 )
 
 
-def auto_approving_agent(reviewer):
+def auto_approving_agent():
     """An agent of the team `bench-auto`, whose live policy set approves its
     `noop` plans at submission (docs/explanation/policies.md#approval-by-policy):
-    proposed by an operator of that team and authorized by `reviewer`, as
-    any version is; left as it is when already live."""
+    proposed by an operator of that team and authorized by a reviewer of it,
+    as any version is; left as it is when already live. Its people are its
+    own: the bench's reviewer, in no team, keeps reviewing `default`."""
     from workflows.models import ApiToken, PolicySet, PolicySetVersion, Team
     from workflows.operations import policy_sets, tokens
 
     User = get_user_model()
-    reviewer = User.objects.get(pk=reviewer.pk)  # afresh: a user object caches its teams
     team, _ = Team.objects.get_or_create(name=AUTO_TEAM)
     agent, _ = User.objects.get_or_create(username=AUTO_AGENT)
     operator, _ = User.objects.get_or_create(username=AUTO_OPERATOR)
+    reviewer, _ = User.objects.get_or_create(username=AUTO_REVIEWER)
     operator.groups.add(Group.objects.get_or_create(name=roles.OPERATORS)[0])
+    reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
     team.members.add(agent, operator, reviewer)
     if not ApiToken.objects.filter(user=agent, team=team, revoked_at__isnull=True).exists():
         tokens.issue(agent, name="bench", team=team)

@@ -288,7 +288,7 @@ class Bench:
         in place of the reviewer's approvals."""
         per = self.o.steps_per_workflow
         submitted = time.time()
-        agent = auto_approving_agent(self.reviewer) if auto else None
+        agent = auto_approving_agent() if auto else None
         ids = self.submit(math.ceil(self.o.steps / per), per, f"{'o' if auto else 'b'}{count}", agent=agent)
         submit_seconds = time.time() - submitted
         total = len(ids) * per
