@@ -17,6 +17,7 @@ def _step_out(step) -> dict:
         "preview": _preview_out(step),
         "gate": step.gate,
         "gate_decision": step.gate_decision,
+        "approval": approval_out(step),
         "resolution": _pending_resolution_out(step),
         "attempts": [
             {
@@ -33,6 +34,24 @@ def _step_out(step) -> dict:
             }
             for a in step.attempts.all()
         ],
+    }
+
+
+def approval_out(step) -> dict | None:
+    """Who approves this step and why, as the team's policies decided it at
+    submission (docs/explanation/policies.md#approval-by-policy); null for a
+    compensation step or one submitted before this was kept."""
+    found = step.policy_decision
+    if step.lane or not isinstance(found, dict):
+        return None
+    return {
+        "by": found.get("by"),
+        "basis": found.get("basis"),
+        "decision": found.get("decision"),
+        "reason": found.get("reason"),
+        "why": found.get("why"),
+        "policies": found.get("policies") or [],
+        "version": found.get("version"),
     }
 
 

@@ -35,12 +35,14 @@ def test_times_outcomes_and_groups_of_known_decisions(api):
     assert answer["decisions"] == 3
     # percentile_cont: p95 lies between 20 and 300, 90% of the way.
     assert answer["time_to_decision_seconds"] == {"p50": 20.0, "p95": 272.0, "max": 300.0}
-    assert answer["outcomes"] == {"approved": 2, "rejected": 1, "expired": 1, "cancelled": 1, "auto": 0}
+    assert answer["outcomes"] == {"approved": 2, "rejected": 1, "expired": 1, "cancelled": 1, "auto": 0, "human": 2}
     assert answer["by_team"] == [
         {
             "team": "default",
             "decisions": 3,
             "approved": 2,
+            "auto": 0,
+            "human": 2,
             "rejected": 1,
             "expired": 1,
             "cancelled": 1,
@@ -76,6 +78,10 @@ def test_an_approval_without_a_person_counts_as_auto(api):
     decided(60)
     answer = api["reviewer"].get(PATH).json()
     assert answer["outcomes"]["approved"] == 2 and answer["outcomes"]["auto"] == 1
+    assert answer["outcomes"]["human"] == 1
+    assert (answer["by_team"][0]["auto"], answer["by_team"][0]["human"]) == (1, 1)
+    # Time to decision is a person's: the policy's 30 s is not among it.
+    assert answer["time_to_decision_seconds"] == {"p50": 60.0, "p95": 60.0, "max": 60.0}
     assert [item["reviewer"] for item in answer["by_reviewer"]] == ["user:1"]
 
 

@@ -97,6 +97,10 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
     (memory,) = result["memory"]["runs"]
     assert memory["worker_processes"] >= 1 and is_number(memory["growth_mib_per_10k_steps"])
     assert all(is_number(memory["worker_rss_mib"][key]) for key in ("start", "peak", "end"))
+    # (p): the same burst approved by policy at submission, beside (b)'s rate.
+    (auto,) = result["auto_burst"]["runs"]
+    assert auto["steps"] == 200 and auto["steps_per_s"] > 0 and auto["ratio_to_human_burst"] > 0
+    assert re.search(r"\(p\) durable steps/s approved by policy, 1 cluster\(s\) +[\d,]+", report), report
     assert {goal["part"] for goal in result["goals"]} == set("bcdef")
 
 
@@ -235,7 +239,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,h,i,j,k,l,m,n,o",
+        "a,b,c,d,e,h,i,j,k,l,m,n,o,p",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -316,7 +320,7 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,f,h,i,j,k,l,m,n,o",
+        "a,b,c,d,e,f,h,i,j,k,l,m,n,o,p",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -349,7 +353,7 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,i,j,k,l,m,n,o",
+        "a,b,c,d,e,g,i,j,k,l,m,n,o,p",
         "--waiters",
         "8",
         "--workdir",
@@ -384,7 +388,7 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,j,k,l,m,n,o",
+        "a,b,c,d,e,g,h,j,k,l,m,n,o,p",
         "--dead-letters",
         "12",
         "--workdir",
@@ -425,7 +429,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,k,l,m,n,o",
+        "a,b,c,d,e,g,h,i,k,l,m,n,o,p",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -461,7 +465,7 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,l,m,n,o",
+        "a,b,c,d,e,g,h,i,j,l,m,n,o,p",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -497,7 +501,7 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,m,n,o",
+        "a,b,c,d,e,g,h,i,j,k,m,n,o,p",
         "--analytics-decisions",
         "300",
         "--workdir",
@@ -526,7 +530,7 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l,n,o",
+        "a,b,c,d,e,g,h,i,j,k,l,n,o,p",
         "--chat-samples",
         "3",
         "--chat-backlog",
@@ -555,7 +559,7 @@ def test_policies_part_times_evaluation_per_step_and_its_share_of_submit_to_appr
     call_command(
         "bench",
         "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l,m,n",
+        "a,b,c,d,e,g,h,i,j,k,l,m,n,p",
         "--policy-sizes",
         "2,5",
         "--policy-samples",

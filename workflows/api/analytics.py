@@ -21,6 +21,7 @@ class AnalyticsOutcomesOut(Schema):
     expired: int
     cancelled: int
     auto: int = Field(..., description="Approvals no person made (a policy's); included in `approved`")
+    human: int = Field(0, description="Approvals a person made: `approved` less `auto`")
 
 
 class AnalyticsOpenAgeOut(Schema):
@@ -31,6 +32,8 @@ class AnalyticsOpenAgeOut(Schema):
 class AnalyticsGroupOut(Schema):
     decisions: int = Field(..., description="Approved and rejected")
     approved: int
+    auto: int = Field(0, description="Approvals no person made (a policy's); included in `approved`")
+    human: int = Field(0, description="Approvals a person made")
     rejected: int
     expired: int
     cancelled: int

@@ -58,10 +58,21 @@ class StepDecisionOut(Schema):
     group: str | None = Field(None, description="The reviewer group the determining permits name")
     policies: list[str] = Field(..., description="The @id of each policy that decided")
     error: str | None = Field(None, description="policy_error when a policy could not be evaluated on the step")
+    reason: str | None = Field(
+        None,
+        description="Why: permitted, no_policy_set, no_permit, auto_forbidden, reference, destructive, annotation, "
+        "forbidden, policy_error",
+    )
+    why: str = Field("", description="The reason in words, naming the policies")
 
 
 class EvaluationOut(Schema):
     version: int | None = Field(..., description="The live version of the team's set; null when it has none")
+    basis: str | None = Field(
+        None,
+        description="When every step is auto: the basis an approval by policy would name, "
+        "`policy:<team>:<@id,...>@<version>`; else null",
+    )
     steps: list[StepDecisionOut]
 
 
@@ -125,6 +136,7 @@ def evaluate(request, payload: EvaluateIn):
     result = policy_sets.evaluate(body, agent=agent.get_username(), team=team.name)
     return {
         "version": result.version,
+        "basis": result.basis,
         "steps": [
             {
                 "key": s.key,
@@ -133,6 +145,8 @@ def evaluate(request, payload: EvaluateIn):
                 "group": s.group,
                 "policies": s.policies,
                 "error": s.error,
+                "reason": s.reason,
+                "why": s.why,
             }
             for s in result.steps
         ],

@@ -76,6 +76,21 @@ class PendingResolutionOut(Schema):
     awaiting_confirmation: bool
 
 
+class StepApprovalOut(Schema):
+    by: str = Field(..., description="`policy`: the plan was approved by the team's policies with no person; `human`")
+    basis: str | None = Field(
+        None, description="The approval's basis, `policy:<team>:<@id,...>@<version>`; null when a person approves"
+    )
+    decision: str | None = Field(None, description="What the policies decided for this step: auto, human")
+    reason: str | None = Field(
+        None,
+        description="Why: permitted, no_policy_set, no_permit, auto_forbidden, reference, destructive, annotation",
+    )
+    why: str | None = Field(None, description="The reason in words, naming the policies")
+    policies: list[str] = Field(default_factory=list, description="The @id of each policy that decided")
+    version: int | None = Field(None, description="The version of the team's policy set that decided")
+
+
 class StepOut(Schema):
     key: str
     action: str
@@ -90,6 +105,11 @@ class StepOut(Schema):
         None,
         description="At a typed gate that opened: the {choice, input} its approvers agreed on "
         "(docs/explanation/review.md#typed-decisions), else null",
+    )
+    approval: StepApprovalOut | None = Field(
+        None,
+        description="Who approves this step and why, as the team's Cedar policies decided it when the plan was "
+        "submitted (docs/explanation/policies.md#approval-by-policy); null for steps submitted before this was kept",
     )
     resolution: PendingResolutionOut | None = Field(
         None,

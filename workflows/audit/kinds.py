@@ -26,6 +26,9 @@ NAMED: dict[str, str] = {
     "workflow.revised": "A reviewer replaced some steps' arguments: a new revision, earlier approvals void.",
     "workflow.approval_recorded": "One approval of several required was recorded; the plan still waits.",
     "workflow.approved": "The last required approval was recorded; the plan moves to APPROVED.",
+    "workflow.approved_by_policy": "The team's Cedar policies permitted every step auto_approve: approved at "
+    "submission with no person (actor `policy:<team>@<version>`), its basis `policy:<team>:<@id,...>@<version>` "
+    "and each step's policies in the data.",
     "workflow.rejected": "A reviewer rejected the plan (or a gate of it); nothing more runs.",
     "workflow.previews_requested": "Approval asked the workers to compute the steps' effect previews.",
     "workflow.previewed": "A worker recorded the effect previews of the plan's steps.",

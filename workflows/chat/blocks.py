@@ -175,9 +175,10 @@ def _approvers(workflow: Workflow) -> list[str]:
     names = (
         Approval.objects.filter(workflow=workflow, decision=Approval.Decision.APPROVE, revision=workflow.revision)
         .order_by("created_at")
-        .values_list("reviewer__username", flat=True)
+        .values_list("reviewer__username", "basis")
     )
-    return list(dict.fromkeys(names))
+    # An approval no person made is named by its basis.
+    return list(dict.fromkeys(name or basis for name, basis in names))
 
 
 def _about(workflow: Workflow) -> dict:

@@ -131,6 +131,8 @@ def sealed_text(record: Approval | Compensation) -> str:
             "decision": record.decision,
             "at": _instant(record.created_at),
             "previews": _previews(record),
+            # Only for an approval no person made: seals made before bases stay valid.
+            **({"basis": record.basis} if getattr(record, "basis", "") else {}),
         }
     )
 

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workflows import actions, persons, roles
-from workflows.engine import binding, gates
+from workflows.engine import bases, binding, gates
 from workflows.models import ActionPolicy, Approval, Step, Workflow
 from workflows.states import WorkflowStatus
 
@@ -72,6 +72,12 @@ class Tally:
     # steps, and approvals whose seal does not verify.
     other_plan: int = 0
     unsealed: int = 0
+    # An approval no person made (docs/explanation/policies.md#approval-by-policy),
+    # sealed for this plan, within the lifetime, whose basis is still live:
+    # it stands for every approval the plan needs. `dead`: why such
+    # approvals no longer count (their basis is no longer live).
+    by_basis: Approval | None = None
+    dead: list[str] | None = None
 
 
 def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes: dict | None = None) -> dict:
@@ -100,10 +106,11 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     # approver or one removed from the reviewers no longer counts. Asked
     # apart: joined into the query above, the planner may walk a busy
     # reviewer's every approval instead of these workflows' few.
+    people_ids = {approval.reviewer_id for approval in approvals if approval.reviewer_id is not None}
     reviewers = set(
         get_user_model()
         .objects.filter(
-            pk__in={approval.reviewer_id for approval in approvals},
+            pk__in=people_ids,
             is_active=True,
             groups__name=roles.REVIEWERS,
         )
@@ -115,7 +122,8 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
     in_groups = {frozenset(needed): roles.in_all_groups(reviewers, needed) for needed in groups.values()}
     by_pk = {workflow.pk: workflow for workflow in workflows}
     authors = persons.plan_authors(by_pk.values())
-    people = persons.keys_of({a.reviewer_id for a in approvals} | {i for ids in authors.values() for i in ids})
+    people = persons.keys_of(people_ids | {i for ids in authors.values() for i in ids})
+    dead = bases.not_live({approval.basis for approval in approvals if approval.basis})
     tallies = {pk: Tally([]) for pk in by_pk}
     counted = {pk: {} for pk in by_pk}
     for approval in approvals:
@@ -128,6 +136,14 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
             tally.other_plan += 1
         elif not binding.verifies(approval):
             tally.unsealed += 1
+        elif approval.basis or approval.reviewer_id is None:
+            # No person: it counts by its basis alone, while that is live.
+            if oldest[workflow.pk] and approval.created_at < oldest[workflow.pk]:
+                continue
+            if approval.basis in dead or not approval.basis:
+                tally.dead = [*(tally.dead or []), dead.get(approval.basis, "an approval with no person and no basis")]
+            elif tally.by_basis is None:
+                tally.by_basis = approval
         elif (
             approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
             and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
@@ -255,13 +271,20 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         checks.append(
             Check(
                 "approvals still valid",
-                len(tally.valid) >= required,
-                f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
+                len(tally.valid) >= required or tally.by_basis is not None,
+                f"approved by {tally.by_basis.basis} (sealed, still live, plan hash unchanged, within lifetime)"
+                if tally.by_basis is not None and len(tally.valid) < required
+                else f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
                 f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
                 f"{_set_aside(tally)}",
             )
         )
-        step.approvers = approvers_out((a.reviewer_id, a.created_at) for a in tally.valid)
+        # The proof names each approval that counts: a person by their
+        # account's id, an approval no person made by its basis.
+        counting = [(a.reviewer_id, a.created_at) for a in tally.valid]
+        if tally.by_basis is not None:
+            counting.append((tally.by_basis.basis, tally.by_basis.created_at))
+        step.approvers = approvers_out(counting)
         if step.gate:
             valid, need = gates.valid_approvals(step, workflow), gates.required(step)
             step.approvers += approvers_out((a.reviewer_id, a.created_at) for a in valid)
@@ -285,7 +308,9 @@ def _in_groups(plan_policies) -> str:
 def approvers_out(decisions) -> list[dict]:
     """`[{"sub", "at"}]` of (user id, time) pairs, oldest first: an opaque
     id (the account's primary key; never a name or an address) and when
-    that person decided. Pairs without a person are left out."""
+    that person decided; for an approval no person made, its basis
+    (`policy:<team>:<@id,...>@<version>`) in place of the id. Pairs
+    without either are left out."""
     return [
         {"sub": str(pk), "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
         for pk, at in sorted((d for d in decisions if d[0] is not None and d[1] is not None), key=lambda d: d[1])
@@ -306,7 +331,7 @@ def cancelled_workflows(workflow_ids) -> set:
 
 
 def _set_aside(tally: Tally) -> str:
-    aside = []
+    aside = [f"an approval no person made, whose basis is no longer live: {why}" for why in tally.dead or []]
     if tally.other_plan:
         aside.append(f"{tally.other_plan} for another plan (the plan no longer matches what was approved)")
     if tally.unsealed:

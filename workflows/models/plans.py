@@ -245,6 +245,12 @@ class Step(models.Model):
     # key, "choice": option}`, this step runs only on that choice, else SKIPPED.
     gate_decision = models.JSONField(null=True, blank=True)
     when = models.JSONField(null=True, blank=True)
+    # What the team's Cedar policies found for this step when its plan was
+    # submitted (docs/explanation/policies.md#approval-by-policy): `{"by":
+    # "policy"|"human", "decision", "reason", "policies", "version",
+    # "approvals", "group", "basis"}`, shown as decided then, never judged
+    # again at view time. Null for steps submitted before it was kept.
+    policy_decision = models.JSONField(null=True, blank=True)
     # An operator's answer for this IN_DOUBT step that waits for a second
     # person (docs/explanation/decisions.md#bound-decisions, `workflows.operations.resolution`): `{"decision",
     # "reason", "external_ref", "result", "at"}`, and who gave it. Null

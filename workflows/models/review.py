@@ -15,11 +15,17 @@ class Approval(models.Model):
         REJECT = "REJECT"
 
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="approvals")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The person who decided; null for an approval no person made (`basis`).
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
     decision = models.CharField(max_length=16, choices=Decision.choices)
     comment = models.TextField(blank=True, default="")
     plan_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    # What approved it when no person did (docs/explanation/policies.md#approval-by-policy):
+    # `policy:<team>:<@id,...>@<version>` for the team's Cedar set, sealed
+    # with the rest; "" for a person's approval. Counts only while live
+    # (`workflows.engine.bases`).
+    basis = models.TextField(blank=True, default="", db_default="")
     # HMAC-SHA256 under the audit key `key_id` over what was decided
     # (`workflows.engine.binding.seal`): an approval without a valid one never counts.
     mac = models.CharField(max_length=64, blank=True, default="")
@@ -34,6 +40,13 @@ class Approval(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["workflow", "created_at"], name="approval_workflow")]
+        constraints = [
+            # A person, or a basis: never both, never neither.
+            models.CheckConstraint(
+                condition=(Q(reviewer__isnull=False) & Q(basis="")) | (Q(reviewer__isnull=True) & ~Q(basis="")),
+                name="approval_person_or_basis",
+            )
+        ]
 
 
 class GateApproval(models.Model):

@@ -124,6 +124,7 @@ def _stats(counts: dict, p50, p95, top) -> dict:
         "decisions": sum(counts.get(outcome, 0) for outcome in DECIDED),
         **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
         "auto": counts.get("auto", 0),
+        "human": counts.get(Outcome.APPROVED.value, 0) - counts.get("auto", 0),
         "p50": _seconds(p50),
         "p95": _seconds(p95),
         "max": _seconds(top),
@@ -138,14 +139,16 @@ def _grouped_sql(rows, fields: list[str | None]) -> dict:
     columns = [*names, *(["reviewer_key"] if "reviewer_key" not in names else []), "outcome", "seconds", "actor"]
     inner, params = rows.order_by().values(*columns).query.sql_with_params()
     decided = "outcome IN ({})".format(", ".join(["%s"] * len(DECIDED)))
+    # Time to decision is a person's: an approval by policy takes none.
+    person = "reviewer_key <> ''"
     counts = ", ".join(f"count(*) FILTER (WHERE outcome = %s) AS {outcome}" for outcome in OUTCOMES)
     counts += ", count(*) FILTER (WHERE outcome = %s AND reviewer_key = '') AS auto"
     grouping = f"GROUPING({', '.join(names)})" if names else "0"
     sets = ", ".join("()" if field is None else f"({field})" for field in fields)
     sql = (
         f"SELECT {grouping}, {', '.join([*names, ''])}{counts}, "
-        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds) FILTER (WHERE {decided}), "
-        f"max(seconds) FILTER (WHERE {decided}), max(actor) "
+        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds) FILTER (WHERE {decided} AND {person}), "
+        f"max(seconds) FILTER (WHERE {decided} AND {person}), max(actor) "
         f"FROM ({inner}) AS window_rows GROUP BY GROUPING SETS ({sets})"
     )
     args = [*OUTCOMES, Outcome.APPROVED.value, *DECIDED, *DECIDED, *params]
@@ -183,7 +186,7 @@ def _grouped_python(rows, fields: list[str | None]) -> dict:
             key = by_field.get(field)
             counts[field][key][outcome] += 1
             counts[field][key]["auto"] += auto
-            if outcome in DECIDED:
+            if outcome in DECIDED and by_field["reviewer_key"]:
                 times[field][key].append(seconds)
             actor[field][key] = max(actor[field].get(key, ""), who)
     found = {}
@@ -265,7 +268,7 @@ def decisions(user, filters: Filters, now: datetime | None = None) -> dict:
     total = by[None][None]
     team_names = dict(Team.objects.filter(pk__in=[k for k in by["team_id"]]).values_list("pk", "name"))
     time_keys = ("p50", "p95", "max")
-    group_keys = ("decisions", *OUTCOMES, *time_keys)
+    group_keys = ("decisions", *OUTCOMES, "auto", "human", *time_keys)
     return {
         "since": filters.since.isoformat(),
         "until": now.isoformat(),
@@ -273,8 +276,9 @@ def decisions(user, filters: Filters, now: datetime | None = None) -> dict:
         "time_to_decision_seconds": {key: total[key] for key in time_keys},
         "outcomes": {
             **{outcome: total[outcome] for outcome in OUTCOMES},
-            # Approvals no person made (a policy's): counted from the rows, though no path writes one yet.
+            # Approvals no person made (a policy's, docs/explanation/policies.md#approval-by-policy), and a person's.
             "auto": total["auto"],
+            "human": total["human"],
         },
         "open_by_age": open_by_age(user, filters, now),
         **notices_sent(user, filters),

@@ -23,9 +23,11 @@ from workflows.audit.redaction import credential_fields, find_credential, redact
 from workflows.chat import marks as chat
 from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, choices, policy, previews
-from workflows.models import ApiToken, ReviewNotice, Step, Workflow, operation_key_for
+from workflows.engine.transitions import move
+from workflows.models import ApiToken, Approval, ReviewNotice, Step, Workflow, operation_key_for
 from workflows.operations import policy_sets
-from workflows.states import PreviewState
+from workflows.policy import evaluation as policy_evaluation
+from workflows.states import PreviewState, WorkflowStatus
 from workflows.webhooks import keys, outbound
 
 STEP_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -292,9 +294,13 @@ def submit(user, body: dict) -> Submission:
     if existing:
         return Submission(existing, created=False)
     # The team's Cedar policies (docs/explanation/policies.md#evaluation): a
-    # forbid, or a policy that errors, refuses the plan before anything is written.
+    # forbid, or a policy that errors, refuses the plan before anything is
+    # written; a plan every step of which they permit `auto_approve` is
+    # approved by them with it (docs/explanation/policies.md#approval-by-policy).
     workflow_id = uuid.uuid4()
-    policy_sets.check_submission({"steps": plan}, agent=user.get_username(), team=team.name, workflow=str(workflow_id))
+    judged = policy_sets.evaluate({"steps": plan}, agent=user.get_username(), team=team.name, workflow=str(workflow_id))
+    judged.enforce()
+    decided = policy_decisions(judged)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -326,6 +332,7 @@ def submit(user, body: dict) -> Submission:
                     when=step.get("when"),
                     operation_key=operation_key_for(workflow.id, step["key"]),
                     preview_state=previews.initial_state(actions.find(step["action"]), step["args"]),
+                    policy_decision=decided.get(step["key"]),
                 )
                 for index, step in enumerate(plan)
             )
@@ -344,11 +351,14 @@ def submit(user, body: dict) -> Submission:
                 workflow_id=workflow.pk,
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
-            if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
-                _schedule_notices(workflow, chosen)
-            chat.opened(workflow, "plan")
-            # Queued with the submission (same database): commits or rolls back with it.
-            queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+            if judged.basis is not None:
+                _approve_by_policy(workflow, steps, judged)
+            else:
+                if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
+                    _schedule_notices(workflow, chosen)
+                chat.opened(workflow, "plan")
+                # Queued with the submission (same database): commits or rolls back with it.
+                queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
             if any(step.preview_state == PreviewState.PENDING for step in steps):
                 # A worker takes them: a remote read never runs in a web request.
                 queue.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
@@ -359,6 +369,62 @@ def submit(user, body: dict) -> Submission:
             return Submission(existing, created=False)
         raise
     return Submission(workflow, created=True)
+
+
+def policy_decisions(judged: policy_evaluation.Evaluation) -> dict[str, dict]:
+    """What the policies found for each step, as `Step.policy_decision`
+    keeps it: who approves it (`policy` only when every step of the plan is
+    `auto`), why, and which policies and set version decided."""
+    by_policy = judged.basis is not None
+    waiting = [s.key for s in judged.steps if s.decision != policy_evaluation.AUTO]
+    found = {}
+    for s in judged.steps:
+        why = s.why
+        if s.decision == policy_evaluation.AUTO and not by_policy:
+            why += f"; but the plan waits for a person, as step {', '.join(waiting)} needs one"
+        found[s.key] = {
+            "by": "policy" if by_policy else "human",
+            "decision": s.decision,
+            "reason": s.reason,
+            "policies": s.policies,
+            "version": judged.version,
+            "approvals": s.approvals,
+            "group": s.group,
+            "basis": judged.basis,
+            "why": why,
+        }
+    return found
+
+
+def _approve_by_policy(workflow: Workflow, steps: list[Step], judged) -> None:
+    """Approve the plan by the policies that permitted each of its steps,
+    in the transaction that records it: a sealed approval that names its
+    basis and no person, the move to APPROVED, the first step made due.
+    The basis is checked again, as every approval is, before each attempt
+    (`engine.bases`)."""
+    binding.seal(
+        Approval(
+            workflow=workflow,
+            reviewer=None,
+            basis=judged.basis,
+            decision=Approval.Decision.APPROVE,
+            plan_hash=workflow.plan_hash,
+            revision=workflow.revision,
+            preview_digests={},
+        )
+    ).save()
+    data = {
+        "basis": judged.basis,
+        "plan_hash": workflow.plan_hash,
+        "revision": workflow.revision,
+        "version": judged.version,
+        "policies": {s.key: s.policies for s in judged.steps},
+    }
+    # The audit's actor names the set version (its column is short); the data the whole basis.
+    actor = f"policy:{judged.team}@{judged.version}"
+    move(workflow, WorkflowStatus.APPROVED, actor=actor, verb="workflow.approved_by_policy", data=data)
+    Step.objects.filter(pk=steps[0].pk).update(next_attempt_at=timezone.now())
+    queue.wake(workflow)
 
 
 def _policy_review(plan: list[dict], deadline_seconds: int) -> dict | None:

@@ -228,11 +228,6 @@ def evaluate(body: dict, *, agent: str, team: str, workflow: str = "plan"):
     return evaluation.evaluate(body, agent=agent, team=team, sets=live_sets(team), now=clock(), workflow=workflow)
 
 
-def check_submission(body: dict, *, agent: str, team: str, workflow: str) -> None:
-    """403 `policy_forbidden` or `policy_error` for a plan the live sets refuse."""
-    evaluate(body, agent=agent, team=team, workflow=workflow).enforce()
-
-
 REPLAYED_PLANS = 1_000
 SHOWN_DESTRUCTIVE = 10
 

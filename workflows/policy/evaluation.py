@@ -10,9 +10,11 @@ failing closed:
   deny (no permit at all) never blocks a submission.
 - A step is `auto` only when `auto_approve` is permitted and no policy
   errored; a destructive or irreversible step only when a determining
-  permit says `@allow_destructive("true")`. Everything else goes to a
-  `human`, with the approvals and reviewer group the determining permits'
-  annotations raise.
+  permit says `@allow_destructive("true")`; never when a determining
+  permit asks humans for something (`@approvals`, `@reviewer_group`).
+  Everything else goes to a `human`, with the approvals and reviewer group
+  the determining permits' annotations raise. Each decision names its
+  `reason` (one of `REASONS`), which the workflow keeps as decided then.
 - A run-time reference (`$from`, `$secret`, `$decision`) is the record
   `{"ref": ...}` to Cedar: its value is not known yet. A policy that reads
   the args at or under a reference, or reads a record that holds one, is
@@ -51,6 +53,35 @@ MAX_STEPS = 50
 I64 = 2**63
 FORBID, HUMAN, AUTO = "forbid", "human", "auto"
 POLICY_ERROR = "policy_error"
+# Why a step got its decision.
+PERMITTED, NO_POLICY_SET, NO_PERMIT, FORBIDDEN_AUTO = "permitted", "no_policy_set", "no_permit", "auto_forbidden"
+REFERENCE, DESTRUCTIVE, ANNOTATION, FORBIDDEN = "reference", "destructive", "annotation", "forbidden"
+REASONS = {
+    PERMITTED: "permitted auto_approve by {policies}",
+    NO_POLICY_SET: "the team has no live policy set",
+    NO_PERMIT: "no policy permits auto_approve for it",
+    FORBIDDEN_AUTO: "auto_approve is forbidden by {policies}",
+    REFERENCE: "{policies} read a run-time value ($from, $secret or $decision) of it, not known at submission",
+    DESTRUCTIVE: 'it is destructive or irreversible and no permit of it says @allow_destructive("true")',
+    ANNOTATION: "{policies} ask people for it (@approvals or @reviewer_group)",
+    FORBIDDEN: "submission is forbidden by {policies}",
+    POLICY_ERROR: "a policy could not be evaluated on it",
+}
+
+
+def why(reason: str | None, policies: list[str]) -> str:
+    """A decision's reason in words, naming the policies that decided."""
+    named = ", ".join(policies) if policies else "a policy"
+    return REASONS.get(reason or "", "not recorded").format(policies=named)
+
+
+def basis(team: str, version: int, policies) -> str:
+    """An approval's basis by the team's set: `policy:<team>:<@id,...>@<version>`,
+    the @ids sorted and each once (an @id holds neither `,` nor `@`; a team
+    name no `:`), so the same decision always names the same basis."""
+    return f"policy:{team}:{','.join(sorted(set(policies)))}@{version}"
+
+
 _ERRORING = re.compile(r"policy `([^`]*)`")
 
 
@@ -86,6 +117,13 @@ class StepDecision:
     policies: list[str] = field(default_factory=list)
     error: str | None = None
     basis: str | None = None
+    reason: str | None = None
+    # The policies the reason is about (`policies`: all that decided).
+    named: list[str] | None = None
+
+    @property
+    def why(self) -> str:
+        return why(self.reason, self.policies if self.named is None else self.named)
 
 
 @dataclass
@@ -101,9 +139,20 @@ class Evaluation:
     def erroring(self) -> list[str]:
         return _unique(p for s in self.steps if s.error == POLICY_ERROR for p in s.policies)
 
+    team: str | None = None
+
     @property
     def auto(self) -> bool:
         return bool(self.steps) and all(s.decision == AUTO for s in self.steps)
+
+    @property
+    def basis(self) -> str | None:
+        """The basis of the plan's approval by policy (`basis`): the team's
+        set version and every @id that permitted one of its steps; None
+        unless every step is `auto`."""
+        if not self.auto or self.team is None or self.version is None:
+            return None
+        return basis(self.team, self.version, [p for s in self.steps for p in s.policies])
 
     def enforce(self) -> None:
         """Refuse a submission a forbid determines, or one a policy errored on."""
@@ -276,7 +325,7 @@ def evaluate(
     version = team_set.version if team_set else None
     steps = body.get("steps") or []
     if not sets:
-        return Evaluation(version, [StepDecision(step["key"], HUMAN) for step in steps])
+        return Evaluation(version, [StepDecision(step["key"], HUMAN, reason=NO_POLICY_SET) for step in steps])
     _check_bounds(steps)
     if len(json.dumps(body, default=str)) > MAX_PLAN_CHARS:
         raise PlanTooLarge(f"A plan evaluated by policy may have at most {MAX_PLAN_CHARS} characters of JSON.")
@@ -285,7 +334,9 @@ def evaluate(
     except PolicyTextInvalid:
         # A live set the schema no longer accepts (an action's arguments
         # changed since): judged by no policy at all, every step is refused.
-        return Evaluation(version, [StepDecision(step["key"], FORBID, error=POLICY_ERROR) for step in steps])
+        return Evaluation(
+            version, [StepDecision(step["key"], FORBID, error=POLICY_ERROR, reason=POLICY_ERROR) for step in steps]
+        )
     entities = [
         {"uid": {"type": "Team", "id": team}, "attrs": {}, "parents": []},
         {"uid": {"type": "Agent", "id": agent}, "attrs": {}, "parents": [{"type": "Team", "id": team}]},
@@ -308,7 +359,7 @@ def evaluate(
         _decide(step["key"], results[2 * i], results[2 * i + 1], unknowns[i], flags[i], compiled, team_set)
         for i, step in enumerate(steps)
     ]
-    return Evaluation(version, decided)
+    return Evaluation(version, decided, team=team_set.name if team_set else None)
 
 
 def _erroring(result, compiled: _Compiled) -> set[str] | None:
@@ -330,27 +381,42 @@ def _decide(key, submit, auto, unknown, destructive, compiled: _Compiled, team_s
     touched = {k for k, paths in compiled.touches.items() if unknown and _touched(paths, unknown)}
     submit_errors, auto_errors = _erroring(submit, compiled), _erroring(auto, compiled)
     if submit_errors is None or auto_errors is None:
-        return StepDecision(key, FORBID, error=POLICY_ERROR)
+        return StepDecision(key, FORBID, error=POLICY_ERROR, reason=POLICY_ERROR)
     if submit.decision == cedarpy.Decision.Deny and submit.diagnostics.reasons:
-        return StepDecision(key, FORBID, policies=_unique(name(k) for k in submit.diagnostics.reasons))
+        forbidding = _unique(name(k) for k in submit.diagnostics.reasons)
+        return StepDecision(key, FORBID, policies=forbidding, reason=FORBIDDEN)
     hard = (submit_errors | auto_errors) - touched
     if hard or submit.decision == cedarpy.Decision.NoDecision:
-        return StepDecision(key, FORBID, policies=_unique(name(k) for k in sorted(hard)), error=POLICY_ERROR)
+        erroring = _unique(name(k) for k in sorted(hard))
+        return StepDecision(key, FORBID, policies=erroring, error=POLICY_ERROR, reason=POLICY_ERROR)
     permits = [k for r in (submit, auto) if r.decision == cedarpy.Decision.Allow for k in r.diagnostics.reasons]
-    auto_permits = list(auto.diagnostics.reasons) if auto.decision == cedarpy.Decision.Allow else []
-    if destructive:
-        auto_permits = [k for k in auto_permits if compiled.by_key[k][1].allows_destructive]
+    permitted = list(auto.diagnostics.reasons) if auto.decision == cedarpy.Decision.Allow else []
+    auto_permits = [k for k in permitted if compiled.by_key[k][1].allows_destructive] if destructive else permitted
     blocking = (touched & compiled.auto_scope) | submit_errors | auto_errors
-    if auto_permits and not blocking:
-        policy = compiled.by_key[auto_permits[0]][1]
-        basis = f"policy:{team_set.name}:{policy.id}@{team_set.version}" if team_set else None
-        return StepDecision(key, AUTO, policies=_unique(name(k) for k in auto_permits), basis=basis)
-    deciding = [
-        *permits,
-        *(auto.diagnostics.reasons if auto.decision == cedarpy.Decision.Deny else []),
-        *sorted(blocking),
-    ]
+    asking = [k for k in permits if compiled.by_key[k][1].asks_people]
+    if auto_permits and not blocking and not asking:
+        ids = _unique(name(k) for k in auto_permits)
+        found = basis(team_set.name, team_set.version, ids) if team_set else None
+        return StepDecision(key, AUTO, policies=ids, basis=found, reason=PERMITTED)
+    forbidding = auto.diagnostics.reasons if auto.decision == cedarpy.Decision.Deny else []
+    deciding = [*permits, *forbidding, *sorted(blocking)]
+    if blocking:
+        reason, named = REFERENCE, sorted(blocking)
+    elif not permitted:
+        reason, named = (FORBIDDEN_AUTO, list(forbidding)) if forbidding else (NO_PERMIT, [])
+    elif not auto_permits:
+        reason, named = DESTRUCTIVE, permitted
+    else:
+        reason, named = ANNOTATION, asking
     annotated = [compiled.by_key[k][1] for k in permits]
     approvals = max((p.approvals for p in annotated if p.approvals is not None), default=None)
     group = next((p.reviewer_group for p in annotated if p.reviewer_group), None)
-    return StepDecision(key, HUMAN, approvals=approvals, group=group, policies=_unique(name(k) for k in deciding))
+    return StepDecision(
+        key,
+        HUMAN,
+        approvals=approvals,
+        group=group,
+        policies=_unique(name(k) for k in deciding),
+        reason=reason,
+        named=_unique(name(k) for k in named),
+    )

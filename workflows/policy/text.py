@@ -68,6 +68,12 @@ class Policy:
     def allows_destructive(self) -> bool:
         return self.annotations.get("allow_destructive") == "true"
 
+    @property
+    def asks_people(self) -> bool:
+        """Whether it raises what humans must give: then a step it permits
+        is never approved by policy."""
+        return self.approvals is not None or self.reviewer_group is not None
+
 
 def chunks(text: str) -> list[tuple[int, str]]:
     """The policies of `text` as (first line, text up to and including its

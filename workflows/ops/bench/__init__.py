@@ -37,6 +37,9 @@
        1,000) policies: evaluation µs per step p50/p99 in process, and the
        policies' share of submit → APPROVED through the API, beside the same
        path with no policy set (`policies`)
+    p  (b)'s burst on one cluster with its plans approved by policy at
+       submission (a team whose live Cedar set permits `noop` auto_approve)
+       in place of the reviewer's approvals, beside (b)'s rate (`auto_burst`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

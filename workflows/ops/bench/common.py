@@ -28,6 +28,7 @@ SECTIONS = {
     "m": "chat",
     "n": "slack_clicks",
     "o": "policies",
+    "p": "auto_burst",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -120,6 +121,46 @@ def personas():
     # get_or_create: a flushed test database has lost the groups the migration made.
     reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
     return agent, reviewer
+
+
+AUTO_TEAM, AUTO_AGENT, AUTO_OPERATOR, AUTO_REVIEWER = (
+    "bench-auto",
+    "bench-auto-agent",
+    "bench-auto-operator",
+    "bench-auto-reviewer",
+)
+# The bench-auto team's policy set: every `noop` step runs without a person.
+AUTO_POLICY = (
+    '@id("bench-noop")\npermit (principal, action == Action::"auto_approve", resource)\n'
+    'when { resource.action == "noop" };\n'
+)
+
+
+def auto_approving_agent():
+    """An agent of the team `bench-auto`, whose live policy set approves its
+    `noop` plans at submission (docs/explanation/policies.md#approval-by-policy):
+    proposed by an operator of that team and authorized by a reviewer of it,
+    as any version is; left as it is when already live. Its people are its
+    own: the bench's reviewer, in no team, keeps reviewing `default`."""
+    from workflows.models import ApiToken, PolicySet, PolicySetVersion, Team
+    from workflows.operations import policy_sets, tokens
+
+    User = get_user_model()
+    team, _ = Team.objects.get_or_create(name=AUTO_TEAM)
+    agent, _ = User.objects.get_or_create(username=AUTO_AGENT)
+    operator, _ = User.objects.get_or_create(username=AUTO_OPERATOR)
+    reviewer, _ = User.objects.get_or_create(username=AUTO_REVIEWER)
+    operator.groups.add(Group.objects.get_or_create(name=roles.OPERATORS)[0])
+    reviewer.groups.add(Group.objects.get_or_create(name=roles.REVIEWERS)[0])
+    team.members.add(agent, operator, reviewer)
+    if not ApiToken.objects.filter(user=agent, team=team, revoked_at__isnull=True).exists():
+        tokens.issue(agent, name="bench", team=team)
+    live = PolicySet.objects.filter(name=AUTO_TEAM).values_list("live_version", flat=True).first()
+    text = PolicySetVersion.objects.filter(policy_set__name=AUTO_TEAM, version=live).values_list("text", flat=True)
+    if live is None or text.first() != AUTO_POLICY:
+        change = policy_sets.propose(AUTO_TEAM, by=operator, text=AUTO_POLICY, reason="bench: approval by policy")
+        policy_sets.authorize(change, by=reviewer, reason="bench")
+    return agent
 
 
 def console_user():

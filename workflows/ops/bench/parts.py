@@ -1,4 +1,4 @@
-"""The Bench: one run of the parts (a) to (o) in turn, (f) sampled during
+"""The Bench: one run of the parts (a) to (p) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
 part's failure under `errors` (see workflows.ops.bench)."""
 
@@ -36,6 +36,7 @@ from workflows.ops.bench.common import (
     SECTIONS,
     BenchError,
     Options,
+    auto_approving_agent,
     console_user,
     goals,
     host_cpu,
@@ -125,6 +126,7 @@ class Bench:
             ("m", self.chat),
             ("n", self.slack_clicks),
             ("o", self.policies),
+            ("p", self.auto_burst),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -149,8 +151,9 @@ class Bench:
 
     # -- helpers -----------------------------------------------------------
 
-    def submit(self, count: int, steps: int, label: str) -> list:
-        """PLANNED `noop` plans, submitted as an agent would, 200 per transaction."""
+    def submit(self, count: int, steps: int, label: str, agent=None) -> list:
+        """PLANNED `noop` plans, submitted as an agent would (`agent`: another
+        than the bench's), 200 per transaction."""
         ids = []
         for first in range(0, count, 200):
             with transaction.atomic():
@@ -160,7 +163,7 @@ class Bench:
                         "submission_key": f"bench-{self.tag}-{label}-{n}",
                         "steps": [{"key": f"s{k}", "action": "noop", "args": {"n": k}} for k in range(steps)],
                     }
-                    ids.append(plans.submit(self.agent, body).workflow.pk)
+                    ids.append(plans.submit(agent or self.agent, body).workflow.pk)
         return ids
 
     def approve_all(self, ids: list) -> None:
@@ -280,10 +283,16 @@ class Bench:
             "serial_steps_per_s": round(done / elapsed, 1),
         }
 
-    def cluster_run(self, count: int):
-        """The run's figures, and (unless f is skipped) a callable summing up its memory samples."""
+    def cluster_run(self, count: int, auto: bool = False):
+        """The run's figures, and (unless f is skipped) a callable summing up
+        its memory samples. `auto`: the plans are submitted by an agent
+        whose team's policy set approves them at submission (`auto_burst`),
+        in place of the reviewer's approvals."""
         per = self.o.steps_per_workflow
-        ids = self.submit(math.ceil(self.o.steps / per), per, f"b{count}")
+        submitted = time.time()
+        agent = auto_approving_agent() if auto else None
+        ids = self.submit(math.ceil(self.o.steps / per), per, f"{'o' if auto else 'b'}{count}", agent=agent)
+        submit_seconds = time.time() - submitted
         total = len(ids) * per
         # Every claim looks past the PENDING steps of plans that are not running (the inbox, failed plans).
         backlog = Step.objects.filter(status=StepStatus.PENDING).exclude(workflow_id__in=ids).count()
@@ -295,15 +304,20 @@ class Bench:
         # transaction and wake-up) while no worker runs; the statistics left
         # as they are (no ANALYZE: autovacuum may be off or behind).
         began = time.time()
-        for workflow in Workflow.objects.filter(pk__in=ids):
-            approvals.approve(workflow, by=self.reviewer, seen=Seen.current(workflow))
+        if auto:
+            unapproved = Workflow.objects.filter(pk__in=ids).exclude(status=WorkflowStatus.APPROVED).count()
+            if unapproved:
+                raise BenchError(f"{unapproved} plan(s) were not approved by policy at submission")
+        else:
+            for workflow in Workflow.objects.filter(pk__in=ids):
+                approvals.approve(workflow, by=self.reviewer, seen=Seen.current(workflow))
         approved = time.time()
         sampler = None
         with Fleet(self.workdir, self.cluster_env) as fleet:
             started = time.time()
             clusters = [fleet.start(f"b{count}-{n + 1}") for n in range(count)]
             try:
-                if "f" not in self.o.skip:
+                if "f" not in self.o.skip and not auto:
                     sampler = RssSampler(clusters)
                     sampler.start()
                 self.wait_steps(ids, total, clusters, timeout=max(120.0, total / 20))
@@ -322,6 +336,7 @@ class Bench:
             "steps": total,
             "other_pending_steps": backlog,
             "approve_seconds": round(approved - began, 2),
+            "submit_seconds": round(submit_seconds, 2),
             "seconds": round(seconds, 2),
             "steps_per_s": round(total / seconds, 1),
             "first_effect_after_start_s": round(first.timestamp() - started, 2),
@@ -459,6 +474,17 @@ class Bench:
 
     def waiters(self) -> dict:
         return WaitersPart(self).run()
+
+    def auto_burst(self) -> dict:
+        """(b)'s burst on one cluster, its plans approved by policy at
+        submission: no reviewer's approval, the same steps, the same ratio
+        to the raw ceiling; beside (b)'s run on as many clusters when it ran."""
+        count = self.o.clusters[0]
+        run, _ = self.cluster_run(count, auto=True)
+        human = next((r for r in self.result.get("throughput", {}).get("runs", []) if r["clusters"] == count), None)
+        if human:
+            run["ratio_to_human_burst"] = round(run["steps_per_s"] / human["steps_per_s"], 3)
+        return {"runs": [run]}
 
     def analytics(self) -> dict:
         return AnalyticsPart(self).run()

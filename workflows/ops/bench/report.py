@@ -39,6 +39,16 @@ def report(result: dict) -> str:
                 f"first effect {run['first_effect_after_start_s']} s after the cluster started)",
             )
         )
+    for run in result.get("auto_burst", {}).get("runs", []):
+        ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
+        beside = f", {run['ratio_to_human_burst']} x (b)'s burst" if run.get("ratio_to_human_burst") else ""
+        rows.append(
+            (
+                f"(p) durable steps/s approved by policy, {run['clusters']} cluster(s)",
+                f"{run['steps_per_s']:,.0f}{ratio}{beside} ({run['steps']} steps in {run['seconds']} s; "
+                f"submitted and approved at submission in {run['submit_seconds']} s)",
+            )
+        )
     latency = result.get("latency", {})
     for key, label in (
         ("approval_to_requested_ms", "approval -> REQUESTED"),

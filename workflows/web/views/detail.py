@@ -152,7 +152,7 @@ def _with_arguments_and_previews(steps: list[Step]) -> None:
 def _with_proofs(steps: list[Step]) -> None:
     """Each attempt's approval proof as the page shows it: the key id, and
     the approvers it names (by opaque id: the account's primary key) with
-    their user names."""
+    their user names; an approval no person made by its basis."""
     for step in steps:
         step.attempt_rows = list(step.attempts.all())
     subs = {
@@ -171,7 +171,8 @@ def _with_proofs(steps: list[Step]) -> None:
     for step in steps:
         for attempt in step.attempt_rows:
             attempt.proof_names = [
-                {"name": names.get(a["sub"], f"#{a['sub']}"), "at": a["at"]} for a in attempt.proof_approvers or []
+                {"name": names.get(a["sub"], f"#{a['sub']}" if a["sub"].isdigit() else a["sub"]), "at": a["at"]}
+                for a in attempt.proof_approvers or []
             ]
 
 
