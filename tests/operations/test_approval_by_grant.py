@@ -72,6 +72,8 @@ def test_a_plan_a_grant_covers_runs_approved_by_it_naming_it_and_its_grantor(api
     event = AuditEvent.objects.get(workflow_id=body["id"], verb="workflow.approved_by_grant")
     assert event.actor == basis and event.data["grantors"] == {basis: "reviewer"}
     assert event.data["bases"] == {"s0": basis, "s1": basis}
+    verbs = list(AuditEvent.objects.filter(workflow_id=body["id"]).order_by("id").values_list("verb", flat=True))
+    assert verbs[:4] == ["workflow.submitted", "grant.used", "grant.used", "workflow.approved_by_grant"]
     # The same submission again: the same workflow, no use counted twice.
     again = api["agent"].post("/workflows", plan("granted-1", "Reset password", "Reset token"))
     assert again.json()["id"] == body["id"] and uses(shown["id"]) == 2

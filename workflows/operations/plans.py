@@ -303,11 +303,10 @@ def submit(user, body: dict) -> Submission:
     workflow_id = uuid.uuid4()
     judged = policy_sets.evaluate({"steps": plan}, agent=user.get_username(), team=team.name, workflow=str(workflow_id))
     judged.enforce()
+    decided = policy_decisions(judged)
     now = timezone.now()
     try:
         with transaction.atomic():
-            granted = _take_grants(user, team, plan, judged, workflow_id)
-            decided = policy_decisions(judged, granted)
             workflow = Workflow.objects.create(
                 id=workflow_id,
                 name=body["name"],
@@ -355,6 +354,12 @@ def submit(user, body: dict) -> Submission:
                 workflow_id=workflow.pk,
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
+            # After the submission in its audit stream: the grants' uses.
+            if granted := _take_grants(user, team, plan, judged, workflow.pk):
+                decided = policy_decisions(judged, granted)
+                for step in steps:
+                    step.policy_decision = decided[step.key]
+                Step.objects.bulk_update(steps, ["policy_decision"])
             if judged.basis is not None or granted:
                 _approve_without_person(workflow, steps, judged, granted)
             else:
