@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.operations.test_approval_by_policy import _run_one, problems
+from tests.support import deciding as decide
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.policy_sets import make_live
@@ -151,7 +152,7 @@ def test_policy_and_grant_approve_a_plan_together_and_a_revoked_grant_stops_its_
     assert len(desk.tickets()) == 1  # the second effect never left
 
 
-def test_a_grant_past_its_time_stops_the_next_step(api, desk):
+def test_a_grant_past_its_time_stops_the_next_step_until_a_person_approves(api, people, desk):
     shown = grant(api)
     body = submit(api, plan("lapsing", "Reset one", "Reset two"))
     assert _run_one(body["id"]).status == StepStatus.COMPLETE
@@ -162,6 +163,11 @@ def test_a_grant_past_its_time_stops_the_next_step(api, desk):
     assert (blocked.status, blocked.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
     assert f"standing grant {shown['id']} ended at" in problems(body["id"])
     assert len(desk.tickets()) == 1
+    # A person's fresh approval lets it go on, the person in its proof.
+    decide.approve(Workflow.objects.get(pk=body["id"]), by=people["reviewer2"])
+    run_until(body["id"], WorkflowStatus.COMPLETE)
+    attempt = Attempt.objects.get(step__workflow_id=body["id"], step__key="s1")
+    assert [a["sub"] for a in attempt.proof_approvers] == [str(people["reviewer2"].pk)]
 
 
 def test_a_forbid_or_a_policy_asking_people_wins_over_a_grant(api):
