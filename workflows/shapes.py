@@ -47,6 +47,7 @@ def approval_out(step) -> dict | None:
     return {
         "by": found.get("by"),
         "basis": found.get("basis"),
+        "grantor": found.get("grantor"),
         "decision": found.get("decision"),
         "reason": found.get("reason"),
         "why": found.get("why"),

@@ -77,10 +77,17 @@ class PendingResolutionOut(Schema):
 
 
 class StepApprovalOut(Schema):
-    by: str = Field(..., description="`policy`: the plan was approved by the team's policies with no person; `human`")
-    basis: str | None = Field(
-        None, description="The approval's basis, `policy:<team>:<@id,...>@<version>`; null when a person approves"
+    by: str = Field(
+        ...,
+        description="`policy` or `grant`: the plan was approved with no person, this step by the team's policies "
+        "or by a standing grant; `human`",
     )
+    basis: str | None = Field(
+        None,
+        description="The approval's basis, `policy:<team>:<@id,...>@<version>` or `grant:<id>`; null when a "
+        "person approves",
+    )
+    grantor: str | None = Field(None, description="Who granted the standing grant that approved this step")
     decision: str | None = Field(None, description="What the policies decided for this step: auto, human")
     reason: str | None = Field(
         None,

@@ -29,6 +29,9 @@ NAMED: dict[str, str] = {
     "workflow.approved_by_policy": "The team's Cedar policies permitted every step auto_approve: approved at "
     "submission with no person (actor `policy:<team>@<version>`), its basis `policy:<team>:<@id,...>@<version>` "
     "and each step's policies in the data.",
+    "workflow.approved_by_grant": "Standing grants approved every step the team's policies left to a person "
+    "(and the policies the others): approved at submission with no person (actor the first grant's "
+    "`grant:<id>`), each step's basis and each grant's grantor in the data.",
     "workflow.rejected": "A reviewer rejected the plan (or a gate of it); nothing more runs.",
     "workflow.previews_requested": "Approval asked the workers to compute the steps' effect previews.",
     "workflow.previewed": "A worker recorded the effect previews of the plan's steps.",

@@ -13,13 +13,20 @@ that does not parse, is never live: the recheck fails closed.
   the team's live policy set; once a newer version is authorized, the
   plans it approved stop before their next effect until a person approves
   them.
+- `grant:<id>`: live while that standing grant is neither revoked nor
+  past its time (docs/explanation/policies.md#standing-grants); used up, it
+  still backs the steps it approved.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 
-from workflows.models import PolicySet
+from django.utils import timezone
+
+from workflows.models import PolicySet, StandingGrant
+from workflows.models.grants import LIVE
 
 # kind → function(bases of that kind) → {basis: why it is no longer live}
 KINDS: dict[str, Callable[[list[str]], dict[str, str]]] = {}
@@ -81,4 +88,31 @@ def _policy_versions(bases: list[str]) -> dict[str, str]:
                 f"version {version} of {team}'s policy set is no longer live "
                 f"({'version ' + str(now) + ' is' if now else 'none is'}): a person approves it again"
             )
+    return dead
+
+
+@kind("grant")
+def _grants(bases: list[str]) -> dict[str, str]:
+    ids = {}
+    dead = {}
+    for basis in bases:
+        try:
+            ids[basis] = uuid.UUID(basis.removeprefix("grant:"))
+        except ValueError:
+            dead[basis] = "an approval basis that does not parse"
+    now = timezone.now()
+    found = {
+        pk: (status, until)
+        for pk, status, until in StandingGrant.objects.filter(pk__in=set(ids.values())).values_list(
+            "pk", "status", "until"
+        )
+    }
+    for basis, pk in ids.items():
+        status, until = found.get(pk, (None, None))
+        if status is None:
+            dead[basis] = f"standing grant {pk} is not known"
+        elif status not in LIVE:
+            dead[basis] = f"standing grant {pk} is {status}: a person approves it again"
+        elif until <= now:
+            dead[basis] = f"standing grant {pk} ended at {until:%Y-%m-%d %H:%M:%S} UTC: a person approves it again"
     return dead

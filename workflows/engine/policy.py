@@ -7,7 +7,8 @@ hash is recomputed from its stored steps, and only approvals sealed for that
 hash count (`workflows.engine.binding`).
 """
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 
 from django.contrib.auth import get_user_model
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from workflows import actions, persons, roles
 from workflows.engine import bases, binding, gates
-from workflows.models import ActionPolicy, Approval, Step, Workflow
+from workflows.models import ActionPolicy, Approval, StandingGrant, Step, Workflow
 from workflows.states import WorkflowStatus
 
 NOT_CANCELLED = "workflow not cancelled"
@@ -72,11 +73,12 @@ class Tally:
     # steps, and approvals whose seal does not verify.
     other_plan: int = 0
     unsealed: int = 0
-    # An approval no person made (docs/explanation/policies.md#approval-by-policy),
-    # sealed for this plan, within the lifetime, whose basis is still live:
-    # it stands for every approval the plan needs. `dead`: why such
-    # approvals no longer count (their basis is no longer live).
-    by_basis: Approval | None = None
+    # The approvals no person made (docs/explanation/policies.md#approval-by-policy),
+    # sealed for this plan, within the lifetime: one per basis (the team's
+    # policies, each standing grant), they stand together for every
+    # approval the plan needs, while every one's basis is live. `dead`: why
+    # such approvals no longer count (a basis that is no longer live).
+    by_bases: list[Approval] = field(default_factory=list)
     dead: list[str] | None = None
 
 
@@ -142,8 +144,8 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
                 continue
             if approval.basis in dead or not approval.basis:
                 tally.dead = [*(tally.dead or []), dead.get(approval.basis, "an approval with no person and no basis")]
-            elif tally.by_basis is None:
-                tally.by_basis = approval
+            elif approval.basis not in {a.basis for a in tally.by_bases}:
+                tally.by_bases.append(approval)
         elif (
             approval.reviewer_id in in_groups[frozenset(groups[workflow.pk])]
             and people[approval.reviewer_id] not in {people[i] for i in authors[workflow.pk]}
@@ -154,7 +156,22 @@ def _tally_approvals(workflows: list[Workflow], policies: dict, now=None, hashes
             counted[workflow.pk].setdefault(approval.person, approval)
     for pk, by_reviewer in counted.items():
         tallies[pk].valid = list(by_reviewer.values())
+        if tallies[pk].dead:
+            # They stand together: one basis no longer live, a person approves again.
+            tallies[pk].by_bases = []
+    _name_grantors([a for tally in tallies.values() for a in tally.by_bases])
     return tallies
+
+
+def _name_grantors(approvals: list[Approval]) -> None:
+    """Leave on each approval by a standing grant its grantor's account id
+    (`grantor`), which its proof names with it: one query, none without one.
+    (Only live bases reach here: each parses.)"""
+    by_grant = {uuid.UUID(a.basis.removeprefix("grant:")): a for a in approvals if a.basis.startswith("grant:")}
+    if not by_grant:
+        return
+    for pk, grantor in StandingGrant.objects.filter(pk__in=list(by_grant)).values_list("pk", "granted_by_id"):
+        by_grant[pk].grantor = grantor
 
 
 def approvals_required(plan_policies) -> int:
@@ -271,19 +288,20 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         checks.append(
             Check(
                 "approvals still valid",
-                len(tally.valid) >= required or tally.by_basis is not None,
-                f"approved by {tally.by_basis.basis} (sealed, still live, plan hash unchanged, within lifetime)"
-                if tally.by_basis is not None and len(tally.valid) < required
+                len(tally.valid) >= required or bool(tally.by_bases),
+                f"approved by {', '.join(a.basis for a in tally.by_bases)} (sealed, still live, plan hash "
+                "unchanged, within lifetime)"
+                if tally.by_bases and len(tally.valid) < required
                 else f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
                 f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
                 f"{_set_aside(tally)}",
             )
         )
         # The proof names each approval that counts: a person by their
-        # account's id, an approval no person made by its basis.
+        # account's id, an approval no person made by its basis (a standing
+        # grant's with its grantor's account id).
         counting = [(a.reviewer_id, a.created_at) for a in tally.valid]
-        if tally.by_basis is not None:
-            counting.append((tally.by_basis.basis, tally.by_basis.created_at))
+        counting += [(a.basis, a.created_at, _grantor(a)) for a in tally.by_bases]
         step.approvers = approvers_out(counting)
         if step.gate:
             valid, need = gates.valid_approvals(step, workflow), gates.required(step)
@@ -309,12 +327,18 @@ def approvers_out(decisions) -> list[dict]:
     """`[{"sub", "at"}]` of (user id, time) pairs, oldest first: an opaque
     id (the account's primary key; never a name or an address) and when
     that person decided; for an approval no person made, its basis
-    (`policy:<team>:<@id,...>@<version>`) in place of the id. Pairs
-    without either are left out."""
+    (`policy:<team>:<@id,...>@<version>`, `grant:<id>`) in place of the
+    id, and a third item (a standing grant's `{"grantor": id}`) added to
+    it. Pairs without either are left out."""
     return [
-        {"sub": str(pk), "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        for pk, at in sorted((d for d in decisions if d[0] is not None and d[1] is not None), key=lambda d: d[1])
+        {"sub": str(d[0]), "at": d[1].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), **(d[2] if len(d) > 2 else {})}
+        for d in sorted((d for d in decisions if d[0] is not None and d[1] is not None), key=lambda d: d[1])
     ]
+
+
+def _grantor(approval: Approval) -> dict:
+    grantor = getattr(approval, "grantor", None)
+    return {"grantor": str(grantor)} if grantor is not None else {}
 
 
 def cancelled_workflows(workflow_ids) -> set:

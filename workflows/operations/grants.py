@@ -13,10 +13,11 @@ unique per (grant, key), so a step approved twice counts once, and a
 conditional update of `uses` that only succeeds below `max_uses`, so two
 workers racing for the last use never both take it.
 
-How the rest of the console asks: `take(agent, step, ...)` finds a usable
-grant whose condition holds on the step and counts a use of it (the grant,
-or None: a person decides); `is_live(grant_id)` tells the recheck before
-each step whether the grant behind an approval still stands.
+How the rest of the console asks: a submission (`plans.submit`) calls
+`take(agent, step, ...)`, which finds a usable grant whose condition holds
+on the step and counts a use of it (the grant, or None: a person decides);
+the recheck before each step asks `engine.bases` whether the grant behind
+an approval still stands, as `is_live` answers for one grant.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, choices, policy, previews
 from workflows.engine.transitions import move
 from workflows.models import ApiToken, Approval, ReviewNotice, Step, Workflow, operation_key_for
+from workflows.operations import grants as standing
 from workflows.operations import policy_sets
 from workflows.policy import evaluation as policy_evaluation
 from workflows.states import PreviewState, WorkflowStatus
@@ -296,7 +297,9 @@ def submit(user, body: dict) -> Submission:
     # The team's Cedar policies (docs/explanation/policies.md#evaluation): a
     # forbid, or a policy that errors, refuses the plan before anything is
     # written; a plan every step of which they permit `auto_approve` is
-    # approved by them with it (docs/explanation/policies.md#approval-by-policy).
+    # approved by them with it (docs/explanation/policies.md#approval-by-policy),
+    # and so is one whose other steps the agent's standing grants approve
+    # (docs/explanation/policies.md#standing-grants).
     workflow_id = uuid.uuid4()
     judged = policy_sets.evaluate({"steps": plan}, agent=user.get_username(), team=team.name, workflow=str(workflow_id))
     judged.enforce()
@@ -351,8 +354,14 @@ def submit(user, body: dict) -> Submission:
                 workflow_id=workflow.pk,
                 data={"name": workflow.name, "plan_hash": plan_hash, "steps": len(plan), "to": workflow.status},
             )
-            if judged.basis is not None:
-                _approve_by_policy(workflow, steps, judged)
+            # After the submission in its audit stream: the grants' uses.
+            if granted := _take_grants(user, team, plan, judged, workflow.pk):
+                decided = policy_decisions(judged, granted)
+                for step in steps:
+                    step.policy_decision = decided[step.key]
+                Step.objects.bulk_update(steps, ["policy_decision"])
+            if judged.basis is not None or granted:
+                _approve_without_person(workflow, steps, judged, granted)
             else:
                 if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
                     _schedule_notices(workflow, chosen)
@@ -371,58 +380,146 @@ def submit(user, body: dict) -> Submission:
     return Submission(workflow, created=True)
 
 
-def policy_decisions(judged: policy_evaluation.Evaluation) -> dict[str, dict]:
+# Why a step goes to a person that a standing grant may answer: no permit
+# of the team's set approves it (none at all, or none that allows a
+# destructive step). Never a forbid, an error, a policy that read a
+# run-time value, nor a permit that asks people for it.
+GRANTABLE = (
+    policy_evaluation.NO_POLICY_SET,
+    policy_evaluation.NO_PERMIT,
+    policy_evaluation.DESTRUCTIVE,
+)
+
+
+def _by_policy(s: policy_evaluation.StepDecision) -> bool:
+    """Whether the team's set approves this step by itself (a basis to name)."""
+    return s.decision == policy_evaluation.AUTO and s.basis is not None
+
+
+def _policy_basis(judged) -> str | None:
+    """The basis of the approval by the team's set of the steps it approves
+    by itself (`evaluation.basis`); the plan's own when it approves all."""
+    policed = [s for s in judged.steps if _by_policy(s)]
+    if not policed:
+        return None
+    return policy_evaluation.basis(judged.team, judged.version, [p for s in policed for p in s.policies])
+
+
+def _grantable(s: policy_evaluation.StepDecision) -> bool:
+    if s.approvals or s.group:
+        # A permit of `submit` asked people for it.
+        return False
+    if s.decision == policy_evaluation.AUTO:
+        # Permitted by the global set alone: no team set version to name.
+        return s.basis is None
+    return s.decision == policy_evaluation.HUMAN and s.reason in GRANTABLE
+
+
+class _NotCovered(Exception):
+    """Rolls back the grant uses taken for a plan that still needs a person."""
+
+
+def _take_grants(user, team, plan: list[dict], judged, workflow_id) -> dict[str, object]:
+    """{step key: the standing grant that approves it} for each step the
+    team's policies leave to a person, when a live grant of `user` approves
+    every one of them, one use of each counted for the step's operation key;
+    {} when any step still needs a person, and then no use is counted (the
+    uses are taken in a savepoint of the submission, rolled back)."""
+    wanting = [s for s in judged.steps if not _by_policy(s)]
+    if not wanting or not all(_grantable(s) for s in wanting):
+        return {}
+    by_key = {step["key"]: step for step in plan}
+    taken = {}
+    try:
+        with transaction.atomic():
+            for s in wanting:
+                grant = standing.take(
+                    user,
+                    by_key[s.key],
+                    team=team.name,
+                    operation_key=operation_key_for(workflow_id, s.key),
+                    workflow_id=workflow_id,
+                    steps_in_plan=len(plan),
+                )
+                if grant is None:
+                    raise _NotCovered
+                taken[s.key] = grant
+    except _NotCovered:
+        return {}
+    return taken
+
+
+def policy_decisions(judged: policy_evaluation.Evaluation, granted: dict | None = None) -> dict[str, dict]:
     """What the policies found for each step, as `Step.policy_decision`
-    keeps it: who approves it (`policy` only when every step of the plan is
-    `auto`), why, and which policies and set version decided."""
-    by_policy = judged.basis is not None
-    waiting = [s.key for s in judged.steps if s.decision != policy_evaluation.AUTO]
+    keeps it: who approves it (`policy` or `grant` only when no step of the
+    plan needs a person), why, and which policies and set version decided;
+    a step a standing grant approves names the grant and its grantor."""
+    granted = granted or {}
+    without_person = judged.basis is not None or bool(granted)
+    policy_basis = _policy_basis(judged) if granted else judged.basis
+    waiting = [s.key for s in judged.steps if not _by_policy(s) and s.key not in granted]
     found = {}
     for s in judged.steps:
         why = s.why
-        if s.decision == policy_evaluation.AUTO and not by_policy:
+        grant = granted.get(s.key)
+        if grant is not None:
+            grantor = grant.granted_by.get_username()
+            why = f"approved by standing grant {grant.pk}, granted by {grantor} ({why})"
+        elif s.decision == policy_evaluation.AUTO and not without_person:
             why += f"; but the plan waits for a person, as step {', '.join(waiting)} needs one"
         found[s.key] = {
-            "by": "policy" if by_policy else "human",
+            "by": ("grant" if grant is not None else "policy") if without_person else "human",
             "decision": s.decision,
             "reason": s.reason,
             "policies": s.policies,
             "version": judged.version,
             "approvals": s.approvals,
             "group": s.group,
-            "basis": judged.basis,
+            "basis": grant.basis if grant is not None else (policy_basis if _by_policy(s) else None),
             "why": why,
+            **({"grantor": grant.granted_by.get_username()} if grant is not None else {}),
         }
     return found
 
 
-def _approve_by_policy(workflow: Workflow, steps: list[Step], judged) -> None:
-    """Approve the plan by the policies that permitted each of its steps,
-    in the transaction that records it: a sealed approval that names its
-    basis and no person, the move to APPROVED, the first step made due.
-    The basis is checked again, as every approval is, before each attempt
-    (`engine.bases`)."""
-    binding.seal(
-        Approval(
-            workflow=workflow,
-            reviewer=None,
-            basis=judged.basis,
-            decision=Approval.Decision.APPROVE,
-            plan_hash=workflow.plan_hash,
-            revision=workflow.revision,
-            preview_digests={},
-        )
-    ).save()
+def _approve_without_person(workflow: Workflow, steps: list[Step], judged, granted: dict) -> None:
+    """Approve the plan by what approved each of its steps, in the
+    transaction that records it: the team's policies, with the basis
+    naming the set version and every permit that approved a step, and each
+    standing grant that approved one. One sealed approval per basis, naming
+    it and no person; they stand together (`engine.policy`): the plan runs
+    while every one is live, checked again before each attempt
+    (`engine.bases`). Then the move to APPROVED and the first step made due."""
+    policy_basis = _policy_basis(judged)
+    grant_bases = list(dict.fromkeys(grant.basis for grant in granted.values()))
+    for basis in [*([policy_basis] if policy_basis else []), *grant_bases]:
+        binding.seal(
+            Approval(
+                workflow=workflow,
+                reviewer=None,
+                basis=basis,
+                decision=Approval.Decision.APPROVE,
+                plan_hash=workflow.plan_hash,
+                revision=workflow.revision,
+                preview_digests={},
+            )
+        ).save()
     data = {
-        "basis": judged.basis,
         "plan_hash": workflow.plan_hash,
         "revision": workflow.revision,
         "version": judged.version,
-        "policies": {s.key: s.policies for s in judged.steps},
+        "policies": {s.key: s.policies for s in judged.steps if _by_policy(s)},
     }
-    # The audit's actor names the set version (its column is short); the data the whole basis.
-    actor = f"policy:{judged.team}@{judged.version}"
-    move(workflow, WorkflowStatus.APPROVED, actor=actor, verb="workflow.approved_by_policy", data=data)
+    if not granted:
+        # The audit's actor names the set version (its column is short); the data the whole basis.
+        actor, verb = f"policy:{judged.team}@{judged.version}", "workflow.approved_by_policy"
+        data["basis"] = policy_basis
+    else:
+        # The first grant names the actor; the data every basis, step by step, and each grantor.
+        actor, verb = grant_bases[0], "workflow.approved_by_grant"
+        data["bases"] = {s.key: granted[s.key].basis if s.key in granted else policy_basis for s in judged.steps}
+        data["grantors"] = {grant.basis: grant.granted_by.get_username() for grant in granted.values()}
+    move(workflow, WorkflowStatus.APPROVED, actor=actor, verb=verb, data=data)
     Step.objects.filter(pk=steps[0].pk).update(next_attempt_at=timezone.now())
     queue.wake(workflow)
 
