@@ -87,6 +87,7 @@ def test_every_table_target_is_a_known_status():
             "attempt": states.AttemptStatus,
             "compensation": states.CompensationStatus,
             "policy_change": states.PolicyChangeStatus,
+            "grant": states.GrantStatus,
         }[kind].values
         assert set(table) == set(known), kind
         for targets in table.values():

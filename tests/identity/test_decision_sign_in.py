@@ -10,12 +10,14 @@ import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import override_settings
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.support import deciding as decide
 from tests.support.desk import free_port
@@ -35,10 +37,11 @@ from workflows.models import (
     Job,
     PolicyChange,
     PolicySetVersion,
+    StandingGrant,
     Step,
     Workflow,
 )
-from workflows.operations import bulk, compensation, plans, policies, resolution
+from workflows.operations import bulk, compensation, grants, plans, policies, resolution
 from workflows.operations.deciding import Seen
 from workflows.web import urls as console_urls
 from workflows.web.auth import SIGNED_IN_AT
@@ -302,6 +305,21 @@ def _decision(name, people):
     if name == "policy_set_detail":
         path = reverse(name, args=["default"])
         return "operator", path, {"text": '@id("a")\nforbid(principal, action, resource) when { false };'}, path
+    if name == "grant_list":
+        until = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+        form = {"agent": "agent", "action": "ticket.create", "when": "true", "max_uses": "3", "until": until}
+        return "reviewer", reverse(name), form, reverse(name)
+    if name in ("grant_authorize", "grant_revoke"):
+        # ticket.comment cannot be undone: its grant waits for a second reviewer.
+        grant = grants.create(
+            people["reviewer"],
+            agent="agent",
+            action="ticket.comment" if name == "grant_authorize" else "ticket.create",
+            when="true",
+            max_uses=3,
+            until=timezone.now() + timedelta(days=1),
+        )
+        return "reviewer2", reverse(name, args=[grant.pk]), {"reason": "ok"}, reverse("grant_list")
     if name == "webhook_delivery_replay":
         dead = _dead_delivery(people)
         return (
@@ -337,6 +355,9 @@ DECISIONS = [
     "policy_change_authorize",
     "policy_change_decline",
     "policy_set_detail",
+    "grant_list",
+    "grant_authorize",
+    "grant_revoke",
     "webhook_delivery_replay",
 ]
 
@@ -355,6 +376,7 @@ def _state() -> tuple:
         sorted(PolicySetVersion.objects.values_list("version")),
         sorted(ActionPolicy.objects.values_list("action", "version")),
         sorted(Step.objects.exclude(proposed_resolution=None).values_list("key")),
+        sorted(StandingGrant.objects.values_list("status")),
     )
 
 

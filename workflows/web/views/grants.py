@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from workflows import actions, roles, teams
@@ -71,7 +72,7 @@ def grant_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-@needs_recent_sign_in(back="grant_list")
+@needs_recent_sign_in(back=lambda grant_id: reverse("grant_list"))
 def grant_authorize(request: HttpRequest, grant_id) -> HttpResponse:
     grant = grants.get_for_user(request.user, grant_id)
     try:
@@ -85,7 +86,7 @@ def grant_authorize(request: HttpRequest, grant_id) -> HttpResponse:
 
 @login_required
 @require_POST
-@needs_recent_sign_in(back="grant_list")
+@needs_recent_sign_in(back=lambda grant_id: reverse("grant_list"))
 def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
     grant = grants.get_for_user(request.user, grant_id)
     try:
