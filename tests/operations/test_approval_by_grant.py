@@ -11,11 +11,10 @@ from datetime import UTC, datetime, timedelta
 from django.test import Client
 from django.utils import timezone
 
-from tests.operations.test_approval_by_policy import _run_one, problems
 from tests.support import deciding as decide
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
-from tests.support.policy_sets import make_live
+from tests.support.policy_sets import make_live, problems, run_one
 from tests.support.running import run_until
 from workflows.engine import bases, binding
 from workflows.models import Approval, Attempt, AuditEvent, GrantUse, StandingGrant, Workflow
@@ -140,13 +139,13 @@ def test_policy_and_grant_approve_a_plan_together_and_a_revoked_grant_stops_its_
     by = {s["key"]: (s["approval"]["by"], s["approval"]["basis"]) for s in body["steps"]}
     assert by == {"s0": ("policy", "policy:default:known@1"), "s1": ("grant", shown["basis"])}
     assert uses(shown["id"]) == 1
-    first = _run_one(body["id"])
+    first = run_one(body["id"])
     assert first.status == StepStatus.COMPLETE
     attempt = Attempt.objects.get(step=first)
     assert {a["sub"] for a in attempt.proof_approvers} == {"policy:default:known@1", shown["basis"]}
     revoked = api["operator"].delete(f"/grants/{shown['id']}", {"reason": "agent misbehaves"})
     assert revoked.status_code == 200, revoked.content
-    blocked = _run_one(body["id"])
+    blocked = run_one(body["id"])
     assert (blocked.status, blocked.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
     assert f"standing grant {shown['id']} is REVOKED" in problems(body["id"])
     assert len(desk.tickets()) == 1  # the second effect never left
@@ -155,11 +154,11 @@ def test_policy_and_grant_approve_a_plan_together_and_a_revoked_grant_stops_its_
 def test_a_grant_past_its_time_stops_the_next_step_until_a_person_approves(api, people, desk):
     shown = grant(api)
     body = submit(api, plan("lapsing", "Reset one", "Reset two"))
-    assert _run_one(body["id"]).status == StepStatus.COMPLETE
+    assert run_one(body["id"]).status == StepStatus.COMPLETE
     now = timezone.now()
     StandingGrant.objects.filter(pk=shown["id"]).update(created_at=now - timedelta(days=1), until=now)
     assert not bases.live(shown["basis"])
-    blocked = _run_one(body["id"])
+    blocked = run_one(body["id"])
     assert (blocked.status, blocked.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
     assert f"standing grant {shown['id']} ended at" in problems(body["id"])
     assert len(desk.tickets()) == 1

@@ -9,10 +9,10 @@ from django.test import Client
 from tests.support import deciding as decide
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
-from tests.support.policy_sets import make_live
+from tests.support.policy_sets import make_live, problems, run_one
 from tests.support.running import run_until
-from workflows.engine import bases, binding, execution
-from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
+from workflows.engine import bases, binding
+from workflows.models import Approval, Attempt, AuditEvent, Workflow
 from workflows.states import StepStatus, WorkflowStatus
 
 READS = (
@@ -146,28 +146,15 @@ def test_a_reference_in_a_condition_sends_the_step_to_a_person(api):
     assert body["steps"][1]["approval"]["reason"] == "reference"
 
 
-def problems(workflow_id) -> str:
-    """What the recheck found, as the audit keeps it with the block."""
-    event = AuditEvent.objects.filter(workflow_id=workflow_id, verb="step.blocked").latest("id")
-    return " ".join(event.data["problems"])
-
-
-def _run_one(workflow_id):
-    step = execution.claim(workflow_id)
-    assert step is not None
-    execution.run_batch([step])
-    return Step.objects.get(pk=step.pk)
-
-
 def test_a_superseded_version_blocks_the_next_step_until_a_person_approves(api, people, desk):
     make_live(api, READS)
     body = submit(api, opening("superseded", steps=("open", "again")))
     assert body["status"] == WorkflowStatus.APPROVED
-    assert _run_one(body["id"]).status == StepStatus.COMPLETE
+    assert run_one(body["id"]).status == StepStatus.COMPLETE
     # A newer version is authorized while the plan runs: what approved it no longer stands.
     make_live(api, READS.replace('"reads"', '"reads-v2"'))
     assert not bases.live(BASIS) and bases.live("policy:default:reads-v2@2")
-    again = _run_one(body["id"])
+    again = run_one(body["id"])
     assert (again.status, again.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
     assert "version 1 of default's policy set is no longer live" in problems(body["id"])
     assert len(desk.tickets()) == 1  # its effect never left
@@ -187,7 +174,7 @@ def test_the_seal_covers_the_basis(api, desk):
     make_live(api, READS.replace('"reads"', '"other"'))
     Approval.objects.filter(pk=approval.pk).update(basis="policy:default:other@2")
     assert not binding.verifies(Approval.objects.get(pk=approval.pk))
-    step = _run_one(body["id"])
+    step = run_one(body["id"])
     assert (step.status, step.failure_class) == (StepStatus.BLOCKED, "POLICY_FAILED")
     assert "seal does not verify" in problems(body["id"])
     assert desk.tickets() == []

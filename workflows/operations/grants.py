@@ -36,7 +36,7 @@ from workflows.audit import journal
 from workflows.engine.transitions import move
 from workflows.errors import DomainError, NotAllowed, WrongState
 from workflows.models import GrantUse, StandingGrant
-from workflows.operations import plans
+from workflows.operations import tokens
 from workflows.policy import conditions
 from workflows.policy.evaluation import PlanTooLarge
 from workflows.reasons import clean_reason
@@ -104,7 +104,7 @@ def create(by, *, agent: str, action: str, when: str, max_uses, until: datetime 
     fields: dict[str, str] = {}
     found = _agent(agent, fields)
     if found is not None:
-        team = plans.submitting_team(found)
+        team = tokens.submitting_team(found)
         _check_grantor(by, found, team)
     if not isinstance(action, str) or actions.find(action) is None:
         fields["action"] = "No installed action of that name."

@@ -24,9 +24,9 @@ from workflows.chat import marks as chat
 from workflows.db import canonical_json, sha256_hex
 from workflows.engine import binding, choices, policy, previews
 from workflows.engine.transitions import move
-from workflows.models import ApiToken, Approval, ReviewNotice, Step, Workflow, operation_key_for
+from workflows.models import Approval, ReviewNotice, Step, Workflow, operation_key_for
 from workflows.operations import grants as standing
-from workflows.operations import policy_sets
+from workflows.operations import policy_sets, tokens
 from workflows.policy import evaluation as policy_evaluation
 from workflows.states import PreviewState, WorkflowStatus
 from workflows.webhooks import keys, outbound
@@ -245,19 +245,8 @@ def canonical_plan(steps: list[dict]) -> list[dict]:
     ]
 
 
-def submitting_team(user):
-    """The team a plan submitted by `user` belongs to: that of the token it
-    came with (`tokens.authenticate`); without one (in code), that of the
-    user's newest active token, else `default`."""
-    token = getattr(user, "api_token", None)
-    if token is None:
-        token = (
-            ApiToken.objects.filter(user=user, revoked_at__isnull=True)
-            .select_related("team")
-            .order_by("-created_at", "-pk")
-            .first()
-        )
-    return token.team if token is not None else teams.default_team()
+# The team a plan submitted by a user belongs to (kept under this name for its callers).
+submitting_team = tokens.submitting_team
 
 
 def submit(user, body: dict) -> Submission:

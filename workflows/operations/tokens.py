@@ -51,3 +51,18 @@ def revoke(user, prefix: str | None = None) -> int:
     if prefix:
         tokens = tokens.filter(prefix=prefix[:10])
     return tokens.update(revoked_at=timezone.now())
+
+
+def submitting_team(user):
+    """The team a plan submitted by `user` belongs to: that of the token it
+    came with (`tokens.authenticate`); without one (in code), that of the
+    user's newest active token, else `default`."""
+    token = getattr(user, "api_token", None)
+    if token is None:
+        token = (
+            ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+            .select_related("team")
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+    return token.team if token is not None else teams.default_team()
