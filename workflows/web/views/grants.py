@@ -70,29 +70,28 @@ def grant_list(request: HttpRequest) -> HttpResponse:
     return redirect("grant_list")
 
 
+def _decide(request: HttpRequest, grant_id, decide, done: str) -> HttpResponse:
+    """Authorize or revoke one grant the person may see, with the form's
+    reason; what the operation refuses is shown on the list, nothing done."""
+    grant = grants.get_for_user(request.user, grant_id)
+    try:
+        decide(grant, by=request.user, reason=request.POST.get("reason", ""))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done.format(basis=grant.basis))
+    return redirect("grant_list")
+
+
 @login_required
 @require_POST
 @needs_recent_sign_in(back=lambda grant_id: reverse("grant_list"))
 def grant_authorize(request: HttpRequest, grant_id) -> HttpResponse:
-    grant = grants.get_for_user(request.user, grant_id)
-    try:
-        grants.authorize(grant, by=request.user, reason=request.POST.get("reason", ""))
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Authorized: {grant.basis} is ACTIVE.")
-    return redirect("grant_list")
+    return _decide(request, grant_id, grants.authorize, "Authorized: {basis} is ACTIVE.")
 
 
 @login_required
 @require_POST
 @needs_recent_sign_in(back=lambda grant_id: reverse("grant_list"))
 def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
-    grant = grants.get_for_user(request.user, grant_id)
-    try:
-        grants.revoke(grant, by=request.user, reason=request.POST.get("reason", ""))
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Revoked: {grant.basis}.")
-    return redirect("grant_list")
+    return _decide(request, grant_id, grants.revoke, "Revoked: {basis}.")
