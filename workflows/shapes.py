@@ -53,6 +53,8 @@ def approval_out(step) -> dict | None:
         "why": found.get("why"),
         "policies": found.get("policies") or [],
         "version": found.get("version"),
+        "approvals": found.get("approvals"),
+        "groups": found.get("groups") or ([found["group"]] if found.get("group") else []),
     }
 
 

@@ -55,13 +55,16 @@ class StepDecisionOut(Schema):
     key: str
     decision: str = Field(..., description="auto, human or forbid")
     approvals: int | None = Field(None, description="Approvals the determining permits ask of humans")
-    group: str | None = Field(None, description="The reviewer group the determining permits name")
+    group: str | None = Field(None, description="The first reviewer group the determining permits name")
+    groups: list[str] = Field(
+        default_factory=list, description="Every reviewer group the determining permits name; approvers must be in all"
+    )
     policies: list[str] = Field(..., description="The @id of each policy that decided")
     error: str | None = Field(None, description="policy_error when a policy could not be evaluated on the step")
     reason: str | None = Field(
         None,
         description="Why: permitted, no_policy_set, no_permit, auto_forbidden, reference, destructive, annotation, "
-        "forbidden, policy_error",
+        "action_policy, forbidden, policy_error",
     )
     why: str = Field("", description="The reason in words, naming the policies")
 
@@ -143,6 +146,7 @@ def evaluate(request, payload: EvaluateIn):
                 "decision": s.decision,
                 "approvals": s.approvals,
                 "group": s.group,
+                "groups": s.groups,
                 "policies": s.policies,
                 "error": s.error,
                 "reason": s.reason,

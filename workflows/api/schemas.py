@@ -91,11 +91,19 @@ class StepApprovalOut(Schema):
     decision: str | None = Field(None, description="What the policies decided for this step: auto, human")
     reason: str | None = Field(
         None,
-        description="Why: permitted, no_policy_set, no_permit, auto_forbidden, reference, destructive, annotation",
+        description="Why: permitted, no_policy_set, no_permit, auto_forbidden, reference, destructive, annotation, "
+        "action_policy",
     )
     why: str | None = Field(None, description="The reason in words, naming the policies")
     policies: list[str] = Field(default_factory=list, description="The @id of each policy that decided")
     version: int | None = Field(None, description="The version of the team's policy set that decided")
+    approvals: int | None = Field(
+        None, description="The approvals the deciding permits ask people for (`@approvals`); null when none asks"
+    )
+    groups: list[str] = Field(
+        default_factory=list,
+        description="The reviewer groups the deciding permits ask approvers to be in (`@reviewer_group`)",
+    )
 
 
 class StepOut(Schema):

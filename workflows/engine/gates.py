@@ -61,13 +61,15 @@ def valid_approvals(step: Step, workflow: Workflow, digest: str | None = None) -
         if approvals
         else set()
     )
-    # Only reviewers still in the reviewer groups the plan's policies name.
+    # Only reviewers still in the reviewer groups the plan's policies name
+    # (its actions' and its team's Cedar policies', `policy.asked`).
     groups = (
         set(
             ActionPolicy.objects.filter(action__in={s["action"] for s in workflow.plan})
             .exclude(reviewer_group="")
             .values_list("reviewer_group", flat=True)
         )
+        | set((workflow.policy_asks or {}).get("groups") or [])
         if reviewers
         else set()
     )

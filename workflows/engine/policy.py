@@ -52,6 +52,47 @@ def policy_for(action: str) -> ActionPolicy:
     return policy
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What a team's Cedar policies asked of the people who approve a plan
+    (`Workflow.policy_asks`, docs/explanation/policies.md#annotations),
+    standing with its actions' policies wherever approvals are counted and
+    approvers' groups checked: the approvals needed are the larger, and an
+    approver must be in every group either names. `action` names it in a
+    refusal."""
+
+    action: str
+    approvals_required: int = 1
+    reviewer_group: str = ""
+    risk: str = ActionPolicy.Risk.LOW
+    approval_ttl_seconds: int = 0
+    chat_decisions: bool = True
+    enabled: bool = True
+
+
+def asked(workflow: Workflow) -> list[Asked]:
+    """The plan's `policy_asks` as rules: one asking for its approvals and
+    first group, one more for each other group; none when nothing was asked."""
+    asks = workflow.policy_asks
+    if not asks:
+        return []
+    name = "policy " + ", ".join(asks.get("policies") or ["(unnamed)"])
+    groups = asks.get("groups") or [""]
+    return [
+        Asked(name, approvals_required=(asks.get("approvals") or 1) if i == 0 else 1, reviewer_group=group)
+        for i, group in enumerate(groups)
+    ]
+
+
+def plan_rules(workflow: Workflow, current: dict | None = None) -> list:
+    """What a plan's approvals answer to: its actions' current policies
+    (`current`: already read, by action) and what its team's Cedar policies
+    asked of people (`asked`)."""
+    names = {step["action"] for step in workflow.plan}
+    current = policies_for(names) if current is None else current
+    return [current[name] for name in sorted(names)] + asked(workflow)
+
+
 def valid_approvals(workflow: Workflow, policies: list[ActionPolicy], now=None) -> list[Approval]:
     """Approvals that still count: sealed by the audit key, for this exact
     plan as its steps are stored now, by a reviewer who is still active and
@@ -193,21 +234,15 @@ def reviewer_groups(plan_policies) -> set[str]:
 
 def outside_reviewer_groups(workflow: Workflow, user, plan_policies=None) -> list[tuple[str, str]]:
     """(action, group) for each of the plan's actions whose policy names a
-    reviewer group `user` is not (or no longer) a member of. `plan_policies`:
-    the plan's current policies, when already read."""
-    if plan_policies is None:
-        current = policies_for({step["action"] for step in workflow.plan})
-    else:
-        current = {p.action: p for p in plan_policies}
-    needed = reviewer_groups(current.values())
+    reviewer group `user` is not (or no longer) a member of, and for each
+    group its team's policies asked for (`asked`). `plan_policies`: the
+    plan's `plan_rules`, when already read."""
+    rules = plan_rules(workflow) if plan_policies is None else plan_policies
+    needed = reviewer_groups(rules)
     if not needed:
         return []
     held = set(user.groups.filter(name__in=needed).values_list("name", flat=True))
-    return sorted(
-        (name, rules.reviewer_group)
-        for name, rules in current.items()
-        if rules.reviewer_group and rules.reviewer_group not in held
-    )
+    return sorted({(r.action, r.reviewer_group) for r in rules if r.reviewer_group and r.reviewer_group not in held})
 
 
 def evaluate(step: Step) -> list[Check]:
@@ -229,9 +264,7 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
     current = policies_for(set().union({step.action for step in steps}, *plan_actions.values()))
     forward = {step.workflow_id: step.workflow for step in steps if not step.lane}
-    plan_policies = {
-        step.workflow_id: [current[name] for name in plan_actions[step.pk]] for step in steps if not step.lane
-    }
+    plan_policies = {step.workflow_id: plan_rules(step.workflow, current) for step in steps if not step.lane}
     tallies = _tally_approvals(list(forward.values()), plan_policies, now, hashes) if forward else {}
     # Read afresh, not from the claim: a cancel may have come in since.
     cancelled = cancelled_workflows(forward)
@@ -285,16 +318,26 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
         latest = tally.valid[0].preview_digests if tally.valid else {}
         step.bound_preview_digest = latest.get(step.key) if isinstance(latest, dict) else None
         names = ", ".join(sorted(a.reviewer.get_username() for a in tally.valid)) or "none"
+        # An approval no person made stands for one approval of any reviewer
+        # (docs/explanation/policies.md#approval-by-policy): not for a plan
+        # whose rules ask for more, as they may since it was approved.
+        standing = bool(tally.by_bases) and required == 1 and not reviewer_groups(plan_policies[workflow.pk])
         checks.append(
             Check(
                 "approvals still valid",
-                len(tally.valid) >= required or bool(tally.by_bases),
+                len(tally.valid) >= required or standing,
                 f"approved by {', '.join(a.basis for a in tally.by_bases)} (sealed, still live, plan hash "
                 "unchanged, within lifetime)"
-                if tally.by_bases and len(tally.valid) < required
+                if standing and len(tally.valid) < required
                 else f"{len(tally.valid)} of {required} required (valid: {names}; sealed, approver active, still a "
                 f"reviewer{_in_groups(plan_policies[workflow.pk])}, plan hash unchanged, within lifetime)"
-                f"{_set_aside(tally)}",
+                f"{_set_aside(tally)}"
+                + (
+                    f"; {', '.join(a.basis for a in tally.by_bases)} stands for one approval of any reviewer, "
+                    "not for what the plan's policies now ask"
+                    if tally.by_bases and not standing
+                    else ""
+                ),
             )
         )
         # The proof names each approval that counts: a person by their

@@ -75,6 +75,13 @@ class Workflow(models.Model):
     # The plan's revision: 1 as submitted, one more for each reviewer's edit
     # (`operations.revisions`); an approval counts only for its revision.
     revision = models.PositiveIntegerField(default=1, db_default=1)
+    # What the team's Cedar policies asked of the people who approve this
+    # plan, as found when it was submitted or last revised
+    # (docs/explanation/policies.md#annotations): `{"approvals": N | null,
+    # "groups": [...], "policies": [@id, ...], "steps": [key, ...]}`; null
+    # when they asked nothing. It raises its actions' policies: the approvals
+    # needed are the larger, and approvers must be in every group.
+    policy_asks = models.JSONField(null=True, blank=True)
     # Set when `manage.py restore` brought the plan back from its archive
     # (docs/explanation/operations-at-scale.md#operations-at-scale): it is shown, never changed again (a trigger refuses
     # every UPDATE of the row; `transitions.move` says why first).

@@ -47,7 +47,7 @@ def approve(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> 
 
 
 def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
-    plan_policies = list(policy.policies_for({s["action"] for s in locked.plan}).values())
+    plan_policies = policy.plan_rules(locked)
     me = deciding.eligible_reviewer(
         locked, by, "approve this plan", approving=True, editors_too=True, plan_policies=plan_policies
     )

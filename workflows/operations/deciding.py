@@ -86,7 +86,7 @@ def eligible_reviewer(
     workflow: Workflow, user, what: str, *, approving: bool, editors_too: bool, plan_policies=None
 ) -> str:
     """403 unless `user` is a reviewer, in every reviewer group the plan's
-    action policies name (`approving`: to approve or to edit), and not its
+    policies name (`approving`: to approve or to edit; `policy.plan_rules`), and not its
     submitter, nor (`editors_too`) an editor of any revision: four eyes, by
     person. 404 for a plan outside their teams. The decider's person key."""
     workflow.require_visible_to(user)
@@ -97,8 +97,7 @@ def eligible_reviewer(
         if outside:
             rules = "; ".join(f"{action} needs a member of {group}" for action, group in outside)
             raise NotAllowed(
-                f"You cannot {what}: its action policies name the reviewers who may ({rules}), "
-                "and you are not in that group."
+                f"You cannot {what}: its policies name the reviewers who may ({rules}), and you are not in that group."
             )
     authors = persons.plan_authors([workflow])[workflow.pk]
     people = persons.keys_of(authors | {user.pk})

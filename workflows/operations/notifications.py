@@ -31,11 +31,11 @@ def workflow_url(workflow: Workflow) -> str:
 
 def reviewers_for(workflow: Workflow):
     """The reviewers who may approve the plan: of its team, and in every
-    reviewer group its actions' policies name."""
+    reviewer group its actions' policies, or its team's Cedar policies, name."""
     people = get_user_model().objects.filter(
         teams.members_q(workflow.team_id), is_active=True, groups__name=roles.REVIEWERS
     )
-    for group in sorted(policy.reviewer_groups(policy.policies_for(s["action"] for s in workflow.plan).values())):
+    for group in sorted(policy.reviewer_groups(policy.plan_rules(workflow))):
         people = people.filter(pk__in=get_user_model().objects.filter(groups__name=group).values("pk"))
     return people.exclude(pk=workflow.submitted_by_id).distinct().order_by("pk")
 

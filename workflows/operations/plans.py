@@ -308,6 +308,7 @@ def submit(user, body: dict) -> Submission:
                 context=context,
                 callback_url=callback_url,
                 review=review,
+                policy_asks=judged.asks,
                 deadline=now + timedelta(seconds=deadline_seconds),
                 created_at=now,
                 updated_at=now,
@@ -418,6 +419,11 @@ def _take_grants(user, team, plan: list[dict], judged, workflow_id) -> dict[str,
     if not wanting or not all(_grantable(s) for s in wanting):
         return {}
     by_key = {step["key"]: step for step in plan}
+    # A grant stands for one approval of any reviewer: never for an action
+    # whose policy asks for more (docs/explanation/policies.md#approval-by-grant).
+    rules = policy.policies_for({by_key[s.key]["action"] for s in wanting})
+    if any(r.approvals_required > 1 or r.reviewer_group for r in rules.values()):
+        return {}
     taken = {}
     try:
         with transaction.atomic():
@@ -438,13 +444,17 @@ def _take_grants(user, team, plan: list[dict], judged, workflow_id) -> dict[str,
     return taken
 
 
-def policy_decisions(judged: policy_evaluation.Evaluation, granted: dict | None = None) -> dict[str, dict]:
+def policy_decisions(
+    judged: policy_evaluation.Evaluation, granted: dict | None = None, *, revised: bool = False
+) -> dict[str, dict]:
     """What the policies found for each step, as `Step.policy_decision`
     keeps it: who approves it (`policy` or `grant` only when no step of the
     plan needs a person), why, and which policies and set version decided;
-    a step a standing grant approves names the grant and its grantor."""
+    a step a standing grant approves names the grant and its grantor.
+    `revised`: judged again after a reviewer's edit, when people approve
+    it whatever the policies would allow."""
     granted = granted or {}
-    without_person = judged.basis is not None or bool(granted)
+    without_person = not revised and (judged.basis is not None or bool(granted))
     policy_basis = _policy_basis(judged) if granted else judged.basis
     waiting = [s.key for s in judged.steps if not _by_policy(s) and s.key not in granted]
     found = {}
@@ -454,6 +464,8 @@ def policy_decisions(judged: policy_evaluation.Evaluation, granted: dict | None 
         if grant is not None:
             grantor = grant.granted_by.get_username()
             why = f"approved by standing grant {grant.pk}, granted by {grantor} ({why})"
+        elif s.decision == policy_evaluation.AUTO and revised:
+            why += "; but the plan was edited in review, and people approve it"
         elif s.decision == policy_evaluation.AUTO and not without_person:
             why += f"; but the plan waits for a person, as step {', '.join(waiting)} needs one"
         found[s.key] = {
@@ -464,6 +476,7 @@ def policy_decisions(judged: policy_evaluation.Evaluation, granted: dict | None 
             "version": judged.version,
             "approvals": s.approvals,
             "group": s.group,
+            "groups": s.groups,
             "basis": grant.basis if grant is not None else (policy_basis if _by_policy(s) else None),
             "why": why,
             **({"grantor": grant.granted_by.get_username()} if grant is not None else {}),

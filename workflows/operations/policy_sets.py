@@ -24,9 +24,10 @@ from django.utils import timezone
 from workflows import actions, persons, roles, teams
 from workflows.audit import journal
 from workflows.db import sha256_hex
+from workflows.engine import policy as engine_policy
 from workflows.engine.transitions import move
 from workflows.errors import NotAllowed, NotVisible, WrongState
-from workflows.models import PolicyChange, PolicySet, PolicySetVersion, Team, Workflow
+from workflows.models import ActionPolicy, PolicyChange, PolicySet, PolicySetVersion, Team, Workflow
 from workflows.policy import evaluation
 from workflows.policy.evaluation import LiveSet
 from workflows.policy.text import check
@@ -224,8 +225,19 @@ def clock():
 
 
 def evaluate(body: dict, *, agent: str, team: str, workflow: str = "plan"):
-    """Each step of `body` decided by the live sets of `team` (and the global one)."""
-    return evaluation.evaluate(body, agent=agent, team=team, sets=live_sets(team), now=clock(), workflow=workflow)
+    """Each step of `body` decided by the live sets of `team` (and the global
+    one), a step whose action's policy asks people for more than one
+    approval never `auto`."""
+    result = evaluation.evaluate(body, agent=agent, team=team, sets=live_sets(team), now=clock(), workflow=workflow)
+    return _held(result, body.get("steps") or [])
+
+
+def _held(result: evaluation.Evaluation, steps: list[dict], rules: dict | None = None) -> evaluation.Evaluation:
+    if not any(s.decision == evaluation.AUTO for s in result.steps):
+        return result
+    if rules is None:
+        rules = engine_policy.policies_for({step["action"] for step in steps})
+    return result.held_by_action_policies(steps, rules)
 
 
 REPLAYED_PLANS = 1_000
@@ -248,6 +260,7 @@ def replay(name: str, text: str) -> dict:
     )
     team_sets: dict[str, list[LiveSet]] = {}
     counted, auto, risky, destructive = 0, 0, 0, []
+    rules = None
     for plan in plans:
         counted += 1
         if plan.team.name not in team_sets:
@@ -264,7 +277,10 @@ def replay(name: str, text: str) -> dict:
             )
         except evaluation.PlanTooLarge:
             continue
-        if result.auto:
+        if result.auto and rules is None:
+            # Read once, for the first plan that needs them: every action's policy.
+            rules = {p.action: p for p in ActionPolicy.objects.all()}
+        if _held(result, plan.plan, rules or {}).auto:
             auto += 1
             if any(_irreversible(step["action"]) for step in plan.plan):
                 risky += 1

@@ -8,7 +8,9 @@ count (the revision is sealed into each approval, so even a plan edited
 back to an earlier hash needs fresh approvals), and the editor, a co-author
 now, cannot approve it: another reviewer does (four eyes). Every revision
 is kept, with who made it and why, and the audit trail and the agent's
-`workflow.revised` event say what changed, field by field.
+`workflow.revised` event say what changed, field by field. The team's
+Cedar policies judge the edited plan as they judged the submitted one: a
+forbid refuses the edit, and what they ask of people is asked anew.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from workflows.chat import marks as chat
 from workflows.engine import binding, locks, previews
 from workflows.errors import DomainError, StaleRevision, WrongState
 from workflows.models import PlanRevision, Step, Workflow
-from workflows.operations import deciding, plans
+from workflows.operations import deciding, plans, policy_sets
 from workflows.shapes import workflow_out
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
 
@@ -69,6 +71,17 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
             raise RevisionInvalid(
                 "The edit changes nothing.", fields={"steps": "No argument differs from the current revision."}
             )
+        # The team's policies judge the edited plan as they judged the
+        # submitted one (docs/explanation/policies.md#annotations): a forbid
+        # or an erroring policy refuses the edit; what they ask of people
+        # (`@approvals`, `@reviewer_group`) is what its approvals answer to.
+        judged = policy_sets.evaluate(
+            {"steps": new_plan},
+            agent=locked.submitted_by.get_username(),
+            team=locked.team.name,
+            workflow=str(locked.pk),
+        )
+        judged.enforce()
         now = timezone.now()
         if locked.revision == 1 and not locked.revisions.exists():
             PlanRevision.objects.create(
@@ -97,10 +110,15 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
                 "preview_at",
             ],
         )
+        decided = plans.policy_decisions(judged, revised=True)
+        for step in rows.values():
+            step.policy_decision = decided.get(step.key)
+        Step.objects.bulk_update(list(rows.values()), ["policy_decision"])
         locked.plan = plans.canonical_plan(new_plan)
         locked.revision += 1
         locked.updated_at = now
-        locked.save(update_fields=["plan", "revision", "updated_at"])
+        locked.policy_asks = judged.asks
+        locked.save(update_fields=["plan", "revision", "updated_at", "policy_asks"])
         # As claims recompute it: the hash of the steps as the database gives them back.
         locked.plan_hash = binding.stored_hashes([(locked.pk, 0)])[locked.pk, 0]
         Workflow.objects.filter(pk=locked.pk).update(plan_hash=locked.plan_hash)

@@ -12,8 +12,9 @@ failing closed:
   errored; a destructive or irreversible step only when a determining
   permit says `@allow_destructive("true")`; never when a determining
   permit asks humans for something (`@approvals`, `@reviewer_group`).
-  Everything else goes to a `human`, with the approvals and reviewer group
-  the determining permits' annotations raise. Each decision names its
+  Everything else goes to a `human`, with the approvals and reviewer groups
+  the determining permits' annotations raise (`Evaluation.asks`), which
+  the plan keeps and its approvals answer to. Each decision names its
   `reason` (one of `REASONS`), which the workflow keeps as decided then.
 - A run-time reference (`$from`, `$secret`, `$decision`) is the record
   `{"ref": ...}` to Cedar: its value is not known yet. A policy that reads
@@ -56,6 +57,7 @@ POLICY_ERROR = "policy_error"
 # Why a step got its decision.
 PERMITTED, NO_POLICY_SET, NO_PERMIT, FORBIDDEN_AUTO = "permitted", "no_policy_set", "no_permit", "auto_forbidden"
 REFERENCE, DESTRUCTIVE, ANNOTATION, FORBIDDEN = "reference", "destructive", "annotation", "forbidden"
+ACTION_POLICY = "action_policy"
 REASONS = {
     PERMITTED: "permitted auto_approve by {policies}",
     NO_POLICY_SET: "the team has no live policy set",
@@ -65,6 +67,8 @@ REASONS = {
     DESTRUCTIVE: 'it is destructive or irreversible and no permit of it says @allow_destructive("true")',
     ANNOTATION: "{policies} ask people for it (@approvals or @reviewer_group)",
     FORBIDDEN: "submission is forbidden by {policies}",
+    ACTION_POLICY: "permitted auto_approve by {policies}, but its action's policy asks people for it "
+    "(more than one approval, or a reviewer group)",
     POLICY_ERROR: "a policy could not be evaluated on it",
 }
 
@@ -120,6 +124,10 @@ class StepDecision:
     reason: str | None = None
     # The policies the reason is about (`policies`: all that decided).
     named: list[str] | None = None
+    # Every reviewer group the determining permits name (`group`: the
+    # first), and the permits that ask people for something.
+    groups: list[str] = field(default_factory=list)
+    asking: list[str] = field(default_factory=list)
 
     @property
     def why(self) -> str:
@@ -153,6 +161,35 @@ class Evaluation:
         if not self.auto or self.team is None or self.version is None:
             return None
         return basis(self.team, self.version, [p for s in self.steps for p in s.policies])
+
+    @property
+    def asks(self) -> dict | None:
+        """What the determining permits' annotations ask of the people who
+        approve the plan (`Workflow.policy_asks`): the most approvals any
+        asks for, every group any names, which permits asked, for which
+        steps; None when none asks anything."""
+        asking = [s for s in self.steps if s.decision == HUMAN and (s.approvals or s.groups)]
+        if not asking:
+            return None
+        approvals = max((s.approvals for s in asking if s.approvals), default=None)
+        return {
+            "approvals": approvals,
+            "groups": sorted({g for s in asking for g in s.groups}),
+            "policies": sorted({p for s in asking for p in s.asking}),
+            "steps": [s.key for s in asking],
+        }
+
+    def held_by_action_policies(self, steps: list[dict], rules: dict) -> Evaluation:
+        """Send to people each `auto` step whose action's policy (`rules`, by
+        action) asks more of them than one approval of any reviewer: an
+        approval no person made stands for one such approval only
+        (docs/explanation/policies.md#approval-by-policy)."""
+        actions_of = {step["key"]: step["action"] for step in steps}
+        for s in self.steps:
+            rule = rules.get(actions_of.get(s.key))
+            if s.decision == AUTO and rule is not None and (rule.approvals_required > 1 or rule.reviewer_group):
+                s.decision, s.basis, s.reason = HUMAN, None, ACTION_POLICY
+        return self
 
     def enforce(self) -> None:
         """Refuse a submission a forbid determines, or one a policy errored on."""
@@ -410,12 +447,14 @@ def _decide(key, submit, auto, unknown, destructive, compiled: _Compiled, team_s
         reason, named = ANNOTATION, asking
     annotated = [compiled.by_key[k][1] for k in permits]
     approvals = max((p.approvals for p in annotated if p.approvals is not None), default=None)
-    group = next((p.reviewer_group for p in annotated if p.reviewer_group), None)
+    groups = _unique(p.reviewer_group for p in annotated if p.reviewer_group)
     return StepDecision(
         key,
         HUMAN,
         approvals=approvals,
-        group=group,
+        group=groups[0] if groups else None,
+        groups=groups,
+        asking=_unique(name(k) for k in asking),
         policies=_unique(name(k) for k in deciding),
         reason=reason,
         named=_unique(name(k) for k in named),

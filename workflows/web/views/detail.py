@@ -88,7 +88,7 @@ def _changed_since_last_seen(request: HttpRequest, workflow: Workflow) -> dict |
 def _approval_progress(workflow: Workflow) -> dict:
     """Distinct approvals that still count, of those the plan needs: a
     2-of-2 plan stays PLANNED after the first one."""
-    plan_policies = list(policy.policies_for(step["action"] for step in workflow.plan).values())
+    plan_policies = policy.plan_rules(workflow)
     return {
         "counted": len(policy.valid_approvals(workflow, plan_policies)),
         "required": policy.approvals_required(plan_policies),

@@ -121,7 +121,7 @@ def with_review_facts(workflows: list[Workflow]) -> list[Workflow]:
                     "shown_preview": arguments.preview_of(stored) if stored else None,
                 }
             )
-        workflow.required = policy.approvals_required(current[s["action"]] for s in workflow.plan)
+        workflow.required = policy.approvals_required(policy.plan_rules(workflow, current))
         workflow.approvals_so_far = counts.get(workflow.pk, 0)
         workflow.highest_risk = max((s["risk"] for s in workflow.review_steps), key=RISK_ORDER.index)
     return workflows
