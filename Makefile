@@ -34,11 +34,12 @@ setup-browser-checks: $(NODE_STAMP)
 run: setup
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo --web 127.0.0.1:$(PORT) --desk-port $(DESK_PORT)
 
-# The two database legs run side by side (most of their time is spent
-# waiting on real worker, desk and browser processes); each leg's output is
-# printed whole when it ends. `make test-sqlite` / `make test-postgres` run one.
+# The two database legs, and the subset through PgBouncer, run side by side
+# (most of their time is spent waiting on real worker, desk and browser
+# processes); each leg's output is printed whole when it ends.
+# `make test-sqlite` / `make test-postgres` / `make test-pooled` run one.
 test: setup setup-browser-checks
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-pooled
 
 test-sqlite: setup setup-browser-checks
 	@echo "== test suite on SQLite =="
@@ -57,6 +58,13 @@ test-postgres: setup setup-browser-checks
 		echo "!! the PostgreSQL leg was NOT run. Set PG_TEST_URL or start PostgreSQL." >&2; \
 		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2; \
 	fi
+
+# The marked subset (crash matrix, effects in flight, approval proofs)
+# with the database behind a real PgBouncer in transaction mode, LISTEN on
+# a direct connection (docs/deploying.md#pgbouncer).
+test-pooled: setup
+	@echo "== marked subset through PgBouncer ($(PG_TEST_URL)) =="
+	$(BIN)/python tests/support/pgbouncer.py $(PG_TEST_URL) -- env $(TEST_ENV) $(BIN)/pytest -m pooled --reuse-db -p no:cacheprovider -q
 
 # ruff, configured in pyproject.toml; `make format` rewrites, `make lint` only checks.
 lint: setup

@@ -1,6 +1,7 @@
 """Settings, all read from the environment (docs/reference/settings.md#settings).
 
-Three blocks live apart, imported below: logging and tracing
+Four blocks live apart, imported below: the database
+(durableconsole.settings_database), logging and tracing
 (durableconsole.settings_telemetry), outbound webhooks
 (durableconsole.settings_webhooks) and Slack (durableconsole.settings_chat). Variables read outside the settings are
 listed in workflows.env."""
@@ -8,7 +9,6 @@ listed in workflows.env."""
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.settings_chat import (  # noqa: F401  (settings: read through django.conf)
@@ -18,6 +18,11 @@ from durableconsole.settings_chat import (  # noqa: F401  (settings: read throug
     SLACK_PREVIEWS,
     SLACK_SIGNING_SECRET,
     SLACK_TEAM_ID,
+)
+from durableconsole.settings_database import (  # noqa: F401  (settings: read through django.conf)
+    DATABASE_LISTEN_URL,
+    DB_TRANSACTION_POOLER,
+    database,
 )
 from durableconsole.settings_telemetry import (  # noqa: F401  (settings: read through django.conf)
     LOG_FORMAT,
@@ -225,50 +230,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
-    url = (
-        env_str(
-            "DATABASE_URL",
-            help="The database: `sqlite:///PATH` or `postgres://...`; the embedded SQLite file in VAR_DIR when unset.",
-        )
-        or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-    )
-    conn_max_age = env_int(
-        "DB_CONN_MAX_AGE",
-        600,
-        minimum=0,
-        help="Seconds a database connection is kept for reuse (persistent connections matter for throughput).",
-    )
-    # Read whatever the database, so that the settings reference lists them.
-    busy_timeout = env_int(
-        "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
-    )
-    test_name = env_str("SQLITE_TEST_NAME", "test.sqlite3", help="File name, in VAR_DIR, of the SQLite test database.")
-    try:
-        config = dj_database_url.parse(url, conn_max_age=conn_max_age)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
-    engine = config["ENGINE"]
-    if engine == "django.db.backends.sqlite3":
-        # WAL lets readers run beside the one writer; IMMEDIATE takes the write
-        # lock at BEGIN so two writers queue instead of failing mid-transaction;
-        # synchronous=FULL because a checkpoint a power cut can undo is no checkpoint.
-        config["OPTIONS"] = {
-            "timeout": busy_timeout,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
-        }
-        config["TEST"] = {"NAME": str(VAR_DIR / test_name)}
-        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    elif engine in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
-        config["ENGINE"] = "django.db.backends.postgresql"
-        config["CONN_HEALTH_CHECKS"] = True
-    else:
-        raise ImproperlyConfigured(f"DATABASE_URL must be a sqlite:// or postgres:// URL; got engine {engine}")
-    return config
-
-
-DATABASES = {"default": _database()}
+DATABASES = {"default": database(VAR_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -555,6 +517,16 @@ Q_LISTEN = env_bool(
     True,
     help="On PostgreSQL, wake workers and waiters by LISTEN/NOTIFY; 0 behind a transaction-mode pooler.",
 )
+if (
+    Q_LISTEN
+    and DB_TRANSACTION_POOLER
+    and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and not DATABASE_LISTEN_URL
+):
+    raise ImproperlyConfigured(
+        "Behind a transaction-mode pooler (DB_TRANSACTION_POOLER=1) LISTEN does not work through DATABASE_URL: "
+        "set DATABASE_LISTEN_URL to a direct connection to the same PostgreSQL, or Q_LISTEN=0 to poll."
+    )
 if Q_BROKER == "orm":
     # Oldest first, wake-ups of due work before any other task (workflows.queue).
     Q_CLUSTER["broker_class"] = "workflows.queue.QueueBroker"

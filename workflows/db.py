@@ -4,7 +4,9 @@ taken over, its SHA-256, and one-statement updates of many rows."""
 import hashlib
 import json
 
-from django.db import connection
+import dj_database_url
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 def canonical_json(value) -> str:
@@ -47,3 +49,21 @@ def update_rows(model, names: list[str], objs: list) -> None:
         params += [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in columns]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def listen_params() -> dict:
+    """psycopg connection parameters for a LISTEN session: the default
+    database's, or behind a transaction-mode pooler those of
+    `DATABASE_LISTEN_URL` (a direct connection), on the database in use
+    unless that URL names one (docs/deploying.md#pgbouncer)."""
+    params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+    if not settings.DATABASE_LISTEN_URL:
+        return params
+    direct = dj_database_url.parse(settings.DATABASE_LISTEN_URL)
+    params.pop("prepare_threshold", None)
+    for name, key in (("HOST", "host"), ("PORT", "port"), ("USER", "user"), ("PASSWORD", "password")):
+        if direct.get(name):
+            params[key] = direct[name]
+    if direct.get("NAME"):
+        params["dbname"] = direct["NAME"]
+    return params

@@ -43,6 +43,7 @@ from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 from workflows import telemetry
+from workflows.db import listen_params
 from workflows.models import Workflow
 
 log = logging.getLogger(__name__)
@@ -280,8 +281,7 @@ class ListeningBroker(QueueBroker):
         # A broker made before the cluster forked must not share its parent's socket.
         self._listener = None
         try:
-            params = connections[Conf.ORM].get_connection_params()
-            listener = psycopg.connect(**params, autocommit=True)
+            listener = psycopg.connect(**listen_params(), autocommit=True)
             listener.execute(f"LISTEN {self.channel}")
         except psycopg.Error:
             log.warning("cannot LISTEN for wake-ups; polling every %s s until it can", Conf.POLL, exc_info=True)

@@ -33,6 +33,9 @@ from workflows.audit import signing
 from workflows.models import Attempt, DeadLetter
 from workflows.operations import compensation, deadletters, plans
 
+# Also run through PgBouncer in transaction mode (make test-pooled).
+pytestmark = pytest.mark.pooled
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DESK = "http://127.0.0.1:8100"
 URL = f"{DESK}/tickets"

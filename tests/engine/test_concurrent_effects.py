@@ -26,7 +26,8 @@ from workflows.models import Attempt, Step, Workflow
 from workflows.ops import processes
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
-pytestmark = pytest.mark.live
+# Also run through PgBouncer in transaction mode (make test-pooled).
+pytestmark = [pytest.mark.live, pytest.mark.pooled]
 
 
 def test_one_worker_keeps_64_effects_in_flight_and_each_is_checkpointed(people, start_worker, desk):

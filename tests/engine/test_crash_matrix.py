@@ -12,7 +12,8 @@ from workflows.engine import failpoints, policy
 from workflows.models import Attempt, AuditEvent, DeadLetter, Step
 from workflows.operations import plans, resolution
 
-pytestmark = pytest.mark.live
+# Also run through PgBouncer in transaction mode (make test-pooled).
+pytestmark = [pytest.mark.live, pytest.mark.pooled]
 
 
 @pytest.fixture

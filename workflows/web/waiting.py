@@ -29,9 +29,10 @@ from typing import Literal
 from uuid import UUID
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db import DatabaseError, connection
 from django.http import HttpResponse
 
+from workflows.db import listen_params
 from workflows.engine import announcements
 from workflows.models import AuditEvent, Workflow
 from workflows.states import SETTLED_WORKFLOW, WorkflowStatus
@@ -234,8 +235,7 @@ class Watcher:
         """Deliver what is announced for a moment; the connection to listen on next."""
         try:
             if listener is None:
-                params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-                listener = psycopg.connect(**params, autocommit=True)
+                listener = psycopg.connect(**listen_params(), autocommit=True)
                 listener.execute(f"LISTEN {announcements.CHANNEL}")
                 # Whatever moved before LISTEN took effect was not heard.
                 self._deliver_all(None)
