@@ -12,8 +12,12 @@ The engine's own spans (`durable.claim`, `durable.policy_recheck`,
 attempt number. An approval's wake-up carries the W3C trace context of the
 request that approved (`carrier`, a task keyword): the worker that takes
 the wake-up parents the spans of that workflow's steps to it (`continuing`),
-and the requests instrumentation sends it on as `traceparent`. A step that
-another worker's sweep claimed first starts a trace of its own at its claim.
+and the requests instrumentation sends it on as `traceparent`. The
+workflow keeps that context too (`Workflow.traceparent`, `queue.wake`), so
+a step that another drain claims (another worker's, the sweep's) is parented
+to it all the same. A step claimed again (a retry, a recovery), which no
+request woke, starts a trace of its own at its claim, linked to its
+workflow's.
 
 Spans never carry query strings, header values, SQL parameters or action
 arguments: the instrumentations are told not to capture them, our spans
