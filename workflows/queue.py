@@ -117,9 +117,16 @@ def enqueue(func: str, *args, name: str, **kwargs) -> None:
 
 def wake(workflow: Workflow) -> None:
     """Ask the workers to look at this workflow now. With tracing on, the
-    wake-up carries the caller's trace context (`trace=`): the worker's
-    spans for this workflow continue the trace of the approval."""
-    enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}", **telemetry.carrier())
+    wake-up carries the caller's trace context (`trace=`), and the workflow
+    keeps it (`traceparent`, in the caller's transaction): whichever drain
+    claims the workflow's steps, the one this wake-up starts or any other
+    (another cluster's, the worker loop's sweep), their spans continue the
+    trace of the approval."""
+    carried = telemetry.carrier()
+    if traceparent := carried.get("trace", {}).get("traceparent", ""):
+        Workflow.objects.filter(pk=workflow.pk).update(traceparent=traceparent)
+        workflow.traceparent = traceparent
+    enqueue("workflows.tasks.run_workflow", str(workflow.pk), name=f"run {workflow.pk}", **carried)
 
 
 # Wake-ups of due work: whichever of them a worker takes drains every step

@@ -12,8 +12,12 @@ The engine's own spans (`durable.claim`, `durable.policy_recheck`,
 attempt number. An approval's wake-up carries the W3C trace context of the
 request that approved (`carrier`, a task keyword): the worker that takes
 the wake-up parents the spans of that workflow's steps to it (`continuing`),
-and the requests instrumentation sends it on as `traceparent`. A step that
-another worker's sweep claimed first starts a trace of its own at its claim.
+and the requests instrumentation sends it on as `traceparent`. The
+workflow keeps that context too (`Workflow.traceparent`, `queue.wake`), so
+a step that another drain claims (another worker's, the sweep's) is parented
+to it all the same. A step claimed again (a retry, a recovery), which no
+request woke, starts a trace of its own at its claim, linked to its
+workflow's.
 
 Spans never carry query strings, header values, SQL parameters or action
 arguments: the instrumentations are told not to capture them, our spans
@@ -34,6 +38,7 @@ from datetime import UTC, datetime
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ ACTIVE = False
 _tracer: trace.Tracer = trace.NoOpTracer()
 _provider = None
 _OFF = nullcontext()
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 WORKFLOW_ID = "durable.workflow_id"
 STEP_KEY = "durable.step_key"
@@ -273,19 +279,51 @@ def _parent(step):
     return getattr(step, "_trace_parent", None)
 
 
-def claimed(steps, started_ns: int) -> None:
+def claimed(steps, started_ns: int, again=()) -> None:
     """After a claim: a `durable.claim` span for each claimed step, from
-    `started_ns` to now. The step's later spans are children of its
-    workflow's carried trace (siblings of the claim) when its wake-up
-    carried one, else of the claim span."""
+    `started_ns` to now, in its workflow's trace: the one its wake-up
+    carried into this task (`continuing`), else the one its workflow keeps
+    (`queue.wake`), so that a step claimed by a drain the wake-up did not
+    start (another worker's, a sweep's) is in the approval's trace too. The
+    step's later spans are children of that trace (siblings of the claim).
+    A step claimed again (the ids in `again`: a retry come due, a step put
+    back in line by recovery), which no request woke, starts a trace of its
+    own at its claim, with a link to its workflow's; its later spans are
+    children of the claim. So does a step of a workflow with no trace."""
     if not ENABLED:
         return
     carried = _carried.get()
     for step in steps:
-        parent = carried.get(str(step.workflow_id))
-        span = _tracer.start_span("durable.claim", context=parent, attributes=_attributes(step), start_time=started_ns)
+        workflow = carried.get(str(step.workflow_id)) or kept(step.workflow.traceparent)
+        if workflow is not None and step.pk not in again:
+            span = _tracer.start_span(
+                "durable.claim", context=workflow, attributes=_attributes(step), start_time=started_ns
+            )
+            step._trace_parent = workflow
+        else:
+            span = _tracer.start_span(
+                "durable.claim",
+                context=otel_context.Context(),
+                links=_links(workflow),
+                attributes=_attributes(step),
+                start_time=started_ns,
+            )
+            step._trace_parent = trace.set_span_in_context(span)
         span.end()
-        step._trace_parent = parent if parent is not None else trace.set_span_in_context(span)
+
+
+def kept(traceparent: str):
+    """The trace context a workflow keeps (`Workflow.traceparent`), or None."""
+    if not traceparent:
+        return None
+    found = _TRACE_CONTEXT.extract({"traceparent": traceparent})
+    return found if trace.get_current_span(found).get_span_context().is_valid else None
+
+
+def _links(context) -> list:
+    if context is None:
+        return []
+    return [trace.Link(trace.get_current_span(context).get_span_context())]
 
 
 def step_span(name: str, step, attempt=None):

@@ -18,13 +18,14 @@ from opentelemetry.trace import SpanKind
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
+from tests.support.crashing import crash_at
 from tests.support.otlp_collector import Collector
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import telemetry
 from workflows.audit import redaction, secrets
-from workflows.models import Step
+from workflows.models import Attempt, AuditEvent, Step
 from workflows.operations import plans
 
 OWN_SPANS = {
@@ -102,6 +103,134 @@ def test_one_approvals_trace_runs_from_the_request_to_the_remote_call(spans, col
     if connection.vendor == "postgresql":
         statements = [s for s in worker_spans if s["scope"].endswith("psycopg")]
         assert statements and all("parameters" not in key for s in statements for key in s["attributes"])
+
+
+def approved_traced(people, spans, count: int) -> dict:
+    """`count` plans approved through the API, each request traced here:
+    each workflow's id, with the trace id of the request that approved it."""
+    traces = {}
+    for number in range(count):
+        workflow = plans.submit(people["agent"], ticket_plan(f"traced-{number}")).workflow
+        spans.clear()
+        answer = ApiClient(people["reviewer"]).post(f"/workflows/{workflow.pk}/approve", {"comment": "go"})
+        assert answer.status_code == 200, answer.content[:300]
+        (request,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
+        traces[str(workflow.pk)] = format(request.context.trace_id, "032x")
+    return traces
+
+
+def drop_wake_ups(workflow_ids) -> int:
+    """The wake-ups of these workflows never arrive (a broker lost them, or
+    a take collapsed them): only a drain some other task or the worker
+    loop's sweep starts can claim their steps."""
+    from django_q.models import OrmQ
+
+    names = {f"run {workflow_id}" for workflow_id in workflow_ids}
+    lost = [row.pk for row in OrmQ.objects.all() if row.name() in names]
+    OrmQ.objects.filter(pk__in=lost).delete()
+    return len(lost)
+
+
+def trace_of_workflow(found: list[dict], approvals: set[str]):
+    """Which approval's trace a span is in: its own trace, or the trace its
+    trace's first claim links to (a step claimed again starts a trace of
+    its own, linked to its workflow's)."""
+    linked = {
+        s["trace_id"]: s["links"][0][0]
+        for s in found
+        if s["name"] == "durable.claim" and not s["parent_span_id"] and s["links"]
+    }
+    return lambda span: span["trace_id"] if span["trace_id"] in approvals else linked.get(span["trace_id"])
+
+
+def attempts_ran(workflow_ids, **where) -> set[tuple[str, int]]:
+    """The attempts of these workflows' steps, by operation key and number."""
+    attempts = Attempt.objects.filter(step__workflow_id__in=list(workflow_ids), **where)
+    return set(attempts.values_list("operation_key", "number"))
+
+
+def test_every_step_that_ran_has_its_spans_in_its_approvals_trace_whichever_drain_claimed_it(
+    spans, collector, people, start_worker, desk
+):
+    """Two clusters whose sweeps run every tick, and plans of which half
+    lost their wake-ups: their steps are claimed by drains that carry no
+    trace of theirs (the sweep's, another plan's wake-up, the other
+    cluster's), and one step fails once and is retried. Every attempt that
+    ran has its spans, each with the step's fields, each in the trace of
+    the request that approved its plan: parented there, or (the retry,
+    which no request woke) in a trace of its own that its claim links there."""
+    traces = approved_traced(people, spans, 6)
+    dropped = list(traces)[::2]
+    assert drop_wake_ups(dropped) == len(dropped)
+    desk.fault(mode="error", status=503, count=1)
+    for name in ("east", "west"):
+        start_worker(
+            name=name,
+            OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+            OTEL_BSP_SCHEDULE_DELAY="100",
+            WORKER_TICK_SECONDS="0.2",
+            RETRY_BASE_SECONDS="0.05",
+            RETRY_CAP_SECONDS="0.2",
+        )
+    for workflow_id in traces:
+        wait_for_status(workflow_id, "COMPLETE")
+    ran = attempts_ran(traces)
+    assert {number for _, number in ran} == {1, 2}  # the fault happened: one step ran twice
+    phases = ("durable.claim", "durable.perform", "durable.record", "durable.verify")
+
+    def of_phase(found, name):
+        return {
+            (s["attributes"]["durable.operation_key"], s["attributes"]["durable.attempt"])
+            for s in found
+            if s["name"] == name and s["attributes"].get("durable.workflow_id") in traces
+        }
+
+    # Every attempt was claimed, performed and recorded; those that succeeded were verified.
+    expected = {name: ran for name in phases} | {"durable.verify": attempts_ran(traces, status="SUCCEEDED")}
+    found = collector.wait_for(lambda found: all(of_phase(found, name) >= expected[name] for name in phases))
+    ours = [s for s in found if s["name"] in phases and s["attributes"]["durable.workflow_id"] in traces]
+    for name in phases:
+        assert of_phase(ours, name) == expected[name], name
+    assert all(set(s["attributes"]) >= FIELDS for s in ours)
+    in_trace_of = trace_of_workflow(found, set(traces.values()))
+    assert {(s["attributes"]["durable.workflow_id"], in_trace_of(s)) for s in ours} == set(traces.items())
+    # The retry's spans are in a trace of their own, its claim linking to the approval's.
+    retried = [s for s in ours if s["attributes"]["durable.attempt"] == 2]
+    assert retried and not {s["trace_id"] for s in retried} & set(traces.values())
+
+
+def test_a_step_recovered_after_its_worker_was_killed_has_its_spans(
+    spans, collector, people, start_worker, desk, tmp_path
+):
+    """A worker SIGKILLed after it recorded a step's outcome, before it
+    verified it: the next cluster's recovery verifies the step, and that
+    claim and verification are spans of the step's attempt, linked to the
+    approval's trace (what the killed process had not yet exported died with it)."""
+    traces = approved_traced(people, spans, 1)
+    ((workflow_id, approval),) = traces.items()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    crash_at(start_worker, tmp_path, "after_record", **env)
+    wait_for_status(workflow_id, "COMPLETE")
+    ran = attempts_ran(traces)
+    recovered = Step.objects.get(workflow_id=workflow_id, key="open")
+    # Recovered as recorded (VERIFYING), not performed again.
+    assert AuditEvent.objects.filter(
+        verb="step.lease_expired", object_id=str(recovered.pk), data__status="VERIFYING"
+    ).exists()
+    assert {number for key, number in ran if key == recovered.operation_key} == {1}
+
+    def verified(found):
+        return {
+            (s["attributes"]["durable.operation_key"], s["attributes"]["durable.attempt"])
+            for s in found
+            if s["name"] == "durable.verify"
+        }
+
+    found = collector.wait_for(lambda found: verified(found) >= ran)
+    assert verified(found) == ran
+    in_trace_of = trace_of_workflow(found, {approval})
+    ours = [s for s in found if s["name"] in ("durable.claim", "durable.verify")]
+    assert {in_trace_of(s) for s in ours} == {approval}
 
 
 def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settings):

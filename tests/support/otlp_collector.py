@@ -67,6 +67,7 @@ class Collector:
                             "kind": Span.SpanKind.Name(span.kind),
                             "scope": scope_spans.scope.name,
                             "attributes": {a.key: _value(a.value) for a in span.attributes},
+                            "links": [(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                         }
                     )
         with self.lock:

@@ -198,6 +198,8 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
         owner = worker_id()
         expires = timezone.now() + lease
         log: list[journal.Entry] = []
+        # Claimed again: no request woke these (their spans start a trace of their own).
+        again = {step.pk for step in claimed if step.status == StepStatus.WAITING_RETRY}
         for status in (StepStatus.PENDING, StepStatus.WAITING_RETRY):
             move_many(
                 [step for step in claimed if step.status == status],
@@ -225,7 +227,7 @@ def claim_batch(limit: int = CLAIM_BATCH, workflow_id=None, share: bool = True, 
             step.attempt = None
             if step.workflow_id in started:
                 step.workflow.status = WorkflowStatus.RUNNING
-        telemetry.claimed(claimed, began)
+        telemetry.claimed(claimed, began, again)
         if share:
             _request_shared([step for step in claimed if _shares_checkpoints(step)], log)
         journal.append_many(log)

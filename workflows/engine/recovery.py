@@ -12,6 +12,7 @@ again; no lookup and not idempotent, the step waits IN_DOUBT for an operator.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -19,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, telemetry
 from workflows.actions import ActionError, Outcome
 from workflows.audit import journal
 from workflows.audit.redaction import redact, redact_text
@@ -246,21 +247,27 @@ def _reverify_later(step: Step) -> bool:
 
 
 def finish_verifying(limit: int = 100) -> int:
-    """Verify steps left in VERIFYING without a lease (after a crash)."""
+    """Verify steps left in VERIFYING without a lease (after a crash). Each
+    is a claim of a step that recovery put back in line, with its spans
+    (`durable.claim`, `durable.verify`) under its recorded attempt's number."""
     done = 0
     lease = timedelta(seconds=settings.STEP_LEASE_SECONDS)
     for step in Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True)[:limit]:
+        began = time.time_ns()
         taken = Step.objects.filter(
             pk=step.pk, status=StepStatus.VERIFYING, fence=step.fence, lease_expires_at__isnull=True
         ).update(fence=F("fence") + 1, lease_owner=worker_id(), lease_expires_at=timezone.now() + lease)
         if not taken:
             continue
         step.refresh_from_db()
+        step.attempt = step.attempts.order_by("-number").first()
+        telemetry.claimed([step], began, again={step.pk})
         action = actions.find(step.action)
         if action is None:
             continue
         try:
-            verify(step, action, step.fence)
+            with telemetry.step_span("durable.verify", step, step.attempt):
+                verify(step, action, step.fence)
         except LeaseLost:
             continue
         done += 1

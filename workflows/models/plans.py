@@ -82,6 +82,11 @@ class Workflow(models.Model):
     # when they asked nothing. It raises its actions' policies: the approvals
     # needed are the larger, and approvers must be in every group.
     policy_asks = models.JSONField(null=True, blank=True)
+    # The W3C `traceparent` of the request that last woke the plan's steps
+    # (`queue.wake`, written only while tracing is on): a step claimed by a
+    # drain that did not carry that wake-up still continues its trace
+    # (docs/deploying.md#tracing-and-logs). Ids only, never a value of the plan.
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
     # Set when `manage.py restore` brought the plan back from its archive
     # (docs/explanation/operations-at-scale.md#operations-at-scale): it is shown, never changed again (a trigger refuses
     # every UPDATE of the row; `transitions.move` says why first).
