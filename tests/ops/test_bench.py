@@ -49,8 +49,8 @@ def test_a_tiny_bench_measures_every_part_with_real_workers(transactional_db, tm
         "1",
         "--raw-clients",
         "1,2",
-        "--skip",
-        "g,h,i,j,k,l,m,n,o",
+        "--only",
+        "a,b,c,d,e,f,p",
         "--latency-samples",
         "5",
         "--recovery-runs",
@@ -238,8 +238,8 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,h,i,j,k,l,m,n,o,p",
+        "--only",
+        "g",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -319,8 +319,8 @@ def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_ru
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,f,h,i,j,k,l,m,n,o,p",
+        "--only",
+        "g",
         "--clusters",
         "1",
         "--remote-latency-ms",
@@ -352,8 +352,8 @@ def test_waiters_part_answers_each_waiter_soon_after_its_decision_through_a_real
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,i,j,k,l,m,n,o,p",
+        "--only",
+        "h",
         "--waiters",
         "8",
         "--workdir",
@@ -387,8 +387,8 @@ def test_bulk_part_reconciles_and_replays_an_outage_with_each_key_once(transacti
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,j,k,l,m,n,o,p",
+        "--only",
+        "i",
         "--dead-letters",
         "12",
         "--workdir",
@@ -428,8 +428,8 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
     monkeypatch.setattr(archive, "_delete", once_workers_moved)
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,i,k,l,m,n,o,p",
+        "--only",
+        "j",
         "--archive-workflows",
         "200",
         "--workdir",
@@ -464,8 +464,8 @@ def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_s
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,i,j,l,m,n,o,p",
+        "--only",
+        "k",
         "--lanes-steps",
         "4000",
         "--lanes-samples",
@@ -500,8 +500,8 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,i,j,k,m,n,o,p",
+        "--only",
+        "l",
         "--analytics-decisions",
         "300",
         "--workdir",
@@ -529,8 +529,8 @@ def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(trans
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l,n,o,p",
+        "--only",
+        "m",
         "--chat-samples",
         "3",
         "--chat-backlog",
@@ -558,8 +558,8 @@ def test_policies_part_times_evaluation_per_step_and_its_share_of_submit_to_appr
 
     call_command(
         "bench",
-        "--skip",
-        "a,b,c,d,e,g,h,i,j,k,l,m,n,p",
+        "--only",
+        "o",
         "--policy-sizes",
         "2,5",
         "--policy-samples",

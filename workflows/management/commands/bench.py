@@ -6,7 +6,7 @@
                            [--analytics-decisions 100000]
                            [--chat-samples 30 --chat-backlog 10000]
                            [--policy-sizes 10,100,1000 --policy-samples 200 --policy-path-samples 30]
-                           [--skip a,b,...] [--json FILE]
+                           [--skip a,b,... | --only a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
 two-commit ceiling, writes the full result as JSON, and exits non-zero when
@@ -140,13 +140,20 @@ class Command(BaseCommand):
             help="(o): plans submitted and approved through the API, per size and for the baseline",
         )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
+        parser.add_argument("--only", default="", help="the parts to run, leaving out every other (not with --skip)")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
         parser.add_argument("--workdir", help="cluster logs (default var/bench/<time>)")
 
     def handle(self, *args, **opts):
         skip = frozenset(part.strip() for part in opts["skip"].split(",") if part.strip())
-        if skip - set(common.SECTIONS):
-            raise CommandError(f"--skip takes some of {','.join(common.SECTIONS)}; got {opts['skip']!r}")
+        only = frozenset(part.strip() for part in opts["only"].split(",") if part.strip())
+        for name, given in (("--skip", skip), ("--only", only)):
+            if given - set(common.SECTIONS):
+                raise CommandError(f"{name} takes some of {','.join(common.SECTIONS)}; got {opts[name[2:]]!r}")
+        if skip and only:
+            raise CommandError("--skip and --only: give one of them")
+        if only:
+            skip = frozenset(common.SECTIONS) - only
         if (
             min(
                 opts["steps"],

@@ -29,6 +29,7 @@ SECTIONS = {
     "n": "slack_clicks",
     "o": "policies",
     "p": "auto_burst",
+    "r": "client_path",
 }
 # (f) is judged only over runs of at least this many steps.
 MEMORY_STEPS = 100_000
@@ -192,6 +193,11 @@ def goals(result: dict) -> list[dict]:
             )
         slowest = max(run["first_effect_after_start_s"] for run in runs)
         add("b", "first effect <= 2 s after the cluster starts", slowest, slowest <= 2)
+    if "client_ms" in (path := result.get("client_path", {})):
+        judged = result.get("meta", {}).get("vendor") == "postgresql"
+        p50 = path["client_ms"]["p50"]
+        goal = "approval -> COMPLETE p50 <= 40 ms at an HTTP client, on PostgreSQL"
+        add("r", goal, p50, p50 <= 40 if judged else None)
     if "approval_to_requested_ms" in (latency := result.get("latency", {})):
         # The goals are PostgreSQL's (NOTIFY wake-ups); other setups report without judging.
         judged = result.get("meta", {}).get("vendor") == "postgresql"

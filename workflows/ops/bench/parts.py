@@ -32,6 +32,7 @@ from workflows.ops.bench.analytics import AnalyticsPart
 from workflows.ops.bench.archiving import ArchivePart
 from workflows.ops.bench.bulk import BulkPart
 from workflows.ops.bench.chat import ChatPart
+from workflows.ops.bench.client_path import ClientPathPart
 from workflows.ops.bench.common import (
     SECTIONS,
     BenchError,
@@ -127,6 +128,7 @@ class Bench:
             ("n", self.slack_clicks),
             ("o", self.policies),
             ("p", self.auto_burst),
+            ("r", self.client_path),
         ]
         for letter, measure in parts:
             if letter in self.o.skip:
@@ -502,6 +504,9 @@ class Bench:
 
     def policies(self) -> dict:
         return PoliciesPart(self).run()
+
+    def client_path(self) -> dict:
+        return ClientPathPart(self).run()
 
     # -- (e) ---------------------------------------------------------------
 

@@ -217,6 +217,16 @@ def report(result: dict) -> str:
                     f"{100 * size['policy_share_of_path']:.1f}% of the path",
                 )
             )
+    if "client_ms" in (path := result.get("client_path", {})):
+        base = path["baseline_get_ms"]
+        rows.append(
+            (
+                "(r) approval -> COMPLETE at an HTTP client ms",
+                f"p50 {path['client_ms']['p50']}, p95 {path['client_ms']['p95']} = {path['client_x_get']} x a trivial "
+                f"GET (p50 {base['p50']}); from the approval sent, p50: answered {path['approve_answered_ms']['p50']}, "
+                f"REQUESTED {path['requested_ms']['p50']}, COMPLETE {path['complete_ms']['p50']}",
+            )
+        )
     width = max((len(name) for name, _ in rows), default=0)
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines += ["", "goals (reported, not asserted):"]
