@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from workflows.models import Attempt
 from workflows.ops.processes import database_url
 
 
@@ -56,6 +57,10 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         written = window["tup_inserted"] + window["tup_updated"] + window["tup_deleted"]
         assert cost["rows_written"] == round(written / steps, 2)
         assert cost["wal_bytes"] >= 1000, cost
+        # Told by table: every step's attempt is among the rows inserted.
+        tables = window["rows_by_table"]
+        assert tables[Attempt._meta.db_table][0] >= steps, tables
+        assert sum(counts[0] for counts in tables.values()) <= window["tup_inserted"], tables
         # The clusters' processes and the backends of their sessions did the work, and were seen doing it.
         assert cost["worker_cpu_us"] > 0 and cost["database_cpu_us"] > 0, cost
         assert window["database_backends"] >= 2 and window["sessions_left_at_start"] == 0, window

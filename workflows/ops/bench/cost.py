@@ -8,11 +8,16 @@ The window opens before the clusters start, once no session is left on
 the bench's database (every earlier session has flushed its statistics on
 exit), and closes once the burst's steps are COMPLETE and its queue is
 drained: the bench's own session is then closed (its statistics flushed)
-and the database's row counts are read until they stop moving (a session
-flushes its statistics within about a second of going idle). The bench's
-own reads in the window (its polls, one transaction each) are counted and
-taken off the commits; the connections reading the statistics are on the
-server's `postgres` database, out of the bench database's counts.
+and the database's counts read once a second until no row count has moved
+for 11 s (an idle session may keep its statistics for PostgreSQL's
+ten-second idle interval); the clusters' idle reads meanwhile, at the rate
+of that quiet stretch, are taken off the commits, as are the bench's
+own reads in the window (its polls, one transaction each, counted as it
+makes them). The connections reading the statistics are on the
+server's `postgres` database, out of the bench database's counts, but for
+the rows by table (`pg_stat_user_tables` answers only in its own
+database), read there once no other session is left, before the window
+opens, and after its last reading.
 
 CPU is read from /proc, in clock ticks: for each cluster, every process
 of its process group (main loop, sentinel, workers, pusher, monitor) with
@@ -39,6 +44,8 @@ from workflows.ops.processes import group_pids
 TICK_US = 1_000_000 // os.sysconf("SC_CLK_TCK")
 BACKGROUND = ("walwriter", "checkpointer", "background writer")
 ROWS = ("tup_inserted", "tup_updated", "tup_deleted")
+# PostgreSQL's PGSTAT_IDLE_INTERVAL (10 s) and a second: the longest an idle session keeps its statistics.
+SETTLED = 11.0
 
 
 def ticks(pid: int, reaped: bool = False) -> int | None:
@@ -84,7 +91,9 @@ class StepCost:
         params = {**connection.get_connection_params(), "dbname": "postgres", "application_name": "bench-cost"}
         self.params = params
         self.side = psycopg.connect(**params, autocommit=True)
-        left = self._close_own_session(everyone=True)
+        self._close_own_session(everyone=True)
+        self.tables = self._tables()
+        left = self._close_own_session(everyone=True)  # the reader of the tables too
         self.began = time.monotonic()
         self.before = self._counters()
         self.before["sessions_left"] = left
@@ -115,19 +124,20 @@ class StepCost:
         self._stop()
         background = self._background()
         self._close_own_session()
-        after, settled = self._counters(), False
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            time.sleep(1.1)
-            previous, after = after, self._counters()
-            if all(after[name] == previous[name] for name in ROWS):
-                settled = True
-                break
+        closed = time.monotonic()
+        after, settled = self._settle()
+        waited = after["at"] - closed
+        # The clusters' idle reads while the statistics settled, at the rate of the quiet stretch that ended it.
+        idle = round(after["idle_per_s"] * waited) if settled else 0
+        tables = self._tables()  # after the last reading: its own transactions are not in the counts
         before = self.before
         self.result = {
             "seconds": round(seconds, 2),
-            "commits": after["xact_commit"] - before["xact_commit"] - self.bench_reads,
+            "commits": after["xact_commit"] - before["xact_commit"] - self.bench_reads - idle,
             "bench_reads_subtracted": self.bench_reads,
+            "settling_seconds": round(waited, 1),
+            "idle_commits_per_s": round(after["idle_per_s"], 1),
+            "idle_commits_subtracted": idle,
             "rollbacks": after["xact_rollback"] - before["xact_rollback"],
             # Transaction ids taken: every transaction that wrote, in any database of the server.
             "write_transactions": after["xid"] - before["xid"],
@@ -140,10 +150,13 @@ class StepCost:
                 background[pid] - self.background[pid] for pid in background.keys() & self.background.keys()
             )
             * TICK_US,
-            "other_databases_transactions": after["others"] - before["others"],
+            "other_databases_transactions": sum(
+                max(0, count - before["others"].get(name, 0)) for name, count in after["others"].items()
+            ),
             "tasks_queued_at_start": self.queued,
             "sessions_left_at_start": before["sessions_left"],
             "settled": settled,
+            "rows_by_table": self._rows_by_table(self.tables, tables),
         }
 
     def per_step(self, steps: int) -> dict | None:
@@ -198,17 +211,58 @@ class StepCost:
                 return left
             time.sleep(0.05)
 
+    def _settle(self) -> tuple[dict, bool]:
+        """The database's counts once no row count has moved for SETTLED
+        seconds, read once a second (an idle session that flushed less than
+        a second before may keep its statistics PostgreSQL's ten-second
+        idle interval), and whether they settled within a minute; with
+        `idle_per_s`, the commits per second of that quiet stretch."""
+        after = self._counters()
+        quiet_since, deadline = after, after["at"] + 60
+        while after["at"] < deadline:
+            time.sleep(1.0)
+            after = self._counters()
+            if any(after[name] != quiet_since[name] for name in ROWS):
+                quiet_since = after
+            elif after["at"] - quiet_since["at"] >= SETTLED:
+                commits = after["xact_commit"] - quiet_since["xact_commit"]
+                return {**after, "idle_per_s": commits / (after["at"] - quiet_since["at"])}, True
+        return {**after, "idle_per_s": 0.0}, False
+
     def _counters(self) -> dict:
         self.side.execute("SELECT pg_stat_clear_snapshot()")
         row = self.side.execute(
             "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, "
-            "pg_current_wal_lsn()::text, pg_snapshot_xmax(pg_current_snapshot())::text::bigint, "
-            "(SELECT coalesce(sum(xact_commit + xact_rollback), 0)::bigint "
-            "FROM pg_stat_database WHERE datname NOT IN (%s, 'postgres')) "
+            "pg_current_wal_lsn()::text, pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
             "FROM pg_stat_database WHERE datname = %s",
-            [self.database, self.database],
+            [self.database],
         ).fetchone()
-        return dict(zip(("xact_commit", "xact_rollback", *ROWS, "lsn", "xid", "others"), row, strict=True))
+        # The server's other databases (a test database may come or go meanwhile).
+        others = self.side.execute(
+            "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database WHERE datname NOT IN (%s, 'postgres')",
+            [self.database],
+        ).fetchall()
+        counts = dict(zip(("xact_commit", "xact_rollback", *ROWS, "lsn", "xid"), row, strict=True))
+        return {**counts, "others": dict(others), "at": time.monotonic()}
+
+    def _tables(self) -> dict[str, tuple[int, int, int]]:
+        """Rows inserted, updated and deleted so far in each table of the bench's database (read there)."""
+        import psycopg
+
+        params = {**self.params, "dbname": self.database}
+        with psycopg.connect(**params, autocommit=True) as reader:
+            reader.execute("SELECT pg_stat_clear_snapshot()")
+            rows = reader.execute("SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables")
+            return {name: tuple(counts) for name, *counts in rows.fetchall()}
+
+    @staticmethod
+    def _rows_by_table(before: dict, after: dict) -> dict[str, list[int]]:
+        """[inserted, updated, deleted] in the window, for each table written, most rows first."""
+        moved = {
+            name: [now - then for now, then in zip(counts, before.get(name, (0, 0, 0)), strict=True)]
+            for name, counts in after.items()
+        }
+        return dict(sorted(((k, v) for k, v in moved.items() if any(v)), key=lambda item: -sum(item[1])))
 
     def _wal_bytes(self, before: str, after: str) -> int:
         return int(self.side.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", [after, before]).fetchone()[0])
