@@ -6,7 +6,8 @@
     b  durable steps per second: `noop` plans approved in one transaction and
        run by real `qcluster` processes (one cluster, then two) through the
        whole checkpoint protocol; first the protocol's queries and commits
-       per step, counted in this process
+       per step, counted in this process; then each burst's cost per step
+       (commits, rows written, WAL, CPU of the clusters and the database)
     c  approval-to-first-effect latency: one-step plans approved one at a time
        while a cluster idles
     d  recovery: a worker SIGKILLed mid-step (failpoint `after_requested`)
@@ -14,7 +15,8 @@
        worker, once with the whole cluster killed and a fresh one started
     e  server time and query count of the console's pages at a seeded scale
     f  RSS of every cluster process, sampled four times a second during b
-    g  remote steps per second against the ticket desk (`remote`)
+    g  remote steps per second against the ticket desk, and the cost per
+       remote step (`remote`)
     h  agents waiting at once on one web process for their decisions, and
        how soon each is answered after its decision (`waiters`)
     i  reconcile before replay, in bulk: 2,000 dead letters after a desk
@@ -47,7 +49,8 @@ still runs.
 
 Bench (`parts`) runs the parts in turn; the raw ceiling (a) is measured
 in `raw`, the RSS of (f) sampled in `memory`, queries and commits are
-counted in `counting`; the options, personas and goals are in `common`.
+counted in `counting`, a burst's cost per step in `cost`; the options,
+personas and goals are in `common`.
 Ops tooling: it may import anything in workflows/, and only the
 management commands import it.
 """

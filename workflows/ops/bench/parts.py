@@ -44,6 +44,7 @@ from workflows.ops.bench.common import (
     personas,
     stolen_percent,
 )
+from workflows.ops.bench.cost import StepCost
 from workflows.ops.bench.counting import counting_commits, recording_queries
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.lanes import LanesPart
@@ -315,9 +316,9 @@ class Bench:
                 approvals.approve(workflow, by=self.reviewer, seen=Seen.current(workflow))
         approved = time.time()
         sampler = None
-        with Fleet(self.workdir, self.cluster_env) as fleet:
+        with StepCost() as cost, Fleet(self.workdir, self.cluster_env) as fleet:
             started = time.time()
-            clusters = [fleet.start(f"b{count}-{n + 1}") for n in range(count)]
+            clusters = [cost.watch(fleet.start(f"b{count}-{n + 1}")) for n in range(count)]
             try:
                 if "f" not in self.o.skip and not auto:
                     sampler = RssSampler(clusters)
@@ -327,6 +328,7 @@ class Bench:
                 if sampler:
                     sampler.stop()
             self.wait_queue_idle()  # the burst's leftover wake-ups, so that the next run starts idle
+            cost.finish()
         attempts = Attempt.objects.filter(step__workflow_id__in=ids)
         first = attempts.aggregate(t=Min("started_at"))["t"]
         last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
@@ -343,6 +345,7 @@ class Bench:
             "steps_per_s": round(total / seconds, 1),
             "first_effect_after_start_s": round(first.timestamp() - started, 2),
             "seconds_from_start": round(last.timestamp() - started, 2),
+            "cost_per_step": cost.per_step(total),
         }
         if raw := self.result.get("raw", {}).get("steps_per_s"):
             if "4" in raw:

@@ -48,6 +48,7 @@ from workflows.models import Attempt, Step, Workflow, operation_key_for
 from workflows.operations import approvals, plans
 from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError, host_cpu, stolen_percent
+from workflows.ops.bench.cost import StepCost
 from workflows.ops.bench.counting import database_counters, per_unit
 from workflows.ops.bench.fleet import Fleet, spread
 from workflows.ops.bench.memory import RssSampler
@@ -197,8 +198,8 @@ class RemotePart:
         env = {**self.bench.cluster_env, "TICKET_DESK_URL": desk.url}
         sampler = None
         counted = database_counters()
-        with Fleet(self.bench.workdir, env) as fleet:
-            clusters = [fleet.start(f"{label}-{n + 1}") for n in range(count)]
+        with StepCost() as cost, Fleet(self.bench.workdir, env) as fleet:
+            clusters = [cost.watch(fleet.start(f"{label}-{n + 1}")) for n in range(count)]
             try:
                 sampler = RssSampler(clusters, others={"desk": desk.process.pid})
                 sampler.start()
@@ -209,6 +210,7 @@ class RemotePart:
                 last = Step.objects.filter(workflow_id__in=ids).aggregate(t=Max("updated_at"))["t"]
                 seconds = (last - first).total_seconds()
                 self.bench.wait_queue_idle()
+                cost.finish()  # the rate phase's cost; the paced phase is not in it
                 approved_at = {}
                 interval = 2 / (total / seconds)
                 for workflow in Workflow.objects.filter(pk__in=paced):
@@ -258,6 +260,7 @@ class RemotePart:
             "paced_per_s": round(1 / interval, 1),
             "memory": sampler.summary(steps_by_pid),
             "database_per_step": database,
+            "cost_per_step": cost.per_step(total),
             "cpu_ms_per_step": cpu,
             "attempts": {"total": sum(by_status.values()), "by_status": by_status},
         }

@@ -39,6 +39,8 @@ def report(result: dict) -> str:
                 f"first effect {run['first_effect_after_start_s']} s after the cluster started)",
             )
         )
+        if cost := run.get("cost_per_step"):
+            rows.append((f"(b) cost per step, {run['clusters']} cluster(s)", _cost(cost)))
     for run in result.get("auto_burst", {}).get("runs", []):
         ratio = f" = {run['ratio_to_raw_4']} x raw at 4 clients" if run.get("ratio_to_raw_4") else ""
         beside = f", {run['ratio_to_human_burst']} x (b)'s burst" if run.get("ratio_to_human_burst") else ""
@@ -49,6 +51,8 @@ def report(result: dict) -> str:
                 f"submitted and approved at submission in {run['submit_seconds']} s)",
             )
         )
+        if cost := run.get("cost_per_step"):
+            rows.append((f"(p) cost per step, {run['clusters']} cluster(s)", _cost(cost)))
     latency = result.get("latency", {})
     for key, label in (
         ("approval_to_requested_ms", "approval -> REQUESTED"),
@@ -117,6 +121,10 @@ def report(result: dict) -> str:
                 + (f"; host CPU stolen {stolen}%" if (stolen := run.get("cpu_stolen_percent")) is not None else ""),
             )
         )
+        if cost := run.get("cost_per_step"):
+            rows.append(
+                (f"(g) cost per remote step, {run['latency_ms']} ms desk, {run['clusters']} cluster(s)", _cost(cost))
+            )
     if "answered" in (waiters := result.get("waiters", {})):
         delay, threads = waiters["answer_after_decision_ms"], waiters["server_threads"]
         sessions = waiters["server_database_sessions_during"]
@@ -259,3 +267,21 @@ def _attempts_not_succeeded(attempts: dict | None) -> str:
     if not others:
         return ""
     return "; attempts: " + ", ".join(f"{n} {status}" for status, n in others.items()) + f" of {attempts['total']}"
+
+
+def _cost(cost: dict) -> str:
+    """A burst's cost per step (workflows.ops.bench.cost), as the table shows it."""
+    window = cost["window"]
+    return (
+        f"{cost['commits']} commits ({cost['write_transactions']} that wrote), "
+        f"{cost['rows_written']} rows written ({cost['rows_inserted']} inserted, "
+        f"{cost['rows_updated']} updated, {cost['rows_deleted']} deleted), {cost['wal_bytes']:,} bytes of WAL; "
+        f"CPU µs: workers {cost['worker_cpu_us']:,}, database {cost['database_cpu_us']:,} "
+        f"(+ server background {cost['server_background_cpu_us']:,})"
+        + ("" if window["settled"] else "; the statistics had not settled")
+        + (
+            f"; {others:,} transactions in other databases meanwhile"
+            if (others := window["other_databases_transactions"])
+            else ""
+        )
+    )

@@ -1,0 +1,73 @@
+"""The bench counts what a durable step costs, per step of its bursts (b)
+and (g): commits, rows written, WAL, and the CPU of the clusters and of
+the database sessions serving them, from PostgreSQL's statistics and
+/proc (docs/performance.md#the-cost-of-a-step); nothing on SQLite."""
+
+import json
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from workflows.models import Attempt
+from workflows.ops.processes import database_url
+
+
+@pytest.mark.live
+def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    json_path, out = tmp_path / "bench.json", StringIO()
+
+    call_command(
+        "bench",
+        "--only",
+        "b,g",
+        "--steps",
+        "20",
+        "--clusters",
+        "1",
+        "--remote-latency-ms",
+        "0",
+        "--remote-steps",
+        "10",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(json_path),
+        stdout=out,
+    )
+
+    result, report = json.loads(json_path.read_text()), out.getvalue()
+    assert result["errors"] == {}
+    (burst,) = result["throughput"]["runs"]
+    (remote,) = result["remote"]["runs"]
+    if connection.vendor != "postgresql":
+        assert burst["cost_per_step"] is None and remote["cost_per_step"] is None
+        assert "cost per" not in report
+        return
+    for run, steps in ((burst, 20), (remote, 10)):
+        cost, window = run["cost_per_step"], run["cost_per_step"]["window"]
+        assert window["steps"] == steps and window["settled"], window
+        # Each step commits (its claim and REQUESTED attempt, its outcome, COMPLETE; some shared) ...
+        assert cost["commits"] > 0 and cost["write_transactions"] > 0, cost
+        # ... inserts its attempt and audit events, and moves its step and plan.
+        assert cost["rows_inserted"] >= 1 and cost["rows_updated"] >= 1, cost
+        written = window["tup_inserted"] + window["tup_updated"] + window["tup_deleted"]
+        assert cost["rows_written"] == round(written / steps, 2)
+        assert cost["wal_bytes"] >= 1000, cost
+        # Told by table: every step's attempt is among the rows inserted.
+        tables = window["rows_by_table"]
+        assert tables[Attempt._meta.db_table][0] >= steps, tables
+        assert sum(counts[0] for counts in tables.values()) <= window["tup_inserted"], tables
+        # The clusters' processes and the backends of their sessions did the work, and were seen doing it.
+        assert cost["worker_cpu_us"] > 0 and cost["database_cpu_us"] > 0, cost
+        assert window["database_backends"] >= 2 and window["sessions_left_at_start"] == 0, window
+    assert re.search(
+        r"\(b\) cost per step, 1 cluster\(s\) +[\d.]+ commits \([\d.]+ that wrote\), [\d.]+ rows written "
+        r"\([\d.]+ inserted, [\d.]+ updated, [\d.]+ deleted\), [\d,]+ bytes of WAL; CPU µs: workers [\d,]+, "
+        r"database [\d,]+",
+        report,
+    ), report
+    assert re.search(r"\(g\) cost per remote step, 0 ms desk, 1 cluster\(s\) +[\d.]+ commits", report), report
