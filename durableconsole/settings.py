@@ -1,14 +1,14 @@
 """Settings, all read from the environment (docs/reference/settings.md#settings).
 
-Three blocks live apart, imported below: logging and tracing
-(durableconsole.settings_telemetry), outbound webhooks
+Four blocks live apart, imported below: logging and tracing
+(durableconsole.settings_telemetry), the database and its connections
+(durableconsole.settings_database), outbound webhooks
 (durableconsole.settings_webhooks) and Slack (durableconsole.settings_chat). Variables read outside the settings are
 listed in workflows.env."""
 
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from durableconsole.settings_chat import (  # noqa: F401  (settings: read through django.conf)
@@ -19,6 +19,7 @@ from durableconsole.settings_chat import (  # noqa: F401  (settings: read throug
     SLACK_SIGNING_SECRET,
     SLACK_TEAM_ID,
 )
+from durableconsole.settings_database import check_cluster_budget, database
 from durableconsole.settings_telemetry import (  # noqa: F401  (settings: read through django.conf)
     LOG_FORMAT,
     LOG_LEVEL,
@@ -143,6 +144,8 @@ MIDDLEWARE = [
     "workflows.web.middleware.RefuseUnstorableText",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Takes the request's database connection first: none to be had is a 503.
+    "workflows.web.unavailable.RefuseWithoutConnection",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -225,50 +228,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
-    url = (
-        env_str(
-            "DATABASE_URL",
-            help="The database: `sqlite:///PATH` or `postgres://...`; the embedded SQLite file in VAR_DIR when unset.",
-        )
-        or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-    )
-    conn_max_age = env_int(
-        "DB_CONN_MAX_AGE",
-        600,
-        minimum=0,
-        help="Seconds a database connection is kept for reuse (persistent connections matter for throughput).",
-    )
-    # Read whatever the database, so that the settings reference lists them.
-    busy_timeout = env_int(
-        "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
-    )
-    test_name = env_str("SQLITE_TEST_NAME", "test.sqlite3", help="File name, in VAR_DIR, of the SQLite test database.")
-    try:
-        config = dj_database_url.parse(url, conn_max_age=conn_max_age)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
-    engine = config["ENGINE"]
-    if engine == "django.db.backends.sqlite3":
-        # WAL lets readers run beside the one writer; IMMEDIATE takes the write
-        # lock at BEGIN so two writers queue instead of failing mid-transaction;
-        # synchronous=FULL because a checkpoint a power cut can undo is no checkpoint.
-        config["OPTIONS"] = {
-            "timeout": busy_timeout,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
-        }
-        config["TEST"] = {"NAME": str(VAR_DIR / test_name)}
-        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    elif engine in ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2"):
-        config["ENGINE"] = "django.db.backends.postgresql"
-        config["CONN_HEALTH_CHECKS"] = True
-    else:
-        raise ImproperlyConfigured(f"DATABASE_URL must be a sqlite:// or postgres:// URL; got engine {engine}")
-    return config
-
-
-DATABASES = {"default": _database()}
+DATABASES = {"default": database(VAR_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -305,13 +265,14 @@ WHITENOISE_USE_FINDERS = env_bool(
 )
 
 # Under the ASGI entry point (durableconsole.asgi, production), the threads
-# that run Django in each web process: each keeps one persistent database
-# connection. Waiters of the wait endpoint hold none of them while they wait.
+# that run Django in each web process: they share the process's pool of
+# DB_POOL_MAX database connections. Waiters of the wait endpoint hold neither
+# while they wait.
 WEB_THREADS = env_int(
     "WEB_THREADS",
     8,
     minimum=1,
-    help="Threads per web process under the ASGI entry point; each keeps one database connection.",
+    help="Threads per web process under the ASGI entry point; they share its DB_POOL_MAX database connections.",
 )
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int(
@@ -565,6 +526,8 @@ if Q_BROKER == "orm":
 Q_MESSAGE_WORKERS = env_int(
     "Q_MESSAGE_WORKERS", 1, minimum=1, help="Worker processes per cluster for notices, previews and deliveries."
 )
+# How many connections a cluster may hold, checked against its worker counts.
+WORKER_DB_CONNECTIONS = check_cluster_budget(Q_CLUSTER["workers"], Q_MESSAGE_WORKERS)
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

@@ -98,6 +98,7 @@ LAYERS = {
     "durableconsole.settings_telemetry": 12,
     "durableconsole.settings_webhooks": 12,
     "durableconsole.settings_chat": 12,
+    "durableconsole.settings_database": 12,
     "durableconsole.urls": 12,
     "durableconsole.wsgi": 12,
     "durableconsole.asgi": 12,
