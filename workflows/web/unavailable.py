@@ -62,6 +62,9 @@ class RefuseWithoutConnection:
         self.get_response = get_response
 
     def __call__(self, request):
+        # SQLite never lacks a connection: only PostgreSQL's is taken ahead.
+        if connection.vendor != "postgresql":
+            return self.get_response(request)
         try:
             connection.ensure_connection()
         except OperationalError as exc:
