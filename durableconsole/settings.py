@@ -1,8 +1,8 @@
 """Settings, all read from the environment (docs/reference/settings.md#settings).
 
-Four blocks live apart, imported below: the database
-(durableconsole.settings_database), logging and tracing
-(durableconsole.settings_telemetry), outbound webhooks
+Four blocks live apart, imported below: logging and tracing
+(durableconsole.settings_telemetry), the database and its connections
+(durableconsole.settings_database), outbound webhooks
 (durableconsole.settings_webhooks) and Slack (durableconsole.settings_chat). Variables read outside the settings are
 listed in workflows.env."""
 
@@ -22,6 +22,7 @@ from durableconsole.settings_chat import (  # noqa: F401  (settings: read throug
 from durableconsole.settings_database import (  # noqa: F401  (settings: read through django.conf)
     DATABASE_LISTEN_URL,
     DB_TRANSACTION_POOLER,
+    check_cluster_budget,
     database,
 )
 from durableconsole.settings_telemetry import (  # noqa: F401  (settings: read through django.conf)
@@ -148,6 +149,8 @@ MIDDLEWARE = [
     "workflows.web.middleware.RefuseUnstorableText",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Takes the request's database connection first: none to be had is a 503.
+    "workflows.web.unavailable.RefuseWithoutConnection",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -267,13 +270,14 @@ WHITENOISE_USE_FINDERS = env_bool(
 )
 
 # Under the ASGI entry point (durableconsole.asgi, production), the threads
-# that run Django in each web process: each keeps one persistent database
-# connection. Waiters of the wait endpoint hold none of them while they wait.
+# that run Django in each web process: they share the process's pool of
+# DB_POOL_MAX database connections. Waiters of the wait endpoint hold neither
+# while they wait.
 WEB_THREADS = env_int(
     "WEB_THREADS",
     8,
     minimum=1,
-    help="Threads per web process under the ASGI entry point; each keeps one database connection.",
+    help="Threads per web process under the ASGI entry point; they share its DB_POOL_MAX database connections.",
 )
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int(
@@ -537,6 +541,8 @@ if Q_BROKER == "orm":
 Q_MESSAGE_WORKERS = env_int(
     "Q_MESSAGE_WORKERS", 1, minimum=1, help="Worker processes per cluster for notices, previews and deliveries."
 )
+# How many connections a cluster may hold, checked against its worker counts.
+WORKER_DB_CONNECTIONS = check_cluster_budget(Q_CLUSTER["workers"], Q_MESSAGE_WORKERS)
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must be greater than Q_TIMEOUT, or live tasks are delivered twice")
 

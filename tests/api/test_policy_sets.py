@@ -127,7 +127,9 @@ def test_a_forbid_refuses_the_submission_naming_it(api):
 
 
 def test_a_policy_that_errors_refuses_the_submission(api):
-    overflow = '@id("overflow")\nforbid(principal, action, resource) when { (context.hour + 1) + 9223372036854775807 > 0 };\n'
+    overflow = (
+        '@id("overflow")\nforbid(principal, action, resource) when { (context.hour + 1) + 9223372036854775807 > 0 };\n'
+    )
     make_live(api, overflow)
     answer = api["agent"].post("/workflows", ticket_plan())
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "policy_error"

@@ -152,7 +152,8 @@ def test_list_is_keyset_paginated(api):
     assert api["agent"].get("/workflows", status="NOT_A_STATUS").status_code == 400
 
 
-def test_openapi_schema_is_served(client):
+def test_openapi_schema_is_served(db, client):
+    """Every request takes its database connection first (workflows.web.unavailable)."""
     response = client.get("/api/v1/openapi.json")
     assert response.status_code == 200
     assert "/api/v1/workflows" in response.json()["paths"]

@@ -3,12 +3,14 @@
 from functools import partial
 from typing import Any
 
+from django.db import OperationalError
 from django.http import Http404
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from workflows.errors import DomainError
 from workflows.operations import plans
+from workflows.web import unavailable
 from workflows.web.jsonparse import BadJSON
 
 
@@ -103,6 +105,13 @@ def on_http_error(api, request, exc: HttpError):
     return error(api, request, exc.status_code, code, message)
 
 
+def on_operational_error(api, request, exc: OperationalError):
+    """No connection to be had is a 503 with Retry-After; any other error goes on as it would."""
+    if unavailable.no_connection(exc):
+        return unavailable.refusal(request)
+    raise exc
+
+
 HANDLERS = {
     ValidationError: on_validation_error,
     AuthenticationError: on_auth_error,
@@ -111,6 +120,7 @@ HANDLERS = {
     plans.SubmissionConflict: on_conflict,
     Http404: on_not_found,
     HttpError: on_http_error,
+    OperationalError: on_operational_error,
 }
 
 

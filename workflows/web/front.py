@@ -1,9 +1,10 @@
 """The ASGI front of a web process (`durableconsole.asgi`, how production
 serves): Django runs exactly as under WSGI, on a fixed pool of
-`WEB_THREADS` threads (a2wsgi), each keeping its own persistent database
-connection; only the waiters of `GET /api/v1/workflows/{id}/wait` are held
-here, as coroutines, so that a waiter costs neither a thread nor a
-connection while it waits.
+`WEB_THREADS` threads (a2wsgi), which share the process's pool of
+database connections (docs/deploying.md#database-connections); only the
+waiters of `GET /api/v1/workflows/{id}/wait` are held here, as
+coroutines, so that a waiter costs neither a thread nor a connection while
+it waits.
 
 A wait goes through Django (middleware, token, visibility, the view) on a
 pool thread, which it gives back at once: if the workflow has not reached

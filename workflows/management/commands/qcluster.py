@@ -6,6 +6,7 @@ import signal
 import threading
 
 from django.conf import settings
+from django.core.management.base import CommandError
 from django_q.brokers import get_broker
 from django_q.cluster import Cluster
 from django_q.conf import Conf
@@ -42,6 +43,12 @@ class Command(QClusterCommand):
     help = "Starts the worker clusters (the steps lane and the messages lane) and their recovery loop."
 
     def handle(self, *args, **options):
+        if settings.DATABASES["default"].get("OPTIONS", {}).get("pool"):
+            # The workers are forked: a pool's threads and sockets would not survive it.
+            raise CommandError(
+                "DB_POOL is for web processes; a cluster holds its own connections "
+                "(WORKER_DB_CONNECTIONS, docs/deploying.md#database-connections): unset DB_POOL for qcluster"
+            )
         _ = settings.SECRET_KEY  # signing needs it: fail before forking anything
         keys.current()  # and the audit chain and its checkpoints their keys
         signing.current()

@@ -19,6 +19,7 @@ import urllib.request
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from workflows.ops import demo
 from workflows.ops.demo import PASSWORD, USERS
@@ -126,6 +127,8 @@ class Command(BaseCommand):
         web, desk_port = f"{host}:{_port(port)}", _port(str(desk_port))
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
+        # This process only watches its children from here on: it holds no connection meanwhile.
+        connections.close_all()
         # The demo's receivers listen on loopback: webhooks and http.post may call them.
         env = {
             "WEBHOOK_ALLOW_PRIVATE": "1",
