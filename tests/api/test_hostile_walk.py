@@ -368,7 +368,7 @@ WALK_SETTINGS = hypothesis.settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-API_WALK_SETTINGS = hypothesis.settings(WALK_SETTINGS, max_examples=40)
+API_WALK_SETTINGS = hypothesis.settings(WALK_SETTINGS, max_examples=20)
 
 
 def test_every_url_pattern_is_walked(world):
