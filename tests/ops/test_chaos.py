@@ -7,6 +7,7 @@ import signal
 import time
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import Count
 
@@ -16,7 +17,17 @@ from workflows.operations import plans
 from workflows.ops import chaos, processes
 from workflows.states import AttemptStatus, StepStatus
 
-pytestmark = pytest.mark.live
+
+@pytest.mark.parametrize("duration", ["90", "2 m", "1.5m", "90x", "0s", "soon", ""])
+def test_chaos_refuses_a_soak_that_is_not_a_duration_and_starts_nothing(duration, tmp_path):
+    with pytest.raises(CommandError, match="--soak .*give a duration"):
+        call_command("chaos", "--soak", duration, "--workdir", str(tmp_path / "chaos"))
+    assert not (tmp_path / "chaos").exists(), "nothing was started"
+
+
+def test_chaos_soak_starts_its_own_proof_desk(tmp_path):
+    with pytest.raises(CommandError, match="drop --desk-url"):
+        call_command("chaos", "--soak", "90s", "--desk-url", "http://127.0.0.1:9", "--workdir", str(tmp_path))
 
 
 @pytest.fixture
@@ -33,6 +44,7 @@ def start_clusters(start_worker, *names, **env):
     ]
 
 
+@pytest.mark.live
 def test_soak_with_everything_at_once_settles_without_lost_or_duplicate_effects(start_worker, desk, tmp_path):
     """Two clusters of 64 effects in flight per worker, killed and cut off
     from the database, a desk requiring proofs and injecting faults, a
@@ -96,6 +108,7 @@ def test_soak_with_everything_at_once_settles_without_lost_or_duplicate_effects(
     assert summary["recovery_median_seconds"] is not None and summary["recovery_max_seconds"] is not None
 
 
+@pytest.mark.live
 def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):
     if connection.vendor != "postgresql":
         pytest.skip(
@@ -142,6 +155,7 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         assert processes.owner_pid(step.lease_owner) in second_pids, (step.lease_owner, first_pids, second_pids)
 
 
+@pytest.mark.live
 def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_desk_without_idempotency(
     start_worker, desk
 ):
