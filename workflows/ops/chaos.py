@@ -66,6 +66,7 @@ CLUSTER_ENV = {
     "WEBHOOK_RETRY_SECONDS": "0.5",
     "WEBHOOK_MAX_ATTEMPTS": "20",
 }
+SUBMIT_AT_ONCE = 4
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
 # A workflow is settled when no worker will touch it again without a person.
@@ -245,8 +246,9 @@ class Soak:
     def _submit_due(self) -> None:
         # Spread the workflows over the first 60% of the soak, so that kills
         # land while work is in flight rather than after it has all finished.
+        # A few at a time, so that kills and the storm's turns keep their pace.
         share = min(1.0, 0.15 + self.now() / (0.6 * self.seconds))
-        self._submit(round(self.planned * share) - len(self.workflow_ids))
+        self._submit(min(SUBMIT_AT_ONCE, round(self.planned * share) - len(self.workflow_ids)))
 
     def _submit(self, count: int) -> None:
         for _ in range(max(0, count)):

@@ -1,5 +1,5 @@
 """Everything else a chaos soak (`workflows.ops.chaos`) runs at once, beside
-the kills (docs/explanation/recovery.md#the-chaos-soak):
+the kills (docs/development.md#chaos-soak-and-two-clusters):
 
 - `Reviewers`: two reviewers approving the plans from their own threads,
   racing each other on the same plans (four eyes), while the driver goes

@@ -100,8 +100,10 @@ class SoakResult:
 
     @property
     def passed(self) -> bool:
+        # A soak in which nothing took effect proved nothing.
         return not (
-            self.unsettled
+            self.effects == 0
+            or self.unsettled
             or self.duplicates
             or self.unrequested
             or self.ticket_problems

@@ -8,7 +8,7 @@ processes with the same environment and database, runs the soak, prints the
 report and exits non-zero unless every check passed.
 
 `--soak DURATION` runs everything at once for that long
-(docs/explanation/recovery.md#the-chaos-soak): besides the kills, a desk
+(docs/development.md#chaos-soak-and-two-clusters): besides the kills, a desk
 that requires approval proofs and injects faults, a webhook receiver down
 and back, an archive run and a bulk reconcile while work is in flight, and
 reviewers approving from threads. The archive takes every finished
@@ -81,6 +81,8 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"--soak {opts['soak']!r}: give a duration, a whole number and a unit (s, m or h): 90s, 2m, 30m"
                 ) from None
+            if not settings.DEBUG and not settings.WEBHOOK_SECRET_KEYS:
+                raise CommandError("--soak registers a webhook endpoint: set WEBHOOK_SECRET_KEYS (or DEBUG=1)")
             if opts["desk_url"]:
                 raise CommandError("--soak starts a desk of its own that requires proofs: drop --desk-url")
         if opts["workflows"] is None:
@@ -109,7 +111,9 @@ class Command(BaseCommand):
                     jwks.write_text(json.dumps(signing.jwks()))
                 desk = processes.DeskProcess(workdir / "desk.sqlite3", jwks=jwks).start()
                 desk_url = desk.url
-            env["TICKET_DESK_URL"] = desk_url
+            # The previews the reviewers approve are computed here: they must
+            # name the desk the workers will call, or every step is blocked.
+            env["TICKET_DESK_URL"] = settings.TICKET_DESK_URL = desk_url
             for number in range(opts["clusters"]):
                 clusters.append(processes.Cluster(f"cluster-{number + 1}", workdir, env).start())
             self.stdout.write(
