@@ -35,7 +35,7 @@ from django.db import DatabaseError, connection
 
 from workflows import roles
 from workflows.audit import archive, archived
-from workflows.engine import previews
+from workflows.engine import policy, previews
 from workflows.errors import DomainError
 from workflows.models import DeadLetter, Job, Workflow
 from workflows.operations import approvals, bulk, tokens
@@ -52,6 +52,8 @@ TURNS = (
     {"mode": "rate_limit", "retry_after": 1, "count": 1},
     {"mode": "commit_then_drop", "count": 1},
 )
+# The action whose policy asks for two approvals during the soak.
+FOUR_EYES = "ticket.create"
 # A refusal the steps do not retry: it dead-letters one step, which the
 # bulk reconcile then sorts.
 REFUSAL = {"mode": "error", "status": 422, "count": 1}
@@ -230,6 +232,11 @@ class Storm:
 
     def start(self, agent) -> None:
         self.operator = operator()
+        # Four eyes: each plan needs both reviewers' approvals (its first
+        # step's action asks for two), put back as it was after the soak.
+        self.approvals_before = policy.policy_for(FOUR_EYES).approvals_required
+        if self.approvals_before != 2:
+            policy.update(FOUR_EYES, by=self.operator, reason="chaos soak: four eyes", approvals_required=2)
         self.receiver.start()
         self.endpoint, _ = endpoints.create(
             by=self.operator,
@@ -241,6 +248,9 @@ class Storm:
     def finish(self) -> None:
         for thread in self.threads:
             thread.join()
+        if getattr(self, "approvals_before", 2) != 2:
+            before = self.approvals_before
+            policy.update(FOUR_EYES, by=self.operator, reason="chaos soak over", approvals_required=before)
         for fault in self.injected:  # those not used up
             requests.delete(f"{self.soak.desk_url}/_faults/{fault}", timeout=10)
         if self.endpoint is not None:
