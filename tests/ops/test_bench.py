@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import requests
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -20,7 +20,6 @@ from workflows.audit import archive, journal
 from workflows.models import Attempt, AuditEvent, AuditHead, DeadLetter, Workflow
 from workflows.ops.bench import common, remote, report
 from workflows.ops.bench.memory import MIB, RssSampler
-from workflows.ops.bench.soak import SoakPart
 from workflows.ops.processes import database_url
 
 LIST_PAGES = ["/", "/workflows/", "/dead-letters/", "/audit/"]
@@ -592,11 +591,3 @@ def test_policies_part_times_evaluation_per_step_and_its_share_of_submit_to_appr
     # Each plan measured (3 to warm up, 3 without a policy set, 3 per size) is cancelled: none is left due.
     measured = Workflow.objects.filter(name__startswith="bench policies")
     assert measured.count() == 3 + 3 + 2 * 3 and set(measured.values_list("status", flat=True)) == {"CANCELLED"}
-
-
-def test_the_chaos_soak_part_is_left_out_unless_a_duration_is_given(tmp_path):
-    bench = SimpleNamespace(o=SimpleNamespace(soak=""), workdir=tmp_path, tag="t")
-    assert SoakPart(bench).run()["skipped"] is True
-    assert not any(tmp_path.iterdir()), "nothing was started"
-    with pytest.raises(CommandError, match="--soak 'soon': give a duration"):
-        call_command("bench", "--soak", "soon", "--workdir", str(tmp_path))

@@ -5,6 +5,7 @@ No effect may happen twice and every workflow must settle."""
 import os
 import signal
 import time
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -15,6 +16,7 @@ from tests.support import deciding as decide
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import plans
 from workflows.ops import chaos, processes
+from workflows.ops.bench.soak import SoakPart
 from workflows.states import AttemptStatus, StepStatus
 
 
@@ -42,6 +44,14 @@ def start_clusters(start_worker, *names, **env):
     return [
         start_worker(name, **{**chaos.CLUSTER_ENV, "PGAPPNAME": processes.session_name(name), **env}) for name in names
     ]
+
+
+def test_the_chaos_soak_part_is_left_out_unless_a_duration_is_given(tmp_path):
+    bench = SimpleNamespace(o=SimpleNamespace(soak=""), workdir=tmp_path, tag="t")
+    assert SoakPart(bench).run()["skipped"] is True
+    assert not any(tmp_path.iterdir()), "nothing was started"
+    with pytest.raises(CommandError, match="--soak 'soon': give a duration"):
+        call_command("bench", "--soak", "soon", "--workdir", str(tmp_path))
 
 
 @pytest.mark.live
