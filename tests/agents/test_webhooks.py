@@ -90,6 +90,35 @@ def test_a_5xx_is_retried_with_the_same_webhook_id_until_it_succeeds(api, settin
     assert (row.status, row.attempts, row.last_status_code) == ("DELIVERED", 3, 200)
 
 
+def test_a_delivery_task_returns_before_the_task_timeout_would_kill_its_worker_mid_call(api, settings):
+    """With Q_TIMEOUT 6 s and calls of up to 5 s, a task starts no batch
+    after its first: django-q would otherwise kill the worker mid-call
+    (what the chaos soak's short timeouts showed). The rest is left due."""
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 6}
+    settings.ACTION_TIMEOUT_SECONDS = 3
+    secret_for("agent")
+    with Receiver(on_arrival=lambda body: time.sleep(1.0)) as receiver:
+        workflow_id = submit(api, receiver.url)
+        api["reviewer"].post(f"/workflows/{workflow_id}/reject", {"comment": "no"})
+        row = WebhookDelivery.objects.get()
+        WebhookDelivery.objects.bulk_create(
+            [
+                WebhookDelivery(
+                    event=row.event,
+                    workflow_id=row.workflow_id,
+                    url=row.url,
+                    signer_id=row.signer_id,
+                    body=row.body,
+                    next_attempt_at=row.next_attempt_at,
+                )
+                for _ in range(2 * delivery.BATCH - 1)
+            ]
+        )
+        sent = delivery.deliver_due()
+    assert sent == delivery.BATCH
+    assert WebhookDelivery.objects.filter(status="PENDING").count() == delivery.BATCH
+
+
 def test_an_endpoint_down_for_good_dead_letters_and_a_replay_keeps_the_webhook_id(api, settings):
     settings.WEBHOOK_RETRY_SECONDS = 0.05
     settings.WEBHOOK_MAX_ATTEMPTS = 3

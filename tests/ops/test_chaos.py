@@ -5,8 +5,10 @@ No effect may happen twice and every workflow must settle."""
 import os
 import signal
 import time
+from types import SimpleNamespace
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import Count
 
@@ -14,9 +16,20 @@ from tests.support import deciding as decide
 from workflows.models import Attempt, Step, Workflow
 from workflows.operations import plans
 from workflows.ops import chaos, processes
+from workflows.ops.bench.soak import SoakPart
 from workflows.states import AttemptStatus, StepStatus
 
-pytestmark = pytest.mark.live
+
+@pytest.mark.parametrize("duration", ["90", "2 m", "1.5m", "90x", "0s", "soon", ""])
+def test_chaos_refuses_a_soak_that_is_not_a_duration_and_starts_nothing(duration, tmp_path):
+    with pytest.raises(CommandError, match="--soak .*give a duration"):
+        call_command("chaos", "--soak", duration, "--workdir", str(tmp_path / "chaos"))
+    assert not (tmp_path / "chaos").exists(), "nothing was started"
+
+
+def test_chaos_soak_starts_its_own_proof_desk(tmp_path):
+    with pytest.raises(CommandError, match="drop --desk-url"):
+        call_command("chaos", "--soak", "90s", "--desk-url", "http://127.0.0.1:9", "--workdir", str(tmp_path))
 
 
 @pytest.fixture
@@ -33,7 +46,22 @@ def start_clusters(start_worker, *names, **env):
     ]
 
 
-def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_effects(start_worker, desk):
+def test_the_chaos_soak_part_is_left_out_unless_a_duration_is_given(tmp_path):
+    bench = SimpleNamespace(o=SimpleNamespace(soak=""), workdir=tmp_path, tag="t")
+    assert SoakPart(bench).run()["skipped"] is True
+    assert not any(tmp_path.iterdir()), "nothing was started"
+    with pytest.raises(CommandError, match="--soak 'soon': give a duration"):
+        call_command("bench", "--soak", "soon", "--workdir", str(tmp_path))
+
+
+@pytest.mark.live
+def test_soak_with_everything_at_once_settles_without_lost_or_duplicate_effects(start_worker, desk, tmp_path):
+    """Two clusters of 64 effects in flight per worker, killed and cut off
+    from the database, a desk requiring proofs and injecting faults, a
+    webhook receiver down and back, an archive and a bulk reconcile run
+    while work is in flight, and two reviewers approving from threads:
+    what `manage.py chaos --soak` runs, for at most two minutes (a minute
+    of faults, then at most 55 s to settle)."""
     clusters = start_clusters(start_worker, "chaos-a", "chaos-b")
 
     # Slow effects, so that kills land mid-effect; and a desk that ignores
@@ -42,12 +70,15 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     result = chaos.soak(
         clusters,
         desk_url=desk.url,
-        workflows=48,
-        seconds=20,
+        workflows=96,
+        seconds=60,
         kill_every=1.5,
         seed=7,
-        settle_seconds=45,
+        settle_seconds=55,
         desk_faults=desk_faults,
+        workdir=tmp_path / "chaos",
+        storm=True,
+        proofs=True,
         log=print,
     )
 
@@ -57,6 +88,19 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     assert result.unrequested == [], "no effect without a committed REQUESTED attempt before it"
     assert result.double_successes == []
     assert result.audit_ok, result.audit_problems
+    # Every effect came with an approval proof of its own plan, which the
+    # desk verified (it refuses, changing nothing, any other), and none was refused.
+    assert result.proof_problems == [] and result.proofs_verified == result.effects > 0
+    # Every webhook the outbox recorded for the soak's plans arrived,
+    # though the receiver was down for a while.
+    assert result.receiver_outages >= 1 and result.webhook_retried > 0
+    assert result.webhook_deliveries > 0 and result.webhook_missing == []
+    # An archive ran while work was in flight: it took finished plans only,
+    # and it verifies; the soak's checks above read those back from it.
+    assert result.archive_runs == 1 and result.archived_workflows > 0 and result.archive_errors == []
+    # A bulk reconcile sorted the dead letters the desk's refusals left.
+    assert result.bulk_jobs and all(job["status"] == "DONE" and job["total"] > 0 for job in result.bulk_jobs)
+    assert result.reviewer_approvals == 2 * result.workflows, "both reviewers' threads approved every plan"
     assert result.passed
     # The faults really happened: killed processes are gone, killed groups
     # were started again, and on PostgreSQL backends were terminated.
@@ -66,15 +110,15 @@ def test_soak_with_killed_workers_and_cut_sessions_settles_without_duplicate_eff
     assert any(restart.reason == "group kill" for restart in result.restarts)
     assert any(kill.orphans for kill in result.kills), "at least one kill caught a step in flight"
     assert max(len(kill.orphans) for kill in result.kills) > 1, "a kill caught a worker with several effects in flight"
+    assert {"error 503", "rate_limit", "commit_then_drop", "error 422"} <= set(result.desk_faults)
     if connection.vendor == "postgresql":
         assert result.terminated_sessions > 0
     assert result.unrecovered == 0
-    ledger = desk.ledger()
-    assert ledger and all(entry["proof"] and entry["proof"]["approvers"] for entry in ledger), (
-        "every effect came with an approval proof the desk verified"
-    )
+    summary = result.as_dict()
+    assert summary["recovery_median_seconds"] is not None and summary["recovery_max_seconds"] is not None
 
 
+@pytest.mark.live
 def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(start_worker, desk):
     if connection.vendor != "postgresql":
         pytest.skip(
@@ -121,6 +165,7 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
         assert processes.owner_pid(step.lease_owner) in second_pids, (step.lease_owner, first_pids, second_pids)
 
 
+@pytest.mark.live
 def test_a_worker_killed_while_its_create_is_in_flight_leaves_one_ticket_on_a_desk_without_idempotency(
     start_worker, desk
 ):

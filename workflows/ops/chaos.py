@@ -42,21 +42,31 @@ from datetime import datetime
 import requests
 from django.contrib.auth.models import Group, User
 from django.db import connection
-from django.db.models import Count, Min
+from django.db.models import Count
 
 from workflows import roles
 from workflows.audit import journal
-from workflows.engine import previews
 from workflows.models import Attempt, Step, Workflow
-from workflows.operations import approvals, plans
-from workflows.operations.deciding import Seen
+from workflows.operations import plans
+from workflows.ops.chaos_load import Reviewers, Storm, preview_and_queue
 from workflows.ops.chaos_results import KINDS, Kill, Restart, SoakResult
 from workflows.ops.processes import gone, group_pids, owner_pid, sentinel_children, session_name
 from workflows.states import AttemptStatus, StepStatus, WorkflowStatus
 
 # Environment of the clusters under chaos. Short task timeouts bound how long
 # a wedged cluster takes to withhold its heartbeat (workflows.engine.worker.StallWatch).
-CLUSTER_ENV = {"STEP_LEASE_SECONDS": "2", "ACTION_TIMEOUT_SECONDS": "3", "Q_TIMEOUT": "6", "Q_RETRY": "10"}
+# Each worker keeps 64 effects in flight (docs/deploying.md#remote-effects-in-flight);
+# webhook deliveries refused while the receiver is down are retried soon.
+CLUSTER_ENV = {
+    "STEP_LEASE_SECONDS": "2",
+    "ACTION_TIMEOUT_SECONDS": "3",
+    "Q_TIMEOUT": "6",
+    "Q_RETRY": "10",
+    "WORKER_CONCURRENCY": "64",
+    "WEBHOOK_RETRY_SECONDS": "0.5",
+    "WEBHOOK_MAX_ATTEMPTS": "20",
+}
+SUBMIT_AT_ONCE = 4
 IN_FLIGHT = (StepStatus.RUNNING, StepStatus.VERIFYING)
 UNFINISHED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.VERIFYING, StepStatus.WAITING_RETRY)
 # A workflow is settled when no worker will touch it again without a person.
@@ -129,6 +139,9 @@ class Soak:
         desk_faults,
         kinds,
         log,
+        workdir=None,
+        storm: bool = False,
+        proofs: bool = False,
     ):
         self.clusters = list(clusters)
         self.desk_url = desk_url.rstrip("/")
@@ -146,6 +159,12 @@ class Soak:
         self.workflow_ids: list = []
         self.pending: list[Kill] = []
         self.restarting: dict[str, threading.Thread] = {}
+        self.proofs = proofs
+        self.storm = (
+            Storm(self, workdir=workdir, seed=seed, desk_faults=True, archive_run=True, bulk_run=True)
+            if storm
+            else None
+        )
         self.result = SoakResult(
             vendor=connection.vendor,
             workflows=workflows,
@@ -154,6 +173,8 @@ class Soak:
             seconds=seconds,
             kill_every=kill_every,
             seed=seed,
+            storm=storm,
+            proofs_required=proofs,
         )
 
     def now(self) -> float:
@@ -162,13 +183,20 @@ class Soak:
     # -- the loop -----------------------------------------------------------
 
     def run(self) -> SoakResult:
-        self.agent, self.reviewers = personas()
+        self.agent, reviewers = personas()
+        # Two reviewers approve from their own threads while the driver submits.
+        self.reviewers = Reviewers(reviewers, self.rng.randrange(2**32), self.log).start()
         injected = [
             requests.post(f"{self.desk_url}/_faults", json=spec, timeout=10).json() for spec in self.desk_faults
         ]
         try:
+            if self.storm:
+                self.storm.start(self.agent)
             return self._run()
         finally:
+            self.reviewers.stop()
+            if self.storm:
+                self.storm.finish()
             for fault in injected:
                 requests.delete(f"{self.desk_url}/_faults/{fault['id']}", timeout=10)
 
@@ -180,13 +208,23 @@ class Soak:
             self._submit_due()
             self._supervise()
             self._observe()
+            if self.storm:
+                self.storm.tick(self.now())
             if self.now() >= next_kill:
                 self._kill(next(kinds))
                 next_kill = self.now() + self.kill_every * self.rng.uniform(0.5, 1.5)
             time.sleep(0.05)
         self._submit(self.planned - len(self.workflow_ids))
+        if self.storm:
+            self.storm.wrap_up(self.now())
         settle_by = time.monotonic() + self.settle_seconds
-        while time.monotonic() < settle_by and not (self._settled() and not self.pending and not self.restarting):
+        while time.monotonic() < settle_by and not (
+            self._settled()
+            and not self.pending
+            and not self.restarting
+            and self.reviewers.idle
+            and (self.storm is None or self.storm.settled())
+        ):
             self._supervise()
             self._observe()
             time.sleep(0.1)
@@ -208,23 +246,24 @@ class Soak:
     def _submit_due(self) -> None:
         # Spread the workflows over the first 60% of the soak, so that kills
         # land while work is in flight rather than after it has all finished.
+        # A few at a time, so that kills and the storm's turns keep their pace.
         share = min(1.0, 0.15 + self.now() / (0.6 * self.seconds))
-        self._submit(round(self.planned * share) - len(self.workflow_ids))
+        self._submit(min(SUBMIT_AT_ONCE, round(self.planned * share) - len(self.workflow_ids)))
 
     def _submit(self, count: int) -> None:
         for _ in range(max(0, count)):
             key = f"chaos-{self.tag}-{len(self.workflow_ids)}"
             workflow = plans.submit(self.agent, ticket_plan(key)).workflow
-            # What the reviewers approve: the previews, with the requests the steps send.
-            previews.compute(workflow.pk)
-            for reviewer in self.reviewers:
-                workflow = approvals.approve(workflow, by=reviewer, seen=Seen.current(workflow))
-                if workflow.status != WorkflowStatus.PLANNED:
-                    break
             self.workflow_ids.append(workflow.pk)
+            preview_and_queue(workflow, self.reviewers)
 
     def _steps(self):
         return Step.objects.filter(workflow_id__in=self.workflow_ids)
+
+    def _completed(self) -> int:
+        """Steps COMPLETE so far, counting those an archive run took out of the tables."""
+        archived = sum(done.counts.get("steps.jsonl.gz", 0) for done in self.storm.archives) if self.storm else 0
+        return self._steps().filter(status=StepStatus.COMPLETE).count() + archived
 
     def _settled(self) -> bool:
         return (
@@ -252,7 +291,7 @@ class Soak:
                 return
             victim = self.rng.choice(children)
         in_flight = list(self._steps().filter(status__in=IN_FLIGHT).values_list("pk", "lease_owner", "fence"))
-        completed = self._steps().filter(status=StepStatus.COMPLETE).count()
+        completed = self._completed()
         kill = Kill(
             number=len(self.result.kills) + 1,
             kind=kind,
@@ -345,7 +384,7 @@ class Soak:
     def _observe(self) -> None:
         if not self.pending:
             return
-        completed = self._steps().filter(status=StepStatus.COMPLETE).count()
+        completed = self._completed()
         idle = (
             not self._steps()
             .filter(status__in=UNFINISHED, workflow__status__in=[WorkflowStatus.APPROVED, WorkflowStatus.RUNNING])
@@ -357,8 +396,10 @@ class Soak:
             for pk, status, fence in Step.objects.filter(pk__in=orphans).values_list("pk", "status", "fence")
         }
         for kill in list(self.pending):
+            # A step no longer in the tables was finished and archived.
             released = all(
-                now_held[pk][0] not in IN_FLIGHT or now_held[pk][1] != fence for pk, fence in kill.orphans.items()
+                pk not in now_held or now_held[pk][0] not in IN_FLIGHT or now_held[pk][1] != fence
+                for pk, fence in kill.orphans.items()
             )
             if released and (idle or completed > kill.completed_before):
                 kill.recovery_seconds = round(self.now() - kill.at, 3)
@@ -368,49 +409,70 @@ class Soak:
 
     def _check(self) -> None:
         result = self.result
+        # What an archive run moved out of the tables is read back from its files.
+        rows = self.storm.archived_rows() if self.storm else {}
         workflows = Workflow.objects.filter(pk__in=self.workflow_ids)
-        result.workflow_statuses = dict(workflows.values_list("status").annotate(n=Count("id")))
-        result.step_statuses = dict(self._steps().values_list("status").annotate(n=Count("id")))
-        result.steps = sum(result.step_statuses.values())
+        statuses = Counter(dict(workflows.values_list("status").annotate(n=Count("id"))))
+        statuses.update(row["status"] for row in rows.get("workflows.jsonl.gz", []))
+        result.workflow_statuses = dict(statuses)
+        steps = {
+            key: (action, status, ref, str(workflow))
+            for key, action, status, ref, workflow in self._steps().values_list(
+                "operation_key", "action", "status", "external_ref", "workflow_id"
+            )
+        }
+        for row in rows.get("steps.jsonl.gz", []):
+            steps.setdefault(
+                row["operation_key"], (row["action"], row["status"], row["external_ref"], row["workflow_id"])
+            )
+        result.step_statuses = dict(Counter(status for _, status, _, _ in steps.values()))
+        result.steps = len(steps)
         result.unsettled = [
             f"{pk} {status}" for pk, status in workflows.exclude(status__in=SETTLED).values_list("pk", "status")
         ]
-        self._check_effects()
-        attempts = Attempt.objects.filter(step__workflow_id__in=self.workflow_ids)
-        result.repeated_attempts = attempts.filter(number__gt=1).count()
-        result.double_successes = [
-            f"{row['step__operation_key']}: {row['n']} SUCCEEDED attempts"
-            for row in attempts.filter(status=AttemptStatus.SUCCEEDED)
-            .values("step__operation_key")
-            .annotate(n=Count("id"))
-            .filter(n__gt=1)
-        ]
-        verdict = journal.verify(streams=[str(pk) for pk in self.workflow_ids])
-        result.audit_ok = verdict.ok and verdict.streams == len(self.workflow_ids)
-        result.audit_events, result.audit_problems = verdict.events, verdict.problems[:50]
-        if verdict.streams != len(self.workflow_ids):
-            result.audit_problems.append(f"{verdict.streams} audit streams for {len(self.workflow_ids)} workflows")
-
-    def _check_effects(self) -> None:
-        result = self.result
-        steps = {
-            key: (action, status, ref)
-            for key, action, status, ref in self._steps().values_list(
-                "operation_key", "action", "status", "external_ref"
+        attempts = list(
+            Attempt.objects.filter(step__workflow_id__in=self.workflow_ids).values_list(
+                "operation_key", "number", "status", "started_at", "error"
             )
-        }
+        )
+        attempts += [
+            (
+                row["operation_key"],
+                row["number"],
+                row["status"],
+                datetime.fromisoformat(row["started_at"]),
+                row["error"],
+            )
+            for row in rows.get("attempts.jsonl.gz", [])
+        ]
+        self._check_effects(steps, attempts)
+        result.repeated_attempts = sum(1 for _, number, _, _, _ in attempts if number > 1)
+        successes = Counter(key for key, _, status, _, _ in attempts if status == AttemptStatus.SUCCEEDED)
+        result.double_successes = [f"{key}: {n} SUCCEEDED attempts" for key, n in successes.items() if n > 1]
+        verdict = journal.verify(streams=[str(pk) for pk in self.workflow_ids])
+        streams = verdict.streams + len(rows.get("workflows.jsonl.gz", []))
+        result.audit_ok = verdict.ok and streams == len(self.workflow_ids)
+        result.audit_events, result.audit_problems = verdict.events, verdict.problems[:50]
+        if streams != len(self.workflow_ids):
+            result.audit_problems.append(f"{streams} audit streams for {len(self.workflow_ids)} workflows")
+        if self.storm:
+            self.storm.check(result, rows, SETTLED)
+            result.reviewer_approvals = self.reviewers.approvals
+            result.reviewer_races = self.reviewers.lost_races
+            result.reviewer_errors = list(self.reviewers.errors)
+
+    def _check_effects(self, steps: dict, attempts: list) -> None:
+        result = self.result
         ledger = requests.get(f"{self.desk_url}/_ledger", timeout=30).json()
         ours = [entry for entry in ledger if entry["idempotency_key"] in steps]
         result.effects = len(ours)
         result.keyless_effects = sum(1 for entry in ledger if not entry["idempotency_key"])
         per_key = Counter(entry["idempotency_key"] for entry in ours)
         result.duplicates = [f"{key}: {n} effects in the ledger" for key, n in per_key.items() if n > 1]
-        first_request = dict(
-            Attempt.objects.filter(operation_key__in=list(per_key))
-            .values("operation_key")
-            .annotate(first=Min("started_at"))
-            .values_list("operation_key", "first")
-        )
+        first_request: dict[str, datetime] = {}
+        for key, _, _, started_at, _ in attempts:
+            if key in per_key and (key not in first_request or started_at < first_request[key]):
+                first_request[key] = started_at
         for entry in ours:
             at = datetime.fromisoformat(entry["at"])
             first = first_request.get(entry["idempotency_key"])
@@ -419,11 +481,25 @@ class Soak:
                     f"{entry['method']} {entry['path']} {entry['idempotency_key']} at {at}"
                     f" (first REQUESTED attempt: {first})"
                 )
+        if self.proofs:
+            # The desk verified each proof before it changed anything (a
+            # refused one is answered 403 and changes nothing): each entry
+            # must name the proof it took, for its own plan.
+            for entry in ours:
+                proof, workflow = entry["proof"], steps[entry["idempotency_key"]][3]
+                result.proofs_verified += bool(proof and proof["approvers"] and proof["wf"] == workflow)
+                if not (proof and proof["approvers"] and proof["wf"] == workflow):
+                    result.proof_problems.append(f"{entry['idempotency_key']}: ledger entry with proof {proof}")
+            result.proof_problems += [
+                f"{key} attempt {number}: {error[:200]}"
+                for key, number, _, _, error in attempts
+                if "approval_proof_invalid" in (error or "") or "approval proof refused" in (error or "")
+            ]
         tickets = requests.get(f"{self.desk_url}/tickets", timeout=30).json()
         by_key: dict[str, list[dict]] = {}
         for ticket in tickets:
             by_key.setdefault(ticket["idempotency_key"], []).append(ticket)
-        for key, (action, status, ref) in steps.items():
+        for key, (action, status, ref, _) in steps.items():
             if action != "ticket.create":
                 continue
             held = by_key.get(key, [])
@@ -431,6 +507,10 @@ class Soak:
                 result.ticket_problems.append(f"{key} ({status}): {len(held)} tickets on the desk")
             elif status == StepStatus.COMPLETE and ref != f"ticket:{held[0]['id']}":
                 result.ticket_problems.append(f"{key}: step says {ref!r}, desk holds ticket {held[0]['id']}")
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
 
 
 def soak(
@@ -446,6 +526,9 @@ def soak(
     desk_faults=(),
     kinds=KINDS,
     log=None,
+    workdir=None,
+    storm: bool = False,
+    proofs: bool = False,
 ) -> SoakResult:
     """Run the soak against started clusters (`processes.Cluster`); the
     caller stops them. `desk_faults` are injected into the desk for the soak (POST /_faults
@@ -462,4 +545,7 @@ def soak(
         desk_faults=desk_faults,
         kinds=kinds,
         log=log or (lambda line: None),
+        workdir=workdir,
+        storm=storm,
+        proofs=proofs,
     ).run()

@@ -57,6 +57,25 @@ class SoakResult:
     audit_ok: bool = False
     audit_events: int = 0
     audit_problems: list[str] = field(default_factory=list)
+    # Everything at once (workflows.ops.chaos_load), when `storm`:
+    storm: bool = False
+    proofs_required: bool = False
+    proofs_verified: int = 0  # ledger entries naming the verified proof of their own plan
+    proof_problems: list[str] = field(default_factory=list)
+    reviewer_approvals: int = 0
+    reviewer_races: int = 0  # approvals refused because the plan had moved on or the other reviewer raced
+    reviewer_errors: list[str] = field(default_factory=list)
+    desk_faults: dict[str, int] = field(default_factory=dict)
+    receiver_outages: int = 0
+    webhook_deliveries: int = 0
+    webhook_retried: int = 0  # deliveries that took more than one attempt
+    webhook_repeats: int = 0  # extra arrivals of a webhook-id (at least once: allowed)
+    webhook_missing: list[str] = field(default_factory=list)
+    archive_runs: int = 0
+    archived_workflows: int = 0
+    archive_kept: int = 0
+    archive_errors: list[str] = field(default_factory=list)
+    bulk_jobs: list[dict] = field(default_factory=list)
 
     @property
     def unrecovered(self) -> int:
@@ -81,14 +100,20 @@ class SoakResult:
 
     @property
     def passed(self) -> bool:
+        # A soak in which nothing took effect proved nothing.
         return not (
-            self.unsettled
+            self.effects == 0
+            or self.unsettled
             or self.duplicates
             or self.unrequested
             or self.ticket_problems
             or self.double_successes
             or self.keyless_effects
             or not self.audit_ok
+            or self.proof_problems
+            or self.webhook_missing
+            or self.archive_errors
+            or any(job["status"] != "DONE" for job in self.bulk_jobs)
         )
 
     def as_dict(self) -> dict:
@@ -96,6 +121,8 @@ class SoakResult:
             **asdict(self),
             "recovery": self.recovery_summary(),
             "recovery_with_orphans": self.recovery_summary(orphaning_only=True),
+            "recovery_median_seconds": self.recovery_summary()["median"],
+            "recovery_max_seconds": self.recovery_summary()["max"],
             "unrecovered": self.unrecovered,
             "terminated_sessions": self.terminated_sessions,
             "passed": self.passed,
@@ -144,8 +171,10 @@ class SoakResult:
             ("ticket problems", str(len(self.ticket_problems))),
             ("unsettled", str(len(self.unsettled))),
             ("audit", f"{'OK' if self.audit_ok else 'BROKEN'} ({self.audit_events} events)"),
-            ("result", "PASS" if self.passed else "FAIL"),
         ]
+        if self.storm:
+            rows += self._storm_rows()
+        rows.append(("result", "PASS" if self.passed else "FAIL"))
         width = max(len(name) for name, _ in rows)
         lines = [f"{name.ljust(width)}  {value}" for name, value in rows]
         for title, items in (
@@ -155,9 +184,47 @@ class SoakResult:
             ("double success", self.double_successes),
             ("unsettled", self.unsettled),
             ("audit", self.audit_problems),
+            ("proof", self.proof_problems),
+            ("webhook missing", self.webhook_missing),
+            ("archive", self.archive_errors),
+            ("reviewer", self.reviewer_errors),
         ):
             lines += [f"  {title}: {item}" for item in items[:20]]
         return "\n".join(lines)
+
+    def _storm_rows(self) -> list[tuple[str, str]]:
+        jobs = "; ".join(
+            f"{job['status']} {job['total']} entries (applied {job['applied']}, safe {job['safe']}, "
+            f"in doubt {job['in_doubt']}, failed {job['failed']})"
+            for job in self.bulk_jobs
+        )
+        return [
+            (
+                "proofs",
+                f"{self.proofs_verified}/{self.effects} effects carried a verified proof of their plan; "
+                f"problems {len(self.proof_problems)}"
+                if self.proofs_required
+                else "not required by this desk",
+            ),
+            (
+                "reviewers",
+                f"{self.reviewer_approvals} approvals from two threads; {self.reviewer_races} refused "
+                f"(plan moved on or raced); errors {len(self.reviewer_errors)}",
+            ),
+            ("desk faults", _counts(self.desk_faults) or "none"),
+            (
+                "webhooks",
+                f"{self.webhook_deliveries} deliveries, {self.receiver_outages} receiver outages, "
+                f"{self.webhook_retried} retried, {self.webhook_repeats} repeats (at least once), "
+                f"missing {len(self.webhook_missing)}",
+            ),
+            (
+                "archive",
+                f"{self.archive_runs} runs, {self.archived_workflows} workflows moved out, "
+                f"{self.archive_kept} kept (changed meanwhile); problems {len(self.archive_errors)}",
+            ),
+            ("bulk reconcile", jobs or "none"),
+        ]
 
 
 def _counts(counter, order=None) -> str:

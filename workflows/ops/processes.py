@@ -89,13 +89,17 @@ class DeskProcess(_ChildServer):
 
     what = "the ticket desk"
 
-    def __init__(self, data_path: Path, port: int | None = None):
+    def __init__(self, data_path: Path, port: int | None = None, *, jwks: Path | None = None):
         self.data_path = Path(data_path)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # The console's key set: the desk then requires an approval proof of every write.
+        self.jwks = jwks
 
     def start(self, timeout: float = 15.0) -> DeskProcess:
         args = ["ticketdesk", "--port", str(self.port), "--data", str(self.data_path)]
+        if self.jwks is not None:
+            args += ["--require-approval-proof", "--jwks", str(self.jwks), "--audience", self.url]
         self._spawn(args, self.data_path.with_suffix(".log"), f"{self.url}/tickets", timeout)
         return self
 

@@ -160,9 +160,21 @@ def record(job: Job) -> None:
     )
 
 
-def deliver_due(budget_seconds: float = 30.0) -> int:
-    """Deliver what is due, batch after batch, for about `budget_seconds`.
-    Returns the number of rows attempted."""
+def budget() -> float:
+    """How long a delivery task keeps starting batches: at most 30 s, and it
+    must return before django-q's task timeout (Q_TIMEOUT) would kill its
+    worker mid-call, the last batch's calls taking up to the connect timeout
+    plus ACTION_TIMEOUT_SECONDS (as a drain does, docs/deploying.md#remote-effects-in-flight)."""
+    timeout = settings.Q_CLUSTER["timeout"]
+    call = settings.ACTION_TIMEOUT_SECONDS + min(2.0, settings.ACTION_TIMEOUT_SECONDS)
+    return min(30.0, max(timeout / 4, timeout - call - 1))
+
+
+def deliver_due(budget_seconds: float | None = None) -> int:
+    """Deliver what is due, batch after batch, for about `budget_seconds`
+    (default `budget()`). Returns the number of rows attempted; what is
+    left due is taken by the next task (the worker loop asks `any_due`)."""
+    budget_seconds = budget() if budget_seconds is None else budget_seconds
     done = 0
     started = time.monotonic()
     while time.monotonic() - started < budget_seconds:

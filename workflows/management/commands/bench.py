@@ -6,7 +6,7 @@
                            [--analytics-decisions 100000]
                            [--chat-samples 30 --chat-backlog 10000]
                            [--policy-sizes 10,100,1000 --policy-samples 200 --policy-path-samples 30]
-                           [--skip a,b,... | --only a,b,...] [--json FILE]
+                           [--soak 30m] [--skip a,b,... | --only a,b,...] [--json FILE]
 
 Prints a table, with durable steps per second as a ratio of the raw
 two-commit ceiling, writes the full result as JSON, and exits non-zero when
@@ -23,6 +23,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from workflows.ages import parse_age
+from workflows.errors import DomainError
 from workflows.ops import processes
 from workflows.ops.bench import common, parts
 from workflows.ops.bench.report import report
@@ -139,6 +141,12 @@ class Command(BaseCommand):
             default=common.POLICY_PATH_SAMPLES,
             help="(o): plans submitted and approved through the API, per size and for the baseline",
         )
+        parser.add_argument(
+            "--soak",
+            metavar="DURATION",
+            default="",
+            help="(q): run the chaos soak (manage.py chaos --soak) this long, e.g. 30m; left out unless given",
+        )
         parser.add_argument("--skip", default="", help=f"parts to leave out, of {','.join(common.SECTIONS)}")
         parser.add_argument("--only", default="", help="the parts to run, leaving out every other (not with --skip)")
         parser.add_argument("--json", dest="json_path", help="default var/bench/bench-<time>.json")
@@ -178,6 +186,11 @@ class Command(BaseCommand):
             or opts["raw_seconds"] <= 0
         ):
             raise CommandError("sizes must be at least 1 and --raw-seconds positive")
+        if opts["soak"]:
+            try:
+                parse_age(opts["soak"])
+            except DomainError:
+                raise CommandError(f"--soak {opts['soak']!r}: give a duration such as 30m") from None
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         base = Path(settings.VAR_DIR) / "bench"
         options = common.Options(
@@ -194,6 +207,7 @@ class Command(BaseCommand):
             page_requests=opts["page_requests"],
             lease_seconds=opts["lease_seconds"],
             skip=skip,
+            soak=opts["soak"],
             remote_latency_ms=_latencies(opts["remote_latency_ms"]),
             remote_steps=opts["remote_steps"],
             waiters=opts["waiters"],

@@ -42,6 +42,10 @@
     p  (b)'s burst on one cluster with its plans approved by policy at
        submission (a team whose live Cedar set permits `noop` auto_approve)
        in place of the reviewer's approvals, beside (b)'s rate (`auto_burst`)
+    q  the chaos soak, everything at once (`manage.py chaos --soak`), for
+       `--soak DURATION` (30m for the documented figures); left out unless
+       given: lost and duplicate effects, proofs, webhooks, audit, and the
+       recovery median and max over its kills (`soak`)
 
 Goals are reported, never asserted. Every process started here is stopped
 in a `finally`; a part that fails is recorded under `errors` and the rest

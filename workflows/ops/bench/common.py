@@ -29,6 +29,7 @@ SECTIONS = {
     "n": "slack_clicks",
     "o": "policies",
     "p": "auto_burst",
+    "q": "soak",
     "r": "client_path",
 }
 # (f) is judged only over runs of at least this many steps.
@@ -86,6 +87,7 @@ class Options:
     policy_sizes: tuple[int, ...] = POLICY_SIZES
     policy_samples: int = POLICY_SAMPLES
     policy_path_samples: int = POLICY_PATH_SAMPLES
+    soak: str = ""  # (q): the chaos soak's duration, e.g. "30m"; left out when empty
     skip: frozenset[str] = frozenset()
     database_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(settings.VAR_DIR) / "bench")

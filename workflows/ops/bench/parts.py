@@ -1,4 +1,4 @@
-"""The Bench: one run of the parts (a) to (p) in turn, (f) sampled during
+"""The Bench: one run of the parts (a) to (q) in turn, (f) sampled during
 (b), each part's figures recorded under its section of the result, each
 part's failure under `errors` (see workflows.ops.bench)."""
 
@@ -53,6 +53,7 @@ from workflows.ops.bench.policies import PoliciesPart
 from workflows.ops.bench.raw import raw_clients, raw_rate
 from workflows.ops.bench.remote import RemotePart
 from workflows.ops.bench.slack_clicks import SlackClicksPart
+from workflows.ops.bench.soak import SoakPart
 from workflows.ops.bench.waiters import WaitersPart
 from workflows.ops.processes import database_url, gone
 from workflows.states import StepStatus, WorkflowStatus
@@ -129,6 +130,7 @@ class Bench:
             ("n", self.slack_clicks),
             ("o", self.policies),
             ("p", self.auto_burst),
+            ("q", lambda: SoakPart(self).run()),
             ("r", self.client_path),
         ]
         for letter, measure in parts:

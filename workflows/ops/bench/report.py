@@ -53,6 +53,15 @@ def report(result: dict) -> str:
         )
         if cost := run.get("cost_per_step"):
             rows.append((f"(p) cost per step, {run['clusters']} cluster(s)", _cost(cost)))
+    if "passed" in (soak := result.get("soak", {})):
+        rows.append(
+            (
+                f"(q) chaos soak {soak['duration']}, {soak['vendor']}",
+                f"{'PASS' if soak['passed'] else 'FAIL'}: {soak['workflows']} plans, {soak['kills']} kills, "
+                f"lost {soak['lost']}, duplicates {soak['duplicates']}; recovery s median "
+                f"{soak['recovery_median_s']}, max {soak['recovery_max_s']}",
+            )
+        )
     latency = result.get("latency", {})
     for key, label in (
         ("approval_to_requested_ms", "approval -> REQUESTED"),
