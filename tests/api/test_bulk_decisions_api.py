@@ -184,7 +184,7 @@ def test_a_caller_who_is_no_reviewer_decides_nothing_each_item_403(api, persona)
     assert result["status"] in (403, 404) and not Approval.objects.exists()
 
 
-def test_without_a_token_the_call_is_401(client):
+def test_without_a_token_the_call_is_401(client, db):
     answer = client.post("/api/v1/decisions", {"decisions": []}, content_type="application/json")
     assert answer.status_code == 401
 

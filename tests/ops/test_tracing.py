@@ -18,14 +18,13 @@ from opentelemetry.trace import SpanKind
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
-from tests.support.crashing import crash_at
 from tests.support.otlp_collector import Collector
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import telemetry
 from workflows.audit import redaction, secrets
-from workflows.models import Attempt, AuditEvent, Step
+from workflows.models import Attempt, Step
 from workflows.operations import plans
 
 OWN_SPANS = {
@@ -197,40 +196,6 @@ def test_every_step_that_ran_has_its_spans_in_its_approvals_trace_whichever_drai
     # The retry's spans are in a trace of their own, its claim linking to the approval's.
     retried = [s for s in ours if s["attributes"]["durable.attempt"] == 2]
     assert retried and not {s["trace_id"] for s in retried} & set(traces.values())
-
-
-def test_a_step_recovered_after_its_worker_was_killed_has_its_spans(
-    spans, collector, people, start_worker, desk, tmp_path
-):
-    """A worker SIGKILLed after it recorded a step's outcome, before it
-    verified it: the next cluster's recovery verifies the step, and that
-    claim and verification are spans of the step's attempt, linked to the
-    approval's trace (what the killed process had not yet exported died with it)."""
-    traces = approved_traced(people, spans, 1)
-    ((workflow_id, approval),) = traces.items()
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-    crash_at(start_worker, tmp_path, "after_record", **env)
-    wait_for_status(workflow_id, "COMPLETE")
-    ran = attempts_ran(traces)
-    recovered = Step.objects.get(workflow_id=workflow_id, key="open")
-    # Recovered as recorded (VERIFYING), not performed again.
-    assert AuditEvent.objects.filter(
-        verb="step.lease_expired", object_id=str(recovered.pk), data__status="VERIFYING"
-    ).exists()
-    assert {number for key, number in ran if key == recovered.operation_key} == {1}
-
-    def verified(found):
-        return {
-            (s["attributes"]["durable.operation_key"], s["attributes"]["durable.attempt"])
-            for s in found
-            if s["name"] == "durable.verify"
-        }
-
-    found = collector.wait_for(lambda found: verified(found) >= ran)
-    assert verified(found) == ran
-    in_trace_of = trace_of_workflow(found, {approval})
-    ours = [s for s in found if s["name"] in ("durable.claim", "durable.verify")]
-    assert {in_trace_of(s) for s in ours} == {approval}
 
 
 def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settings):
