@@ -31,9 +31,8 @@ import requests
 
 from workflows.models import Attempt, Step
 from workflows.operations import tokens
-from workflows.operations.deciding import Seen
 from workflows.ops.bench.common import BenchError
-from workflows.ops.bench.fleet import Fleet, spread
+from workflows.ops.bench.fleet import Fleet, approval_body, spread
 from workflows.ops.processes import WebServer
 from workflows.states import StepStatus, WorkflowStatus
 
@@ -107,13 +106,7 @@ class ClientPathPart:
         waiter = threading.Thread(target=wait, name="bench-waiter")
         waiter.start()
         time.sleep(0.05)  # parked before the approval, as an agent that waits
-        seen = Seen.current(workflow_id)
-        body = {
-            "comment": "bench",
-            "revision": seen.revision,
-            "plan_hash": seen.plan_hash,
-            "preview_digests": seen.preview_digests,
-        }
+        body = approval_body(workflow_id)
         sent = time.time()
         answer = reviewer.post(f"{url}/api/v1/workflows/{workflow_id}/approve", json=body, timeout=30)
         answered = time.time()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from workflows.operations.deciding import Seen
 from workflows.ops.processes import Cluster
 
 
@@ -36,3 +37,15 @@ class Fleet:
     def __exit__(self, *exc_info) -> None:
         for cluster in self.started:
             cluster.stop(timeout=10)
+
+
+def approval_body(workflow_id) -> dict:
+    """An approval's request body naming what a reviewer reads before
+    deciding (the plan's revision, hash and previews), read now."""
+    seen = Seen.current(workflow_id)
+    return {
+        "comment": "bench",
+        "revision": seen.revision,
+        "plan_hash": seen.plan_hash,
+        "preview_digests": seen.preview_digests,
+    }

@@ -46,7 +46,7 @@ from workflows.ops.bench.common import (
 )
 from workflows.ops.bench.cost import StepCost
 from workflows.ops.bench.counting import counting_commits, recording_queries
-from workflows.ops.bench.fleet import Fleet, spread
+from workflows.ops.bench.fleet import Fleet, approval_body, spread
 from workflows.ops.bench.lanes import LanesPart
 from workflows.ops.bench.memory import RssSampler
 from workflows.ops.bench.policies import PoliciesPart
@@ -384,13 +384,7 @@ class Bench:
             for workflow_id in ids:
                 time.sleep(rng.uniform(0.1, 0.3))  # the workers go idle between samples
                 # What the reviewer read before deciding: the approval names it (not timed).
-                seen = Seen.current(workflow_id)
-                body = {
-                    "comment": "bench",
-                    "revision": seen.revision,
-                    "plan_hash": seen.plan_hash,
-                    "preview_digests": seen.preview_digests,
-                }
+                body = approval_body(workflow_id)
                 began = time.perf_counter()
                 response = reviewer.post(
                     f"/api/v1/workflows/{workflow_id}/approve", body, content_type="application/json"
