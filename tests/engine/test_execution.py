@@ -420,11 +420,35 @@ def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(peopl
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '2s'")  # a wait would fail the beat, not hang the test
-            leases._extend(held, 60)
+            extended = leases._extend(held, 60)
         other.rollback()
+    assert extended == {free.pk}
     after = dict(Step.objects.filter(pk__in=before).values_list("pk", "lease_expires_at"))
     assert after[locked.pk] == before[locked.pk], "the locked row was skipped, not waited for"
     assert after[free.pk] > before[free.pk] + timedelta(seconds=30)
+
+
+def test_a_beat_extends_only_the_leases_set_a_beat_ago(people, desk, settings):
+    """A claim's lease is extended once it was set a sixth of the lease ago
+    (a beat), not at every beat: a step done within a beat of its claim
+    costs no write of its row by the heartbeat, and a claim still held is
+    extended a beat after it was last set."""
+    settings.STEP_LEASE_SECONDS = 60
+    workflow = decide.approve(plans.submit(people["agent"], ticket_plan("beat-age")).workflow, by=people["reviewer"])
+    (step,) = execution.claim_batch(workflow_id=workflow.pk, alone=1)
+    keeper = leases.LeaseKeeper()
+    keeper.hold([(step.pk, step.fence)])
+    claimed_until = Step.objects.get(pk=step.pk).lease_expires_at
+    now = time.monotonic()
+    assert keeper.beat(now + 9) == set(), "a lease set less than a beat ago is left as it is"
+    assert Step.objects.get(pk=step.pk).lease_expires_at == claimed_until
+    assert keeper.beat(now + 10) == {step.pk}
+    extended_until = Step.objects.get(pk=step.pk).lease_expires_at
+    assert extended_until > claimed_until
+    assert keeper.beat(now + 19) == set(), "extended at the last beat: not again until a beat later"
+    assert keeper.beat(now + 20) == {step.pk}
+    keeper.release([step.pk])
+    assert keeper.beat(now + 60) == set()
 
 
 def test_answers_back_within_moments_of_each_other_are_gathered_into_one_group():

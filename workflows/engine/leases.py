@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -58,14 +59,25 @@ class LeaseKeeper:
     Extends a lease only while the step still carries that claim's fencing
     number. One keeper serves a whole drain: claims join it (`hold`) when
     taken and leave it (`release`) when their outcome is recorded, and one
-    statement per beat, on the keeper's own connection, extends them all."""
+    statement per beat, on the keeper's own connection, extends them all.
+
+    A beat comes every sixth of the lease and extends only the claims whose
+    lease it last set (or saw set, at `hold`) a beat or more ago: a claim is
+    extended at the latest a third of the lease after its last extension, as
+    when every beat (once a third of the lease) extended every claim, while a
+    step done within a beat of its claim, as most are, costs no write here
+    (docs/performance.md#the-cost-of-a-step)."""
 
     def __init__(self, step_id: int | None = None, fence: int | None = None, *, claims=()):
         claims = list(claims) or ([(step_id, fence)] if step_id is not None else [])
-        self.claims: dict[int, int] = dict(claims)
+        self.claims: dict[int, int] = {}
+        # When this keeper last knew each claim's lease to be set (monotonic).
+        self.set_at: dict[int, float] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+        # Claims made before this keeper, at a time it does not know: extended at its first beat.
+        self.hold(claims, set_at=float("-inf"))
 
     def __enter__(self):
         self.thread.start()
@@ -75,50 +87,72 @@ class LeaseKeeper:
         self.stopped.set()
         self.thread.join()
 
-    def hold(self, claims) -> None:
+    def hold(self, claims, set_at: float | None = None) -> None:
+        """Keep these (step id, fence) claims alive; their leases were set
+        just now (their claims committed), or at `set_at` (monotonic)."""
+        set_at = time.monotonic() if set_at is None else set_at
         with self.lock:
-            self.claims.update(claims)
+            for step_id, fence in claims:
+                self.claims[step_id] = fence
+                self.set_at[step_id] = set_at
 
     def release(self, step_ids) -> None:
         with self.lock:
             for step_id in step_ids:
                 self.claims.pop(step_id, None)
+                self.set_at.pop(step_id, None)
+
+    def beat(self, now: float) -> set[int]:
+        """Extend the leases of the claims last set a beat or more before
+        `now` (monotonic); the ids of the steps extended."""
+        interval = settings.STEP_LEASE_SECONDS / 6
+        with self.lock:
+            claims = [
+                (step_id, fence)
+                for step_id, fence in self.claims.items()
+                if now - self.set_at.get(step_id, float("-inf")) >= interval
+            ]
+        if not claims:
+            return set()
+        held = Q()
+        for step_id, fence in claims:
+            held |= Q(pk=step_id, fence=fence)
+        extended = _extend(held, settings.STEP_LEASE_SECONDS)
+        with self.lock:
+            for step_id in extended & self.set_at.keys():
+                self.set_at[step_id] = now
+        return extended
 
     def _beat(self) -> None:
-        lease = settings.STEP_LEASE_SECONDS
         try:
-            while not self.stopped.wait(lease / 3):
-                with self.lock:
-                    claims = list(self.claims.items())
-                if not claims:
-                    continue
-                held = Q()
-                for step_id, fence in claims:
-                    held |= Q(pk=step_id, fence=fence)
+            while not self.stopped.wait(settings.STEP_LEASE_SECONDS / 6):
                 try:
-                    _extend(held, lease)
+                    # Read before the statement: the lease it sets runs from no earlier.
+                    self.beat(time.monotonic())
                 except DatabaseError:
                     # A dropped session or a busy SQLite must not end the
                     # heartbeat: reconnect and extend on the next beat.
-                    log.warning("lease heartbeat for step(s) %s failed; retrying", [pk for pk, _ in claims])
+                    with self.lock:
+                        held = sorted(self.claims)
+                    log.warning("lease heartbeat for step(s) %s failed; retrying", held)
                     connection.close()
         finally:
             connection.close()
 
 
-def _extend(held: Q, lease: float) -> None:
-    """One beat. The worker's own thread locks the same rows (in id order)
-    to record outcomes; an UPDATE of the lot would lock them in whatever
-    order it meets them and could deadlock with it. So the beat skips rows
-    locked right now: their claim is being recorded, and the next beat
-    extends what is still held."""
+def _extend(held: Q, lease: float) -> set[int]:
+    """One beat; the ids of the steps whose leases it extended. The worker's
+    own thread locks the same rows (in id order) to record outcomes; an
+    UPDATE of the lot would lock them in whatever order it meets them and
+    could deadlock with it. So the beat skips rows locked right now: their
+    claim is being recorded, and the next beat extends what is still held."""
     with transaction.atomic(), planning.by_key():
         rows = Step.objects.filter(held, status__in=[StepStatus.RUNNING, StepStatus.VERIFYING])
         if connection.features.has_select_for_update_skip_locked:
-            rows = Step.objects.filter(
-                pk__in=list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True))
-            )
-        rows.update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
+            rows = rows.select_for_update(skip_locked=True)
+        extended = set(rows.values_list("pk", flat=True))
+        Step.objects.filter(pk__in=extended).update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
+    return extended
 
 
 def assert_lease(step: Step, fence: int, status: str) -> None:
