@@ -5,6 +5,7 @@ the database sessions serving them, from PostgreSQL's statistics and
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from workflows.models import Attempt
+from workflows.ops.bench.parts import by_tenth
 from workflows.ops.processes import database_url
 
 
@@ -43,6 +45,10 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
     assert result["errors"] == {}
     (burst,) = result["throughput"]["runs"]
     (remote,) = result["remote"]["runs"]
+    # The burst's rate by tenth of its steps, from their own COMPLETE times
+    # (none for a tenth that finished within one commit: 2 steps of 20 may).
+    assert len(burst["steps_per_s_by_tenth"]) == 10 and any(burst["steps_per_s_by_tenth"]), burst
+    assert re.search(r"\(b\) steps/s by tenth of the burst, 1 cluster\(s\) +[\d,-]+(, [\d,-]+){9}; last tenth", report)
     if connection.vendor != "postgresql":
         assert burst["cost_per_step"] is None and remote["cost_per_step"] is None
         assert "cost per" not in report
@@ -71,3 +77,18 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         report,
     ), report
     assert re.search(r"\(g\) cost per remote step, 0 ms desk, 1 cluster\(s\) +[\d.]+ commits", report), report
+
+
+def test_a_burst_is_told_by_tenth_of_its_steps_so_that_a_fade_shows():
+    began = datetime(2026, 1, 1, tzinfo=UTC)
+    # 1,000 steps: the first tenth in 1 s, each later one 10 % slower than the one before.
+    finished, at = [], began
+    for tenth in range(10):
+        seconds = 1.1**tenth
+        finished += [at + timedelta(seconds=seconds * (n + 1) / 100) for n in range(100)]
+        at += timedelta(seconds=seconds)
+    told = by_tenth(reversed(finished), began)
+    assert told["steps_per_s_by_tenth"][0] == 100.0
+    assert told["steps_per_s_by_tenth"][-1] == round(100 / 1.1**9, 1)
+    assert told["last_tenth_to_first"] == round(round(100 / 1.1**9, 1) / 100, 3)
+    assert by_tenth(finished[:9], began) == {}

@@ -348,6 +348,7 @@ class Bench:
             "first_effect_after_start_s": round(first.timestamp() - started, 2),
             "seconds_from_start": round(last.timestamp() - started, 2),
             "cost_per_step": cost.per_step(total),
+            **by_tenth(Step.objects.filter(workflow_id__in=ids).values_list("updated_at", flat=True), first),
         }
         if raw := self.result.get("raw", {}).get("steps_per_s"):
             if "4" in raw:
@@ -575,6 +576,24 @@ class Bench:
             times.append((time.perf_counter() - began) * 1000)
         counting = [sql for sql in queries if "COUNT(" in sql.upper()]
         return {"url": url, "queries": len(queries), "count_queries": counting, **spread(times)}
+
+
+def by_tenth(finished, began) -> dict:
+    """A burst's rate over each tenth of its steps, in the order they
+    finished (`finished`: their COMPLETE times; `began`: its first
+    attempt's), and the last tenth's rate against the first's: a burst that
+    fades as dead rows pile up shows it here, whatever its mean."""
+    times = sorted(finished)
+    if len(times) < 10:
+        return {}
+    bounds = [began] + [times[round(len(times) * k / 10) - 1] for k in range(1, 11)]
+    rates = []
+    for k in range(10):
+        steps = round(len(times) * (k + 1) / 10) - round(len(times) * k / 10)
+        seconds = (bounds[k + 1] - bounds[k]).total_seconds()
+        rates.append(round(steps / seconds, 1) if seconds > 0 else None)
+    fade = round(rates[-1] / rates[0], 3) if rates[0] and rates[-1] else None
+    return {"steps_per_s_by_tenth": rates, "last_tenth_to_first": fade}
 
 
 def run(options: Options, log=print) -> dict:

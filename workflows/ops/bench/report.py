@@ -39,6 +39,14 @@ def report(result: dict) -> str:
                 f"first effect {run['first_effect_after_start_s']} s after the cluster started)",
             )
         )
+        if tenths := run.get("steps_per_s_by_tenth"):
+            rows.append(
+                (
+                    f"(b) steps/s by tenth of the burst, {run['clusters']} cluster(s)",
+                    f"{', '.join(f'{rate:,.0f}' if rate else '-' for rate in tenths)}; "
+                    f"last tenth {run['last_tenth_to_first']} x the first",
+                )
+            )
         if cost := run.get("cost_per_step"):
             rows.append((f"(b) cost per step, {run['clusters']} cluster(s)", _cost(cost)))
     for run in result.get("auto_burst", {}).get("runs", []):
