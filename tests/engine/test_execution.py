@@ -428,11 +428,11 @@ def test_the_lease_heartbeat_never_waits_for_a_row_the_worker_is_recording(peopl
     assert after[free.pk] > before[free.pk] + timedelta(seconds=30)
 
 
-def test_a_beat_extends_only_the_leases_set_a_beat_ago(people, desk, settings):
-    """A claim's lease is extended once it was set a sixth of the lease ago
-    (a beat), not at every beat: a step done within a beat of its claim
-    costs no write of its row by the heartbeat, and a claim still held is
-    extended a beat after it was last set."""
+def test_a_beat_extends_only_the_leases_set_a_beat_and_a_half_ago(people, desk, settings):
+    """With a 60 s lease a beat comes every 10 s and extends a claim's lease
+    once it was set 15 s ago or more, not at every beat: a step done within
+    15 s of its claim costs no write of its row by the heartbeat, and a
+    claim still held is extended every other beat (20 s)."""
     settings.STEP_LEASE_SECONDS = 60
     workflow = decide.approve(plans.submit(people["agent"], ticket_plan("beat-age")).workflow, by=people["reviewer"])
     (step,) = execution.claim_batch(workflow_id=workflow.pk, alone=1)
@@ -440,13 +440,13 @@ def test_a_beat_extends_only_the_leases_set_a_beat_ago(people, desk, settings):
     keeper.hold([(step.pk, step.fence)])
     claimed_until = Step.objects.get(pk=step.pk).lease_expires_at
     now = time.monotonic()
-    assert keeper.beat(now + 9) == set(), "a lease set less than a beat ago is left as it is"
+    assert keeper.beat(now + 10) == set(), "a lease set a beat ago is left as it is"
+    assert keeper.beat(now + 14.9) == set()
     assert Step.objects.get(pk=step.pk).lease_expires_at == claimed_until
-    assert keeper.beat(now + 10) == {step.pk}
-    extended_until = Step.objects.get(pk=step.pk).lease_expires_at
-    assert extended_until > claimed_until
-    assert keeper.beat(now + 19) == set(), "extended at the last beat: not again until a beat later"
-    assert keeper.beat(now + 20) == {step.pk}
+    assert keeper.beat(now + 15) == {step.pk}
+    assert Step.objects.get(pk=step.pk).lease_expires_at > claimed_until
+    assert keeper.beat(now + 25) == set(), "extended at the last beat: not again at the next"
+    assert keeper.beat(now + 35) == {step.pk}
     keeper.release([step.pk])
     assert keeper.beat(now + 60) == set()
 

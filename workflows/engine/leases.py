@@ -62,11 +62,12 @@ class LeaseKeeper:
     statement per beat, on the keeper's own connection, extends them all.
 
     A beat comes every sixth of the lease and extends only the claims whose
-    lease it last set (or saw set, at `hold`) a beat or more ago: a claim is
-    extended at the latest a third of the lease after its last extension, as
-    when every beat (once a third of the lease) extended every claim, while a
-    step done within a beat of its claim, as most are, costs no write here
-    (docs/performance.md#the-cost-of-a-step)."""
+    lease was last set (at their claim, or by a beat) a beat and a half or
+    more ago: an extended claim is extended again every other beat, a third
+    of the lease, as when every beat (once a third of the lease) extended
+    every claim, and a new one within two and a half beats; while a step
+    done within a quarter of the lease of its claim, as most are, costs no
+    write of its row here (docs/performance.md#the-cost-of-a-step)."""
 
     def __init__(self, step_id: int | None = None, fence: int | None = None, *, claims=()):
         claims = list(claims) or ([(step_id, fence)] if step_id is not None else [])
@@ -103,14 +104,14 @@ class LeaseKeeper:
                 self.set_at.pop(step_id, None)
 
     def beat(self, now: float) -> set[int]:
-        """Extend the leases of the claims last set a beat or more before
-        `now` (monotonic); the ids of the steps extended."""
-        interval = settings.STEP_LEASE_SECONDS / 6
+        """Extend the leases of the claims last set a beat and a half or
+        more before `now` (monotonic); the ids of the steps extended."""
+        due = settings.STEP_LEASE_SECONDS / 6 * 1.5
         with self.lock:
             claims = [
                 (step_id, fence)
                 for step_id, fence in self.claims.items()
-                if now - self.set_at.get(step_id, float("-inf")) >= interval
+                if now - self.set_at.get(step_id, float("-inf")) >= due
             ]
         if not claims:
             return set()
