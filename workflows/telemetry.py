@@ -19,6 +19,13 @@ to it all the same. A step claimed again (a retry, a recovery), which no
 request woke, starts a trace of its own at its claim, linked to its
 workflow's.
 
+A process that exits normally sends the spans it has not yet exported
+before it goes (`flush_at_exit`), not up to OTEL_BSP_SCHEDULE_DELAY later,
+which for a process gone is never: the process that set tracing up by an
+exit hook, and every process multiprocessing forks from it (django-q2's
+sentinels, workers, pushers and monitors, which leave without running exit
+hooks) by a finalizer. A process killed outright loses what it had not sent.
+
 Spans never carry query strings, header values, SQL parameters or action
 arguments: the instrumentations are told not to capture them, our spans
 never hold them, and every span passes `Scrubbing` on its way out, which
@@ -30,8 +37,11 @@ every text (known secrets, credential patterns).
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import multiprocessing.util
+import threading
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -85,6 +95,7 @@ def setup() -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     install(BatchSpanProcessor(OTLPSpanExporter()), global_provider=True)
+    flush_at_exit(_provider)
     return True
 
 
@@ -102,7 +113,9 @@ def install(processor, *, global_provider: bool = False) -> None:
     resource = Resource.create()  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, when set
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "durableconsole"}))
-    provider = TracerProvider(resource=resource)
+    # Its own exit hook would wait up to 30 s for a collector that does not
+    # answer: `flush_at_exit` waits less, in every process.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(Scrubbing(processor))
     if global_provider:
         trace.set_tracer_provider(provider)
@@ -141,6 +154,37 @@ def tracer() -> trace.Tracer:
 def flush() -> None:
     if _provider is not None:
         _provider.force_flush()
+
+
+# How long a process that exits waits at most for its last spans to be sent
+# (a collector that does not answer must not hold up a cluster's stop).
+EXIT_FLUSH_SECONDS = 5.0
+
+
+def flush_at_exit(provider) -> None:
+    """Have this process, and every process that multiprocessing forks from
+    it, send its unexported spans when it exits normally: a stopped
+    cluster's main process, and its workers after their last task, a worker
+    django-q2 recycles, its sentinel, pusher and monitor. A multiprocessing
+    child leaves by `os._exit`, so this process's exit hook (`atexit`) never
+    runs there, and a span still waiting for the batch processor's next send
+    (every OTEL_BSP_SCHEDULE_DELAY) was lost with it. Each child registers
+    a multiprocessing finalizer as it starts (the finalizers of the parent
+    are dropped in the child); the finalizers run as its `run()` returns."""
+    atexit.register(_flush_before_exit, provider)
+    multiprocessing.util.register_after_fork(provider, _flush_when_exiting)
+
+
+def _flush_when_exiting(provider) -> None:
+    multiprocessing.util.Finalize(None, _flush_before_exit, args=(provider,), exitpriority=0)
+
+
+def _flush_before_exit(provider) -> None:
+    """Send what is left, waiting EXIT_FLUSH_SECONDS at most (the batch
+    processor's flush takes no timeout: it runs on a thread of its own)."""
+    sender = threading.Thread(target=provider.force_flush, name="span-flush", daemon=True)
+    sender.start()
+    sender.join(EXIT_FLUSH_SECONDS)
 
 
 # --- scrubbing --------------------------------------------------------------

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -18,14 +19,18 @@ from opentelemetry.trace import SpanKind
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
+from tests.support.crashing import CRASH_ENV, alive, crash_at
 from tests.support.otlp_collector import Collector
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until, wait_for_status
 from tests.support.seeing import Client
 from workflows import telemetry
 from workflows.audit import redaction, secrets
-from workflows.models import Attempt, Step
+from workflows.engine.failpoints import AFTER_PERFORM, AFTER_RECORD
+from workflows.models import Attempt, AuditEvent, Step
 from workflows.operations import plans
+from workflows.ops import draining, processes
+from workflows.states import AttemptStatus
 
 OWN_SPANS = {
     "durable.claim",
@@ -198,6 +203,115 @@ def test_every_step_that_ran_has_its_spans_in_its_approvals_trace_whichever_drai
     assert retried and not {s["trace_id"] for s in retried} & set(traces.values())
 
 
+def verified(found: list[dict]) -> set[tuple[str, int]]:
+    """The attempts that have a `durable.verify` span, by operation key and number."""
+    return {
+        (s["attributes"]["durable.operation_key"], s["attributes"]["durable.attempt"])
+        for s in found
+        if s["name"] == "durable.verify"
+    }
+
+
+@pytest.mark.parametrize(
+    "point, recovered_by",
+    [(AFTER_RECORD, "the next cluster"), (AFTER_PERFORM, "the next cluster"), (AFTER_RECORD, "its own cluster")],
+)
+def test_a_step_recovered_after_its_worker_was_killed_has_its_spans(
+    point, recovered_by, spans, collector, people, start_worker, desk, tmp_path
+):
+    """A worker SIGKILLed after it performed a step's effect (`after_perform`)
+    or recorded its outcome (`after_record`): recovery settles the step, by a
+    lookup or by verifying what was recorded, without performing it again.
+    Either its own cluster's loop sweeps it up for another of its workers,
+    or, that cluster killed before its loop swept, the next cluster does.
+    That claim and verification are spans of the step's attempt, linked to
+    the approval's trace."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    traces = {}
+
+    def approve():
+        traces.update(approved_traced(people, spans, 1))
+
+    if recovered_by == "its own cluster":
+        marker = tmp_path / "failpoints.log"
+        cluster = start_worker(FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV, **env)
+        approve()
+    else:
+        cluster = crash_at(start_worker, tmp_path, point, work=approve, **env)
+    ((workflow_id, approval),) = traces.items()
+    wait_for_status(workflow_id, "COMPLETE")
+    if recovered_by == "its own cluster":
+        died, label = marker.read_text().split()[:2]
+        assert label == point and not alive(int(died))
+    recovered = Step.objects.get(workflow_id=workflow_id, key="open")
+    # Recovered, by a worker of that cluster.
+    assert AuditEvent.objects.filter(verb="step.lease_expired", object_id=str(recovered.pk)).exists()
+    assert processes.owner_pid(recovered.lease_owner) in processes.descendants(cluster.process.pid)
+    # Not performed again: its one attempt was reconciled, or kept as recorded.
+    (attempt,) = recovered.attempts.all()
+    assert attempt.status == (AttemptStatus.RECONCILED if point == AFTER_PERFORM else AttemptStatus.SUCCEEDED)
+    ran = attempts_ran(traces)
+    found = collector.wait_for(lambda found: verified(found) >= ran)
+    assert verified(found) == ran
+    in_trace_of = trace_of_workflow(found, {approval})
+    ours = [s for s in found if s["name"] in ("durable.claim", "durable.verify")]
+    assert {in_trace_of(s) for s in ours} == {approval}
+
+
+def test_a_cluster_stopped_gracefully_sends_the_spans_it_held_as_its_processes_exit(
+    spans, collector, people, start_worker, desk
+):
+    """The batch span processor sends every OTEL_BSP_SCHEDULE_DELAY (here
+    longer than the test) or once a batch is full (here never): a cluster
+    stopped by SIGTERM to its main process (as `manage.py drain` stops it)
+    sends what its workers held as each exits, before the stop ends."""
+    traces = approved_traced(people, spans, 1)
+    cluster = start_worker(
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_BSP_MAX_QUEUE_SIZE="100000",
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE="100000",
+    )
+    for workflow_id in traces:
+        wait_for_status(workflow_id, "COMPLETE")
+    ran = attempts_ran(traces)
+    time.sleep(0.5)  # time enough for anything sent early to arrive
+    assert not collector.spans  # held back, all of them
+    draining.drain(cluster.process.pid, timeout=60, report=lambda line: None)
+    found = list(collector.spans)  # no waiting: they came before the cluster was gone
+    assert verified(found) == ran
+    ours = [s for s in found if s["name"].startswith("durable.") and s["attributes"]["durable.workflow_id"] in traces]
+    assert {s["name"] for s in ours} >= OWN_SPANS
+    assert {s["trace_id"] for s in ours} == set(traces.values())
+
+
+def test_a_forked_worker_that_returns_sends_its_spans_as_it_exits(collector):
+    """How django-q2 runs a worker, and ends one it recycles or stops: a
+    multiprocessing child forked from the process that set tracing up, whose
+    `run()` returns. Its span reaches the collector as it exits, not
+    OTEL_BSP_SCHEDULE_DELAY later (for a process gone, never)."""
+    import multiprocessing
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    exporter = OTLPSpanExporter(endpoint=f"{collector.url}/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
+    telemetry.flush_at_exit(provider)
+    worker = multiprocessing.get_context("fork").Process(target=one_span, args=(provider,))
+    worker.start()
+    worker.join(30)
+    assert worker.exitcode == 0
+    assert [s["name"] for s in collector.spans] == ["a task"]
+    provider.shutdown()
+
+
+def one_span(provider) -> None:
+    provider.get_tracer("tests").start_span("a task").end()
+
+
 def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settings):
     """In-process, on the effect threads of one worker: each remote call is
     a child of its step's perform span, in the approval's trace."""
@@ -220,7 +334,8 @@ def test_effects_on_threads_continue_the_steps_trace(spans, people, desk, settin
 def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, desk):
     """A worker died after its effect landed: the next worker's lookup (on an
     effect thread) and the settling are `durable.reconcile` spans of the step,
-    and the lookup's call names their trace."""
+    and the lookup's call names their trace; the outcome found is verified
+    in a `durable.verify` span of the attempt it settled."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -243,6 +358,9 @@ def test_reconciling_an_earlier_attempt_is_a_span_of_the_step(spans, people, des
         ("open", step.operation_key)
     }
     assert len({s.context.trace_id for s in reconciles}) == 1
+    (verified,) = [s for s in finished if s.name == "durable.verify" and s.attributes["durable.step_key"] == "open"]
+    assert verified.attributes["durable.attempt"] == 1
+    assert verified.context.trace_id == reconciles[0].context.trace_id
     lookups = [
         s
         for s in finished

@@ -12,13 +12,23 @@ CRASH_ENV = {
 }
 
 
-def crash_at(start_worker, tmp_path, point, **env):
+def crash_at(start_worker, tmp_path, point, work=None, **env):
     """Run a worker with `point` enabled, prove it died exactly there (the
     failpoint's marker names the point, and the pid it names is gone), then
     kill what is left of its cluster and start a clean one with the same
-    environment, failpoints aside."""
+    environment, failpoints aside.
+
+    Between that death and the kill, the doomed cluster's own loop may sweep
+    up what the dead worker held, and another of its workers carry it on
+    (and the kill take that worker's unexported spans with it). `work`, when
+    given, is called once the doomed cluster is up, to hand it the work it
+    dies on; its loop, which swept as it started, then sweeps no more, so
+    that only the clean cluster can recover what the dead worker held."""
     marker = tmp_path / "failpoints.log"
-    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **CRASH_ENV, **env)
+    doomed_env = {**CRASH_ENV, **env, **({"WORKER_TICK_SECONDS": "600"} if work else {})}
+    worker = start_worker(name="doomed", FAILPOINTS=point, FAILPOINT_MARKER=str(marker), **doomed_env)
+    if work:
+        work()
     deadline = time.monotonic() + 30
     while not (marker.exists() and marker.read_text().strip()):
         assert time.monotonic() < deadline, f"failpoint {point} never fired:\n{worker.log()}"

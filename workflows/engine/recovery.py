@@ -125,7 +125,10 @@ def settle_lookup(step: Step, action, fence: int, open_attempts: list, found) ->
             _record_reconciled(step, found, fence)
     if found is None:
         return False
-    verify(step, action, fence)
+    # The outcome found is verified like one the call answered, as a phase
+    # of its own: of the latest attempt it settled.
+    with telemetry.step_span("durable.verify", step, max(open_attempts, key=lambda attempt: attempt.number)):
+        verify(step, action, fence)
     return True
 
 
