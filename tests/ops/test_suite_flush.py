@@ -12,6 +12,8 @@ from tests.support import flushing
 from tests.support.plans import ticket_plan
 from workflows.models import AuditEvent
 
+pytestmark = pytest.mark.pooled  # through PgBouncer in transaction mode too
+
 # Made again by the post_migrate signal after every flush, as after Django's.
 REMADE = {ContentType._meta.db_table, Permission._meta.db_table}
 
