@@ -41,9 +41,12 @@ run: setup
 test: setup setup-browser-checks
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-pooled
 
+# Tests marked `once` check what no database engine changes (the browser's
+# pages and layout, the role matrix, the docs, some bench parts): they run
+# on the PostgreSQL leg alone (docs/development.md#running-the-tests).
 test-sqlite: setup setup-browser-checks
 	@echo "== test suite on SQLite =="
-	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest -m 'not once' $(PYTEST_ARGS)
 
 test-postgres: setup setup-browser-checks
 	@echo "== test suite on PostgreSQL ($(PG_TEST_URL)) =="

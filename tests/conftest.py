@@ -7,7 +7,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from tests.support import redis_server, seeing
+from tests.support import flushing, redis_server, seeing
 from tests.support.api import ApiClient, HttpApi
 from tests.support.desk import TicketDesk, console_jwks_file, fresh_desk
 from tests.support.personas import PASSWORD, PERSONAS
@@ -16,6 +16,10 @@ from workflows.audit import keys
 from workflows.operations import tokens
 
 pytest_plugins = ["tests.support.chromium"]
+
+
+def pytest_configure(config):
+    flushing.install()
 
 
 @pytest.fixture(autouse=True, scope="session")

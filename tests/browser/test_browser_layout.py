@@ -25,7 +25,7 @@ from workflows.engine import execution, outcomes, recovery
 from workflows.models import DeadLetter, Workflow
 from workflows.operations import bulk, compensation, links, plans, policies
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.once, pytest.mark.django_db(transaction=True)]
 
 WIDTHS = (390, 1280)
 TAP = 44  # px, each way: a fingertip's target (WCAG 2.5.5)

@@ -30,7 +30,7 @@ from workflows.webhooks import delivery as webhook_delivery
 from workflows.webhooks import endpoints as webhook_endpoints
 from workflows.webhooks.models import WebhookDelivery
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.once, pytest.mark.django_db(transaction=True)]
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"

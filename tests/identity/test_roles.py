@@ -195,6 +195,7 @@ def _with_compensation(world, people):
     return {**world, "comp": comp.pk}
 
 
+@pytest.mark.once
 def test_every_console_url_for_every_persona(world, people):
     world = _with_compensation(world, people)
     wrong = []
@@ -215,6 +216,7 @@ def test_every_console_url_for_every_persona(world, people):
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.once
 def test_every_api_url_for_every_persona(world, people):
     world = _with_compensation(world, people)
     keys = {name: tokens.issue(people[name]) for name in PERSONAS if name != "anonymous"}
@@ -411,6 +413,7 @@ def _team_personas():
     ]
 
 
+@pytest.mark.once
 def test_every_console_url_for_each_team_and_global_roles(blue_world):
     wrong = []
     for method, path, data, allowed in team_console_routes(blue_world):
@@ -440,6 +443,7 @@ def test_every_console_url_for_each_team_and_global_roles(blue_world):
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.once
 def test_every_api_operation_for_each_team_and_global_roles(blue_world):
     # A token reads its own team's work alone (docs/explanation/decisions.md#bound-decisions): the global people's are
     # blue's.

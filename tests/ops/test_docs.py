@@ -21,6 +21,8 @@ from workflows import env
 from workflows.audit.kinds import KINDS
 from workflows.engine import retry  # noqa: F401  (reads the RETRY_* settings: they join the catalog)
 
+pytestmark = pytest.mark.once  # files read, whatever the database
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 CITING = [ROOT / "workflows", ROOT / "durableconsole", ROOT / "tests", ROOT / "templates"]

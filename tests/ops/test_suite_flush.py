@@ -1,0 +1,50 @@
+"""The wipe after a transactional test leaves no row behind for the next
+one, on PostgreSQL by the cheaper DELETE of tests/support/flushing.py, the
+audit tables' append-only guards included."""
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.test import TransactionTestCase
+
+from tests.support import flushing
+from tests.support.plans import ticket_plan
+from workflows.models import AuditEvent
+
+pytestmark = pytest.mark.pooled  # through PgBouncer in transaction mode too
+
+# Made again by the post_migrate signal after every flush, as after Django's.
+REMADE = {ContentType._meta.db_table, Permission._meta.db_table}
+
+
+def rows_by_table() -> dict[str, int]:
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in connection.introspection.django_table_names(only_existing=True, include_views=False):
+            cursor.execute(f"SELECT count(*) FROM {connection.ops.quote_name(table)}")
+            counts[table] = cursor.fetchone()[0]
+    return counts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_teardown_flush_empties_every_table_the_guarded_audit_tables_too(api):
+    assert api["agent"].post("/workflows", ticket_plan("flushed")).status_code == 201
+    assert AuditEvent.objects.exists()
+    full = {table for table, count in rows_by_table().items() if count}
+
+    TransactionTestCase()._fixture_teardown()
+
+    left = {table: count for table, count in rows_by_table().items() if count and table not in REMADE}
+    assert left == {}, f"rows left for the next test (of {sorted(full)})"
+    assert ContentType.objects.exists() and Permission.objects.exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite runs Django's flush, cheap there")
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_the_flush_deletes_rather_than_truncates(api):
+    assert api["agent"].post("/workflows", ticket_plan("deleted")).status_code == 201
+
+    assert flushing.empty_every_table(connection.alias)
+
+    assert not AuditEvent.objects.exists()

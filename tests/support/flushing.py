@@ -1,0 +1,53 @@
+"""The wipe after each transactional test, cheaper on PostgreSQL.
+
+Django's `flush` empties every table with one TRUNCATE, which on
+PostgreSQL gives each of the ~60 tables new files: about 1.5 s a test on
+this machine, for tables that hold a handful of rows, times the ~260
+transactional tests of the PostgreSQL leg. A DELETE of every table does
+the same in about 0.03 s. It runs with `session_replication_role =
+replica`, which turns off the triggers for that transaction: the
+append-only guards of the audit tables, which refuse a DELETE (a TRUNCATE
+is not a DELETE, so Django's flush passes them), and the foreign key
+checks, moot when every row goes. Then the post_migrate signal runs, as
+after `flush`, to make the content types and permissions again. Setting
+that role needs a superuser; without one, and whenever Django's flush
+would do something else (available_apps, serialized rollback), Django's
+flush runs.
+"""
+
+from django.core.management.sql import emit_post_migrate_signal
+from django.db import connections, transaction
+from django.db.utils import Error
+from django.test import TransactionTestCase
+
+django_teardown = TransactionTestCase._fixture_teardown
+
+
+def empty_every_table(alias: str) -> bool:
+    """Delete every row of every table Django's flush would truncate, as
+    one transaction; False, having changed nothing, when the role may not
+    turn the triggers off."""
+    connection = connections[alias]
+    tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+    try:
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL session_replication_role = replica")
+            for table in tables:
+                cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
+    except Error:
+        return False
+    emit_post_migrate_signal(verbosity=0, interactive=False, db=alias)
+    return True
+
+
+def fixture_teardown(self: TransactionTestCase) -> None:
+    aliases = self._databases_names(include_mirrors=False)
+    plain = self.available_apps is None and not self.serialized_rollback
+    if plain and all(connections[alias].vendor == "postgresql" for alias in aliases):
+        if all(empty_every_table(alias) for alias in aliases):
+            return
+    django_teardown(self)
+
+
+def install() -> None:
+    TransactionTestCase._fixture_teardown = fixture_teardown
