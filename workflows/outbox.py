@@ -46,13 +46,13 @@ EVENT_TYPES = (*WORKFLOW_STATUS_EVENTS.values(), *OTHER_EVENTS)
 Shape = Callable[[Workflow], dict]
 
 
-def workflows_moved(workflow_ids: list, status: str, *, shape: Shape) -> int:
-    """Emit the event of this status (if it has one) for these workflows.
-    Runs inside the transaction that moved them."""
+def workflows_moved(workflows: list[Workflow], status: str, *, shape: Shape) -> int:
+    """Emit the event of this status (if it has one) for these workflows,
+    as the caller moved them. Runs inside the transaction that moved them."""
     event = WORKFLOW_STATUS_EVENTS.get(status)
     if event is None:
         return 0
-    return _emit(event, workflow_ids, shape)
+    return _emit(event, [workflow.pk for workflow in workflows], shape, keyed=_keyed(workflows))
 
 
 def emit(event: str, workflow_id, extra: dict | None = None, *, shape: Shape) -> int:
@@ -69,15 +69,26 @@ def any_due() -> bool:
     return WebhookDelivery.objects.due().exists()
 
 
-def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = None) -> int:
-    # Each endpoint hears only the plans of its team (docs/explanation/teams.md#teams).
-    endpoints = defaultdict(list)
-    for pk, team_id in WebhookEndpoint.objects.filter(enabled=True).values_list("pk", "team_id"):
-        endpoints[team_id].append(pk)
+def _keyed(workflows: list[Workflow]) -> list[tuple] | None:
+    """`(id, team id, callback URL)` of workflows in hand, both set at
+    submission and never changed; None if a caller's rows left either out."""
+    if any({"team_id", "callback_url"} & workflow.get_deferred_fields() for workflow in workflows):
+        return None
+    return [(workflow.pk, workflow.team_id, workflow.callback_url) for workflow in workflows]
+
+
+def _emit(event: str, workflow_ids: list, shape: Shape, extra: dict | None = None, keyed=None) -> int:
     # Read by key alone, team and callback compared here: with the team in
     # the query and no planner statistics, the team's index could be read
     # whole (every plan of the team) for a few plans.
-    keyed = list(Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "team_id", "callback_url"))
+    if keyed is None:
+        keyed = list(Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "team_id", "callback_url"))
+    # Each endpoint hears only the plans of its team (docs/explanation/teams.md#teams).
+    endpoints = defaultdict(list)
+    for pk, team_id in WebhookEndpoint.objects.filter(
+        enabled=True, team_id__in={team_id for _, team_id, _ in keyed}
+    ).values_list("pk", "team_id"):
+        endpoints[team_id].append(pk)
     callbacks = {pk: url for pk, _, url in keyed if url}
     # Only the workflows someone listens to are read in full.
     listened = [pk for pk, team_id, url in keyed if url or team_id in endpoints]

@@ -15,12 +15,21 @@ from django.contrib.auth import get_user_model
 from workflows.models import AccountLink, PlanRevision
 
 
-def keys_of(user_ids: Iterable[int]) -> dict[int, str]:
+def keys_of(user_ids: Iterable[int], *, remember=None) -> dict[int, str]:
     """`{user id: person key}`: two accounts of one person share a key. One
-    query, whatever the number of accounts."""
+    query, whatever the number of accounts. `remember`: an account object
+    among them, which keeps its key for the rest of its request (`key`), as
+    it keeps its roles and teams."""
     user_ids = {int(pk) for pk in user_ids if pk is not None}
     if not user_ids:
         return {}
+    found = _keys_of(user_ids)
+    if remember is not None:
+        remember._person_key = found[int(remember.pk)]
+    return found
+
+
+def _keys_of(user_ids: set[int]) -> dict[int, str]:
     rows = (
         get_user_model()
         .objects.filter(pk__in=user_ids)
@@ -34,6 +43,11 @@ def keys_of(user_ids: Iterable[int]) -> dict[int, str]:
 
 
 def key(user) -> str:
+    """The person key of an account (or its id): as its request found it
+    already, if it did (`keys_of(remember=...)`)."""
+    known = getattr(user, "_person_key", None)
+    if known is not None:
+        return known
     pk = getattr(user, "pk", user)
     return keys_of([pk])[int(pk)]
 

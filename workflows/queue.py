@@ -20,7 +20,8 @@ lane a task takes is `LANES`, by the task's path: adding a task to the
 messages lane is one line there.
 
 On PostgreSQL with the ORM broker (and `Q_LISTEN` on), a wake-up also sends
-a NOTIFY on its lane's channel (`channel`) in the caller's transaction, and
+a NOTIFY on its lane's channel (`channel`), by the statement that queues it
+(so in the caller's transaction), and
 each lane's pusher waits on a `LISTEN` connection (`ListeningBroker`)
 instead of sleeping `Q_POLL` between looks at its queue: an approval reaches
 a worker when it commits, not at the next poll. The queue stays the record
@@ -39,6 +40,7 @@ from django.utils import timezone
 from django_q.brokers import Broker, get_broker
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
+from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
@@ -92,23 +94,17 @@ def brokers() -> dict[str, Broker]:
     return {lane: get_broker(lane_key(lane)) for lane in (STEPS, MESSAGES)}
 
 
-def _notifying() -> bool:
-    return settings.Q_CLUSTER.get("broker_class") == f"{__name__}.ListeningBroker"
-
-
 def enqueue(func: str, *args, name: str, **kwargs) -> None:
     """Queue a task on its lane from inside a transaction. With the ORM
     broker on the same database it commits or rolls back with the caller's
-    transaction (and so does its NOTIFY, which PostgreSQL delivers at
-    commit, once per channel and transaction however many wake-ups it
-    sent); with another broker it is sent only after the commit. Either way
-    the worker loop's sweep covers a wake-up that never arrives."""
+    transaction (and so does its NOTIFY, `ListeningBroker.enqueue`, which
+    PostgreSQL delivers at commit, once per channel and transaction however
+    many wake-ups it sent); with another broker it is sent only after the
+    commit. Either way the worker loop's sweep covers a wake-up that never
+    arrives."""
     lane = lane_of(func)
     if "orm" in settings.Q_CLUSTER:
         async_task(func, *args, task_name=name, broker=get_broker(lane_key(lane)), **kwargs)
-        if _notifying():
-            with connections[settings.Q_CLUSTER["orm"]].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, '')", [channel(lane)])
     else:
         transaction.on_commit(
             lambda: async_task(func, *args, task_name=name, broker=get_broker(lane_key(lane)), **kwargs)
@@ -143,6 +139,11 @@ FAIR_WAIT = timedelta(seconds=2)
 COLLAPSE_BATCH = 1000
 
 
+def _drains_kept() -> int:
+    """Wake-ups of due work left queued behind the one taken (`_collapse`): one per worker."""
+    return max(1, settings.Q_CLUSTER["workers"])
+
+
 def drains_queued(broker) -> int:
     """Wake-ups of due work waiting in `broker`'s queue. Other tasks queue
     behind drains (`QueueBroker`; Redis keeps one order), so only the drains
@@ -155,6 +156,13 @@ def send(func: str, *, name: str, brokers: dict[str, Broker]) -> None:
     loop's own wake-ups, for work that has none (a retry come due, an
     expired lease)."""
     async_task(func, task_name=name, broker=brokers[lane_of(func)])
+
+
+def _lock(task: str):
+    """A queued task's `lock` (django-q2's "not before"): now, and for a
+    drain's wake-up `HEAD_START` back (`QueueBroker`)."""
+    lock = timezone.now()
+    return lock - HEAD_START if _func(task) in DRAINS else lock
 
 
 def _func(payload: str) -> str:
@@ -183,10 +191,7 @@ class QueueBroker(ORM):
     nothing."""
 
     def enqueue(self, task: str):
-        lock = timezone.now()
-        if _func(task) in DRAINS:
-            lock -= HEAD_START
-        return self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=lock).pk
+        return self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=_lock(task)).pk
 
     def drains_queued(self) -> int:
         """Wake-ups of due work waiting in this queue (ready, not taken)."""
@@ -195,7 +200,7 @@ class QueueBroker(ORM):
     # Whether this broker's last take was a drain's wake-up (`_next`).
     last_was_drain = False
 
-    def _next(self, now) -> list:
+    def _next(self, now, behind: int = 0) -> list:
         """The next tasks to take: wake-ups of due work first, oldest first,
         except that after a drain, a task that has waited `FAIR_WAIT` goes
         first. Under a sustained backlog the loop keeps a drain queued for
@@ -203,7 +208,8 @@ class QueueBroker(ORM):
         bulk job's next batch) would wait until the backlog cleared; with it
         each drain's end lets one of them through. Just after an outage the
         first take is a drain, so the effects still start before the tasks
-        queued ahead."""
+        queued ahead. Up to BULK tasks, and in queue order up to `behind`
+        more that are not to be taken (`_take` counts them)."""
         queue = self.get_connection().filter(key=self.list_key)
         if self.last_was_drain:
             overdue = list(
@@ -213,23 +219,29 @@ class QueueBroker(ORM):
             )
             if overdue:
                 return overdue
-        return list(queue.filter(lock__lt=now).order_by("lock", "id")[: Conf.BULK])
+        return list(queue.filter(lock__lt=now).order_by("lock", "id")[: Conf.BULK + behind])
 
     def _take(self) -> list:
         """Up to BULK ready tasks (`_next`), each locked for `retry` seconds
         by a conditional update (as the ORM broker does). Taking a drain's
         wake-up leaves no more than one per worker queued behind it
-        (`_collapse`)."""
+        (`_collapse`). The read that finds them also reads the next one
+        per worker and one more: unless all of those are drains, there is
+        nothing to drop, and no statement more stands between the take and
+        the worker (an approval's wake-up, taken as it commits)."""
         queue = self.get_connection()
         now = timezone.now()
+        keep = _drains_kept()
+        found = self._next(now, behind=keep + 1)
         taken, drains = [], False
-        for task in self._next(now):
+        for task in found[: Conf.BULK]:
             if queue.filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
                 drains = drains or task.lock <= now - HEAD_START / 2
         if taken:
             self.last_was_drain = drains
-        if drains:
+        behind = [task for task in found[Conf.BULK :] if task.lock <= now - HEAD_START / 2]
+        if drains and len(behind) > keep:
             self._collapse(now)
         return taken
 
@@ -244,7 +256,7 @@ class QueueBroker(ORM):
         ones kept were taken, so the drains they start see its work; the
         worker loop's sweep queues drains again whenever work is due and
         fewer are queued than workers. Returns how many were dropped."""
-        keep = max(1, settings.Q_CLUSTER["workers"])
+        keep = _drains_kept()
         queue = self.get_connection()
         surplus = list(
             queue.filter(key=self.list_key, lock__lte=now - HEAD_START / 2)
@@ -295,6 +307,21 @@ class ListeningBroker(QueueBroker):
             return None
         self._listener, self._listener_pid = listener, os.getpid()
         return listener
+
+    def enqueue(self, task: str):
+        """Queue the task and wake this lane's pushers, in one statement: the
+        NOTIFY is delivered when the caller's transaction commits (at once
+        outside one: the worker loop's own wake-ups) and dropped with its
+        rollback, as the row is."""
+        alias = self.get_connection().db
+        table = connections[alias].ops.quote_name(OrmQ._meta.db_table)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"WITH queued AS (INSERT INTO {table} (key, payload, lock) VALUES (%s, %s, %s) RETURNING id) "
+                "SELECT id, pg_notify(%s, '') FROM queued",
+                [self.list_key or Conf.CLUSTER_NAME, task, _lock(task), self.channel],
+            )
+            return cursor.fetchone()[0]
 
     def dequeue(self):
         # LISTEN before looking: a wake-up committed between the look and

@@ -77,8 +77,10 @@ def _pending_resolution_out(step) -> dict | None:
 
 def _revisions_out(workflow: Workflow) -> list[dict]:
     """Every revision, oldest first (`operations.revisions`); a plan never
-    edited has one, the workflow's own."""
-    rows = sorted(workflow.revisions.all(), key=lambda row: row.number)  # prefetched by lists
+    edited has one, the workflow's own, and no rows (its first edit writes
+    revision 1's with its own): none are read for it."""
+    edited = workflow.revision > 1
+    rows = sorted(workflow.revisions.all(), key=lambda row: row.number) if edited else []  # prefetched by lists
     if not rows:
         return [
             {

@@ -15,6 +15,7 @@ import time
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.conf import Conf
@@ -131,6 +132,18 @@ def test_a_drain_queued_after_the_one_taken_is_kept_when_fewer_than_the_workers_
     second = decide.approve(submit(people, "alone-2"), by=people["reviewer"])
     assert broker._collapse(timezone.now()) == 0  # nothing beyond one per worker
     assert taken_names(broker, 1) == [f"run {second.pk}"]
+
+
+def test_taking_a_lone_wake_up_reads_the_queue_once_and_drops_nothing(people, broker):
+    """An approval's wake-up with no burst behind it (the notices queued
+    after it are no drains): one read and the conditional update that takes
+    it, and no statement more before its worker has it."""
+    workflow = decide.approve(submit(people, "lone"), by=people["reviewer"])
+    with CaptureQueriesContext(connection) as captured:
+        (task,) = broker.dequeue()
+    assert OrmQ.objects.get(pk=task[0]).task["name"] == f"run {workflow.pk}"
+    assert [query["sql"].split()[0] for query in captured] == ["SELECT", "UPDATE"]
+    assert taken_names(broker, 1) == [f"notify {workflow.pk}"]
 
 
 def test_a_taken_task_is_locked_and_comes_back_once_its_lock_ran_out(people, broker):

@@ -82,6 +82,31 @@ def test_approval_commit_wakes_a_broker_waiting_on_listen(listening, api, monkey
     assert OrmQ.objects.get(pk=taken[0][0]).task["name"] == f"run {workflow_id}"
 
 
+def test_the_worker_loops_own_wake_up_wakes_a_broker_at_once(listening, monkeypatch):
+    """A drain the worker loop's sweep queues, outside any transaction,
+    carries its NOTIFY too: it is taken then, not at the next poll."""
+    monkeypatch.setattr(Conf, "POLL", 600)
+    broker = listening()
+    taken = []
+
+    def pusher():
+        try:
+            while not taken and broker.woken < 3:
+                taken.extend(broker.dequeue() or [])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=pusher, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # waiting on LISTEN, the queue empty
+    queue.send("workflows.tasks.drain", name="drain", brokers=queue.brokers())
+    thread.join(60)
+
+    assert not thread.is_alive(), "the broker was not woken"
+    assert broker.woken == 1
+    assert OrmQ.objects.get(pk=taken[0][0]).task["name"] == "drain"
+
+
 def test_a_rolled_back_wake_up_wakes_nobody(listening, api, monkeypatch):
     workflow_id = submitted(api)
     monkeypatch.setattr(Conf, "POLL", 0.5)

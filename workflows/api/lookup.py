@@ -6,6 +6,7 @@ their role may not take on an object they see (`require`)."""
 
 from uuid import UUID
 
+from django.db.models import prefetch_related_objects
 from django.http import Http404
 
 from workflows import roles
@@ -28,21 +29,25 @@ def reads(request, kind: str) -> None:
 
 
 def visible_workflows(user):
-    return (
-        Workflow.objects.visible_to(user)
-        .select_related("submitted_by", "claimed_by", "team")
-        .prefetch_related("steps__attempts", "steps__compensates", "revisions__by")
+    return _with_steps(Workflow.objects.visible_to(user)).prefetch_related("revisions__by")
+
+
+def _with_steps(workflows):
+    return workflows.select_related("submitted_by", "claimed_by", "team").prefetch_related(
+        "steps__attempts", "steps__compensates"
     )
 
 
 def workflow(request, workflow_id: UUID) -> Workflow:
-    found = visible_workflows(request.user).filter(pk=workflow_id).first()
+    found = _with_steps(Workflow.objects.visible_to(request.user)).filter(pk=workflow_id).first()
     if found is None:
         record = archived.archived_record(request.user, workflow_id)
         if record is not None:  # moved out by `manage.py archive`
             # (docs/explanation/operations-at-scale.md#operations-at-scale): as the console says
             raise Archived(archived.describe(record))
         raise Http404
+    if found.revision > 1:  # a plan never edited has no revisions to read (`shapes`)
+        prefetch_related_objects([found], "revisions__by")
     return found
 
 

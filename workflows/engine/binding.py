@@ -41,13 +41,16 @@ def plan_hash(entries: list[dict], review: dict | None = None) -> str:
     return sha256_hex(canonical_json(entries + [{"review": review}] if review is not None else entries))
 
 
-def stored_hashes(lanes, manager=None, workflows=None) -> dict[tuple, str]:
+def stored_hashes(lanes, manager=None, workflows=None, reviews: dict | None = None) -> dict[tuple, str]:
     """The plan hash of the stored steps of each `(workflow id, lane)`, in
     one query whatever their number, and lane 0's with its workflow's
     `review`. Lane 0 is the plan reviewers approved; a compensation's lane
     is the undo its authorizer allowed. (`manager`, `workflows`: the Step
     and Workflow managers to read, a migration's historical ones; with a
-    historical Step manager and no Workflow one, no review is read.)"""
+    historical Step manager and no Workflow one, no review is read.
+    `reviews`: the `review` of each lane 0's workflow, by id, when the
+    caller holds its row (it is set at submission and never changes); read
+    here otherwise.)"""
     lanes = set(lanes)
     if not lanes:
         return {}
@@ -63,15 +66,16 @@ def stored_hashes(lanes, manager=None, workflows=None) -> dict[tuple, str]:
             plans[workflow_id, lane].append(entry(key, action, args, compensation, **dict(zip(extra, more))))
     if workflows is None and manager is None:
         workflows = Workflow.objects
-    reviews = (
-        dict(
-            workflows.filter(pk__in={w for w, lane in lanes if lane == 0}, review__isnull=False).values_list(
-                "pk", "review"
+    if reviews is None:
+        reviews = (
+            dict(
+                workflows.filter(pk__in={w for w, lane in lanes if lane == 0}, review__isnull=False).values_list(
+                    "pk", "review"
+                )
             )
+            if workflows is not None and any(lane == 0 for _, lane in lanes)
+            else {}
         )
-        if workflows is not None and any(lane == 0 for _, lane in lanes)
-        else {}
-    )
     return {
         (workflow_id, lane): plan_hash(entries, reviews.get(workflow_id) if lane == 0 else None)
         for (workflow_id, lane), entries in plans.items()

@@ -18,12 +18,23 @@ from workflows.models import Step, Workflow
 def plan(workflow_id) -> Workflow:
     """Inside a transaction: lock the workflow's forward steps, then the
     workflow, and return the workflow as it now stands (404 if there is none)."""
-    list(
-        Step.objects.select_for_update()
-        .filter(workflow_id=workflow_id, lane=0)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    list(_forward_steps(workflow_id).values_list("pk", flat=True))
+    return _workflow(workflow_id)
+
+
+def plan_and_steps(workflow_id) -> tuple[Workflow, list[Step]]:
+    """`plan`, for a caller that reads the forward steps anyway: the rows
+    it locks come back whole, in the plan's order, read by the statement
+    that locks them."""
+    steps = list(_forward_steps(workflow_id))
+    return _workflow(workflow_id), sorted(steps, key=lambda step: step.position)
+
+
+def _forward_steps(workflow_id):
+    return Step.objects.select_for_update().filter(workflow_id=workflow_id, lane=0).order_by("pk")
+
+
+def _workflow(workflow_id) -> Workflow:
     found = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
     if found is None:
         raise NotVisible("No such workflow.")

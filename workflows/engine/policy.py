@@ -260,7 +260,9 @@ def evaluate_many(steps: list[Step]) -> dict[int, list[Check]]:
     approvals that count (and its gate's), or a compensation's requester
     and authorizer."""
     now = timezone.now()
-    hashes = binding.stored_hashes((step.workflow_id, step.lane) for step in steps)
+    # Each plan's `review` (set at submission, never changed) from the row read with its step.
+    reviews = {step.workflow_id: step.workflow.review for step in steps if not step.lane}
+    hashes = binding.stored_hashes(((step.workflow_id, step.lane) for step in steps), reviews=reviews)
     plan_actions = {step.pk: {s["action"] for s in step.workflow.plan} if not step.lane else set() for step in steps}
     current = policies_for(set().union({step.action for step in steps}, *plan_actions.values()))
     forward = {step.workflow_id: step.workflow for step in steps if not step.lane}

@@ -52,12 +52,11 @@ def record(workflows: list[Workflow], target: str, actor, decided_at) -> None:
         )
         for workflow in workflows
     ]
+    # PostgreSQL and SQLite (3.35+) give the new rows' keys back: no read for them.
     DecisionRecord.objects.bulk_create(records)
-    rows = DecisionRecord.objects.filter(workflow_id__in=[w.pk for w in workflows]).values_list("workflow_id", "pk")
-    ids = dict(rows)
     DecisionAction.objects.bulk_create(
         DecisionAction(
-            record_id=ids[workflow.pk],
+            record_id=rec.pk,
             action=action,
             team_id=rec.team_id,
             outcome=rec.outcome,

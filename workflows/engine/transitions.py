@@ -86,7 +86,7 @@ def move(
         )
         if model is Workflow:
             announcements.workflows_moved([obj.pk], current, target)
-            outbox.workflows_moved([obj.pk], target, shape=workflow_out)
+            outbox.workflows_moved([obj], target, shape=workflow_out)
         if review_outcomes.ends_review(model, current, target):
             review_outcomes.record([obj], target, actor, fields["updated_at"])
         _shown([obj], current, target)
@@ -190,7 +190,7 @@ def move_many(
         log.extend(entries)
     if model is Workflow:
         announcements.workflows_moved([obj.pk for obj in moving], current, target)
-        outbox.workflows_moved([obj.pk for obj in moving], target, shape=workflow_out)
+        outbox.workflows_moved(moving, target, shape=workflow_out)
     if review_outcomes.ends_review(model, current, target):
         review_outcomes.record(moving, target, actor, fields["updated_at"])
     _shown(moving, current, target)

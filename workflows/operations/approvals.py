@@ -15,6 +15,7 @@ from typing import Literal
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from workflows import actions, queue
@@ -22,9 +23,9 @@ from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.chat import marks as chat
 from workflows.engine import binding, expiry, locks, policy
-from workflows.engine.transitions import move
+from workflows.engine.transitions import move, move_many
 from workflows.errors import DomainError, PreviewChanged, PreviewPending, WrongState
-from workflows.models import Approval, Step, Workflow
+from workflows.models import Approval, Attempt, Step, Workflow
 from workflows.operations import deciding, delegation
 from workflows.operations.deciding import Seen
 from workflows.states import PreviewState, StepStatus, WorkflowStatus
@@ -37,21 +38,20 @@ def approve(workflow: Workflow | UUID, *, by, seen: Seen, comment: str = "") -> 
     recheck blocked, which lets its blocked steps go on."""
     refuse_credentials(comment=comment)
     with transaction.atomic():
-        locked = locks.plan(getattr(workflow, "pk", workflow))
+        locked, steps = locks.plan_and_steps(getattr(workflow, "pk", workflow))
         expired = locked.status == WorkflowStatus.PLANNED and expiry.expire_one(locked)
         if not expired:
-            _approve(locked, by, seen, comment)
+            _approve(locked, steps, by, seen, comment)
     if expired:
         raise WrongState("The plan's deadline passed: it expired before it was approved.")
     return locked
 
 
-def _approve(locked: Workflow, by, seen: Seen, comment: str) -> None:
+def _approve(locked: Workflow, steps: list[Step], by, seen: Seen, comment: str) -> None:
     plan_policies = policy.plan_rules(locked)
     me = deciding.eligible_reviewer(
         locked, by, "approve this plan", approving=True, editors_too=True, plan_policies=plan_policies
     )
-    steps = list(locked.steps.filter(lane=0).order_by("position"))
     blocked = [step for step in steps if step.status == StepStatus.BLOCKED]
     if not (locked.status == WorkflowStatus.PLANNED or (locked.status == WorkflowStatus.FAILED and blocked)):
         raise WrongState(f"The workflow is {locked.status}, not awaiting an approval.")
@@ -176,18 +176,25 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
 
 
 def _unblock(workflow: Workflow, blocked: list[Step], by, data: dict) -> None:
-    for step in blocked:
-        last = step.attempts.order_by("-number").values_list("number", flat=True).first() or 0
-        move(
-            step,
-            StepStatus.PENDING,
-            actor=by,
-            verb="step.unblocked",
-            failure_class="",
-            retry_base=last,
-            next_attempt_at=timezone.now(),
-            data={"reason": "fresh approval"},
-        )
+    """The blocked steps (locked with the plan) go on, their retries counted
+    from their last attempt: one read and one update for them all."""
+    last = dict(
+        Attempt.objects.filter(step__in=blocked)
+        .values("step_id")
+        .annotate(last=Max("number"))
+        .values_list("step_id", "last")
+    )
+    move_many(
+        blocked,
+        StepStatus.PENDING,
+        actor=by,
+        verb="step.unblocked",
+        locked=True,
+        each=lambda step: {"retry_base": last.get(step.pk, 0)},
+        data={"reason": "fresh approval"},
+        failure_class="",
+        next_attempt_at=timezone.now(),
+    )
     move(workflow, WorkflowStatus.RUNNING, actor=by, verb="workflow.reapproved", data=data)
 
 

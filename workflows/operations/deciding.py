@@ -100,7 +100,7 @@ def eligible_reviewer(
                 f"You cannot {what}: its policies name the reviewers who may ({rules}), and you are not in that group."
             )
     authors = persons.plan_authors([workflow])[workflow.pk]
-    people = persons.keys_of(authors | {user.pk})
+    people = persons.keys_of(authors | {user.pk}, remember=user)
     me = people[user.pk]
     if me == people[workflow.submitted_by_id]:
         raise NotAllowed(
