@@ -56,11 +56,9 @@ def test_postgresql_with_the_orm_broker_listens(postgresql, settings):
     assert Conf.BROKER_CLASS == "workflows.queue.ListeningBroker"
 
 
-def test_approval_commit_wakes_a_broker_waiting_on_listen(listening, api, monkeypatch):
-    workflow_id = submitted(api)
-    # A poll longer than the test may wait: only the notification can end the wait.
-    monkeypatch.setattr(Conf, "POLL", 600)
-    broker = listening()
+def pushing(broker) -> tuple[threading.Thread, list]:
+    """A pusher's loop on its own thread, taking from `broker` until it
+    takes a task or has been woken three times; the tasks it took."""
     taken = []
 
     def pusher():
@@ -72,6 +70,15 @@ def test_approval_commit_wakes_a_broker_waiting_on_listen(listening, api, monkey
 
     thread = threading.Thread(target=pusher, daemon=True)
     thread.start()
+    return thread, taken
+
+
+def test_approval_commit_wakes_a_broker_waiting_on_listen(listening, api, monkeypatch):
+    workflow_id = submitted(api)
+    # A poll longer than the test may wait: only the notification can end the wait.
+    monkeypatch.setattr(Conf, "POLL", 600)
+    broker = listening()
+    thread, taken = pushing(broker)
     response = api["reviewer"].post(f"/workflows/{workflow_id}/approve", {"comment": "ok"})
     assert response.status_code == 200, response.content
     thread.join(60)
@@ -87,17 +94,7 @@ def test_the_worker_loops_own_wake_up_wakes_a_broker_at_once(listening, monkeypa
     carries its NOTIFY too: it is taken then, not at the next poll."""
     monkeypatch.setattr(Conf, "POLL", 600)
     broker = listening()
-    taken = []
-
-    def pusher():
-        try:
-            while not taken and broker.woken < 3:
-                taken.extend(broker.dequeue() or [])
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=pusher, daemon=True)
-    thread.start()
+    thread, taken = pushing(broker)
     time.sleep(0.5)  # waiting on LISTEN, the queue empty
     queue.send("workflows.tasks.drain", name="drain", brokers=queue.brokers())
     thread.join(60)
