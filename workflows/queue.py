@@ -128,6 +128,17 @@ def wake(workflow: Workflow) -> None:
 # Wake-ups of due work: whichever of them a worker takes drains every step
 # that is due (`execution.drain`).
 DRAINS = frozenset({"workflows.tasks.run_workflow", "workflows.tasks.drain"})
+# Every wake-up that carries no work of its own: its task does whatever is
+# due in the tables (the steps; the reviewers' notices; webhook deliveries;
+# chat messages), so one of them queued does the work of all, and a lane's
+# broker drops the surplus (`QueueBroker._collapse`). A burst of 4,000
+# submissions queued 4,000 notice tasks on the messages lane, and each cost
+# about seven commits of django-q2's bookkeeping while the steps ran.
+WAKE_UPS = DRAINS | {
+    "workflows.tasks.send_review_notices",
+    "workflows.tasks.deliver_webhooks",
+    "workflows.tasks.send_chat",
+}
 # How far back a drain's wake-up is dated in the queue (below): further than
 # any task waits, so that drains come out first, oldest first among them.
 HEAD_START = timedelta(days=1)
@@ -160,9 +171,16 @@ def send(func: str, *, name: str, brokers: dict[str, Broker]) -> None:
 
 def _lock(task: str):
     """A queued task's `lock` (django-q2's "not before"): now, and for a
-    drain's wake-up `HEAD_START` back (`QueueBroker`)."""
+    wake-up of due work `HEAD_START` back (`QueueBroker`)."""
     lock = timezone.now()
-    return lock - HEAD_START if _func(task) in DRAINS else lock
+    return lock - HEAD_START if _func(task) in WAKE_UPS else lock
+
+
+def _kind(payload: str) -> str:
+    """Which wake-ups of due work do the same work: every drain's, else
+    each task's own."""
+    func = _func(payload)
+    return "drain" if func in DRAINS else func
 
 
 def _func(payload: str) -> str:
@@ -246,23 +264,32 @@ class QueueBroker(ORM):
         return taken
 
     def _collapse(self, now) -> int:
-        """Drop the wake-ups of due work queued beyond one per worker.
+        """Drop the wake-ups of due work queued beyond one per worker, of
+        each kind (`_kind`).
 
         A burst of approvals queues a wake-up each, and any one drain runs
         everything due when it starts: after the first, the rest found
         nothing (their steps were already claimed) and each cost a task, a
         health check and an empty claim, hundreds in a row, on the CPU the
-        effects needed. Every wake-up dropped here was committed before the
-        ones kept were taken, so the drains they start see its work; the
-        worker loop's sweep queues drains again whenever work is due and
+        effects needed. So with a burst of submissions and their notices'
+        wake-ups. Every wake-up dropped here was committed before the
+        ones kept were taken, so the tasks they start see its work; the
+        worker loop's sweep queues them again whenever work is due and
         fewer are queued than workers. Returns how many were dropped."""
         keep = _drains_kept()
         queue = self.get_connection()
-        surplus = list(
+        kept: dict[str, int] = {}
+        surplus = []
+        for pk, payload in (
             queue.filter(key=self.list_key, lock__lte=now - HEAD_START / 2)
             .order_by("lock", "id")
-            .values_list("id", flat=True)[keep : keep + COLLAPSE_BATCH]
-        )
+            .values_list("id", "payload")[:COLLAPSE_BATCH]
+        ):
+            kind = _kind(payload)
+            if kept.get(kind, 0) < keep:
+                kept[kind] = kept.get(kind, 0) + 1
+            else:
+                surplus.append(pk)
         if not surplus:
             return 0
         dropped, _ = queue.filter(id__in=surplus, lock__lte=now - HEAD_START / 2).delete()

@@ -33,7 +33,17 @@ NOOP = [{"key": "s", "action": "noop", "args": {}}]
 
 
 def submit(people, key):
-    return plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": NOOP}).workflow
+    """A plan, and a task of its own queued after it: its notice's task as
+    queued before notices were rows, standing for any task with arguments
+    that shares the lane with the drains (a bulk job's batch). The
+    submission's own wake-up of the notices is taken off the queue: it is
+    a wake-up of due work, as drains are, and not this module's subject."""
+    workflow = plans.submit(people["agent"], {"name": key, "submission_key": key, "steps": NOOP}).workflow
+    OrmQ.objects.filter(
+        pk__in=[row.pk for row in OrmQ.objects.all() if row.task["func"] == "workflows.tasks.send_review_notices"]
+    ).delete()
+    queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+    return workflow
 
 
 def taken_names(broker, count):

@@ -89,7 +89,7 @@ def test_reminders_and_escalations_go_to_the_delegate(mailboxes, django_user_mod
     ).workflow
     ReviewNotice.objects.filter(workflow=workflow).update(due_at=timezone.now() - timedelta(seconds=1))
 
-    assert notifications.send_due() == 2
+    assert notifications.send_due() == 3  # the first notice, the reminder, the escalation
     assert told("Reminder:") == ["admin@example.com", "reviewer2@example.com"]
     assert told("Escalation:") == ["operator@example.com"]  # the lead's delegate, of the plan's team
     sent = {

@@ -32,7 +32,12 @@ def leads(people, django_user_model):
 
 
 def submitted(people, key="escalate-1", review=ESCALATE) -> Workflow:
-    return plans.submit(people["agent"], {**ticket_plan(key), "deadline_seconds": 7200, "review": review}).workflow
+    """A plan whose reviewers were told of it (its first notice sent, the mail cleared)."""
+    workflow = plans.submit(people["agent"], {**ticket_plan(key), "deadline_seconds": 7200, "review": review}).workflow
+    notifications.notify_reviewers(workflow.pk)
+    assert ReviewNotice.objects.get(workflow=workflow, kind="NOTICE").sent_at is not None
+    mail.outbox.clear()
+    return workflow
 
 
 def overdue(workflow: Workflow) -> Workflow:

@@ -5,12 +5,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from django.core import mail
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from tests.support import deciding as decide
 from tests.support.plans import ticket_plan
-from workflows import tasks
-from workflows.models import AuditEvent
-from workflows.operations import plans
+from workflows import queue, tasks
+from workflows.models import AuditEvent, ReviewNotice
+from workflows.operations import notifications, plans
 
 
 def test_reviewers_other_than_the_submitter_get_an_email_with_a_link(people, settings):
@@ -71,9 +76,35 @@ def test_an_optional_webhook_is_called(people, settings):
     assert "1. ticket.create (open)" in payload["text"] and "Time left to decide" in payload["text"]
 
 
-def test_submission_queues_the_notice(people):
-    from django_q.models import OrmQ
-
+def test_submission_writes_the_notice_and_queues_its_wake_up(people):
     workflow = plans.submit(people["agent"], ticket_plan()).workflow
-    queued = [(task.func(), task.args()) for task in OrmQ.objects.all()]
-    assert queued.count(("workflows.tasks.notify_reviewers", (str(workflow.pk),))) == 1
+    [notice] = ReviewNotice.objects.filter(workflow=workflow)
+    assert (notice.kind, notice.sent_at, notice.deadline) == (ReviewNotice.Kind.NOTICE, None, workflow.deadline)
+    queued = [(task.key, task.func(), task.args()) for task in OrmQ.objects.all()]
+    assert (queue.lane_key(queue.MESSAGES), "workflows.tasks.send_review_notices", ()) in queued
+    assert tasks.send_review_notices() == 1
+    assert AuditEvent.objects.filter(verb="reviewers.notified", workflow_id=workflow.pk).count() == 1
+    assert tasks.send_review_notices() == 0 and tasks.notify_reviewers(str(workflow.pk)) == 0  # each once
+
+
+def test_a_burst_decided_before_its_notices_costs_one_task_and_one_statement(people):
+    """Plans submitted and decided while no worker ran: the messages lane
+    keeps one wake-up per worker of the burst's (the rest are dropped at
+    the first take), and that task settles every first notice in one
+    statement, unsent and unrecorded: no task, mail or event per plan."""
+    people["reviewer2"].email = "r2@example.com"
+    people["reviewer2"].save()
+    burst = [plans.submit(people["agent"], ticket_plan(key=f"burst-{n}")).workflow for n in range(30)]
+    for workflow in burst:
+        decide.reject(workflow, by=people["reviewer"], comment="not now")
+    broker = queue.brokers()[queue.MESSAGES]
+    taken = broker.dequeue()
+    assert [SignedPackage.loads(payload)["func"] for _, payload in taken] == ["workflows.tasks.send_review_notices"]
+    waiting = [task.func() for task in OrmQ.objects.filter(key=broker.list_key, lock__lt=timezone.now())]
+    assert waiting.count("workflows.tasks.send_review_notices") <= queue.workers(queue.STEPS)
+    with CaptureQueriesContext(connection) as queries:
+        assert tasks.send_review_notices() == len(burst)
+    assert len(queries) <= 6, [query["sql"] for query in queries]
+    assert mail.outbox == []
+    assert not AuditEvent.objects.filter(verb="reviewers.notified").exists()
+    assert set(ReviewNotice.objects.values_list("outcome", flat=True)) == {notifications.MOOT}

@@ -51,6 +51,7 @@ def test_the_plan_schedules_its_reminders_and_escalation(api, leads):
     assert workflow.review == REVIEW  # stored as submitted
     due = {(n.kind, n.due_at - workflow.created_at) for n in ReviewNotice.objects.filter(workflow=workflow)}
     assert due == {
+        ("NOTICE", timedelta(0)),  # the first, that the plan awaits review
         ("REMINDER", timedelta(seconds=1800)),
         ("REMINDER", timedelta(seconds=3000)),
         ("ESCALATION", timedelta(seconds=3600)),
@@ -82,7 +83,7 @@ def test_reminders_reach_reviewers_and_the_escalation_the_group_each_once(people
     workflow = plans.submit(people["agent"], reviewed_plan()).workflow
     come_due(workflow)
 
-    assert notifications.send_due() == 3
+    assert notifications.send_due() == 4  # the first notice, two reminders, the escalation
     assert notifications.send_due() == 0  # each once
 
     reminders = [m for m in mail.outbox if m.subject.startswith("Reminder:")]
@@ -124,9 +125,12 @@ def test_nothing_is_sent_for_a_plan_decided_before_its_notices(people, leads):
     decide.approve(workflow, by=people["reviewer"])
     mail.outbox.clear()
     come_due(workflow)
-    assert notifications.send_due() == 3
+    assert notifications.send_due() == 4
     assert mail.outbox == []
-    assert set(ReviewNotice.objects.values_list("outcome", flat=True)) == {"not sent: the plan is APPROVED"}
+    assert set(ReviewNotice.objects.values_list("outcome", flat=True)) == {
+        "not sent: the plan is APPROVED",
+        notifications.MOOT,  # the first notice
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -185,7 +189,11 @@ def test_an_action_policy_sets_the_review_of_plans_that_set_none(people, leads, 
     notices = {
         (n.kind, n.due_at - workflow.created_at, n.group) for n in ReviewNotice.objects.filter(workflow=workflow)
     }
-    assert notices == {("REMINDER", timedelta(seconds=1200), ""), ("ESCALATION", timedelta(seconds=1800), "leads")}
+    assert notices == {
+        ("NOTICE", timedelta(0), ""),
+        ("REMINDER", timedelta(seconds=1200), ""),
+        ("ESCALATION", timedelta(seconds=1800), "leads"),
+    }
     assert workflow.review is None  # the plan set none: nothing is written into what it submitted
 
     own = plans.submit(people["agent"], reviewed_plan("own-review")).workflow  # the plan's own review wins

@@ -78,13 +78,16 @@ class GateApproval(models.Model):
 
 
 class ReviewNotice(models.Model):
-    """A reminder before a plan's review deadline, or the escalation once it
-    passed: one row each, written with the plan, sent once by whichever
-    cluster takes its row first (`operations.notifications.send_due`). Also
-    the escalation of a plan whose own deadline passed, written by the
-    escalation itself (`engine.expiry`)."""
+    """A notice to a plan's reviewers: the first, that it awaits them (due
+    at its submission); a reminder before its review deadline; the
+    escalation once that passed. One row each, written with the plan, sent
+    once by whichever cluster takes its row first
+    (`operations.notifications.send_due`). Also the escalation of a plan
+    whose own deadline passed, written by the escalation itself
+    (`engine.expiry`)."""
 
     class Kind(models.TextChoices):
+        NOTICE = "NOTICE"
         REMINDER = "REMINDER"
         ESCALATION = "ESCALATION"
 

@@ -1,10 +1,15 @@
-"""Tell reviewers that a plan awaits them: email, and optionally a webhook.
+"""Tell reviewers that a plan awaits them (email, and optionally a
+webhook), remind them before its review deadline, escalate after it.
 
-Runs as a queued task after the submission commits, so a slow mail server
-never slows an agent's submission, and a failure here never loses the plan.
+Each notice is a row written with the plan (`ReviewNotice`) and sent by a
+queued task after the submission commits, so a slow mail server never
+slows an agent's submission, and a failure here never loses the plan. The
+task takes no arguments: any one of them sends every notice due, so the
+queue drops the surplus of a burst's wake-ups (`workflows.queue.WAKE_UPS`).
 """
 
 import logging
+import time
 from datetime import timedelta
 
 import requests
@@ -49,9 +54,24 @@ def _reviewers(workflow: Workflow) -> tuple[list, dict]:
 
 
 def notify_reviewers(workflow_id) -> int:
-    workflow = Workflow.objects.select_related("submitted_by").filter(pk=workflow_id).first()
-    if workflow is None or workflow.status != WorkflowStatus.PLANNED:
-        return 0  # decided (or gone) before the notice went out: nothing to say
+    """Send one plan's first notice now, if it has not gone out; the number
+    of emails sent. (The queued task of a plan submitted before first
+    notices were rows: its row is written here.)"""
+    with transaction.atomic():
+        if not ReviewNotice.objects.filter(workflow_id=workflow_id, kind=ReviewNotice.Kind.NOTICE).exists():
+            workflow = Workflow.objects.filter(pk=workflow_id).first()
+            if workflow is None:
+                return 0
+            ReviewNotice.objects.create(
+                workflow=workflow, kind=ReviewNotice.Kind.NOTICE, due_at=workflow.created_at, deadline=workflow.deadline
+            )
+        notice = _take(ReviewNotice.objects.filter(workflow_id=workflow_id, kind=ReviewNotice.Kind.NOTICE))
+        return _settle(notice).get("emails", 0) if notice is not None else 0
+
+
+def _notify(workflow: Workflow) -> dict:
+    """The first notice: each reviewer's email with their own links, and
+    the optional webhook; what to record of it."""
     link = workflow_url(workflow)
     subject = f"Plan awaiting your review: {workflow.name}"[:200].replace("\n", " ")
     risk, about = _about(workflow, workflow.deadline)
@@ -87,16 +107,7 @@ def notify_reviewers(workflow_id) -> int:
             requests.post(hook, json=payload, timeout=5)
         except requests.RequestException as exc:
             log.warning("review webhook failed: %s", type(exc).__name__)
-    with transaction.atomic():
-        journal.append(
-            actor="system",
-            verb="reviewers.notified",
-            obj_type="workflow",
-            obj_id=workflow.pk,
-            workflow_id=workflow.pk,
-            data={"emails": sent, "webhook": bool(hook), **({"delegated": delegated} if delegated else {})},
-        )
-    return sent
+    return {"emails": sent, "webhook": bool(hook), **({"delegated": delegated} if delegated else {})}
 
 
 def _about(workflow: Workflow, until) -> tuple[str, str]:
@@ -149,42 +160,92 @@ def any_due() -> bool:
     return ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists()
 
 
-def send_due(limit: int = 100) -> int:
-    """Send the reminders and escalations that came due, each once: a
-    notice's row is taken with SKIP LOCKED and marked sent in the
-    transaction that sends it, so clusters sweeping at once never both send
-    one. (A process killed between the mail and the commit sends it again:
-    once more, never lost.) Returns the notices settled."""
-    settled = 0
-    for _ in range(limit):
+# How long one notices task keeps sending, at most: it ends well inside the
+# task timeout (a quarter of Q_TIMEOUT); what is still due is taken by the
+# next (the worker loop asks `any_due`).
+BUDGET_SECONDS = 20.0
+
+
+def send_due(budget: float | None = None) -> int:
+    """Send the notices that came due, each once: a notice's row is taken
+    with SKIP LOCKED and marked sent in the transaction that sends it, so
+    clusters sweeping at once never both send one. (A process killed
+    between the mail and the commit sends it again: once more, never lost.)
+    First notices of plans decided before theirs went out are settled
+    first, all in one statement, unsent and with no audit event: a burst of
+    plans approved while no worker ran costs one statement, not a task per
+    plan. Returns the notices settled."""
+    if budget is None:
+        budget = min(BUDGET_SECONDS, settings.Q_CLUSTER["timeout"] / 4)
+    settled = _moot()
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
         with transaction.atomic():
-            due = ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).order_by("due_at")
-            if connection.features.has_select_for_update_skip_locked:
-                due = due.select_for_update(skip_locked=True, of=("self",))
-            notice = due.select_related("workflow__submitted_by").first()
+            notice = _take(ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()))
             if notice is None:
-                return settled
-            notice.outcome, delegated = _send(notice)
-            notice.sent_at = timezone.now()
-            notice.save(update_fields=["sent_at", "outcome"])
-            journal.append(
-                actor="system",
-                verb=f"reviewers.{notice.kind.lower()}",
-                obj_type="workflow",
-                obj_id=notice.workflow_id,
-                workflow_id=notice.workflow_id,
-                data={
-                    "due_at": notice.due_at.isoformat(),
-                    "outcome": notice.outcome,
-                    **({"delegated": delegated} if delegated else {}),
-                },
-            )
+                break
+            _settle(notice)
         settled += 1
     return settled
 
 
+def _moot() -> int:
+    """Settle the first notices of plans no longer awaiting review."""
+    return (
+        ReviewNotice.objects.filter(kind=ReviewNotice.Kind.NOTICE, sent_at__isnull=True, due_at__lte=timezone.now())
+        .exclude(workflow__status=WorkflowStatus.PLANNED)
+        .update(sent_at=timezone.now(), outcome=MOOT)
+    )
+
+
+MOOT = "not sent: the plan was decided first"
+
+
+def _take(notices) -> ReviewNotice | None:
+    """The oldest unsent of `notices`, locked for this transaction; one that
+    another transaction holds is passed over."""
+    due = notices.filter(sent_at__isnull=True).order_by("due_at")
+    if connection.features.has_select_for_update_skip_locked:
+        due = due.select_for_update(skip_locked=True, of=("self",))
+    return due.select_related("workflow__submitted_by").first()
+
+
+def _settle(notice: ReviewNotice) -> dict:
+    """Send a taken notice (inside its transaction), mark it sent, and
+    record it; what was recorded. A first notice whose plan was decided
+    meanwhile is settled unsent, with no audit event, as `_moot` does."""
+    if notice.kind == ReviewNotice.Kind.NOTICE:
+        if notice.workflow.status != WorkflowStatus.PLANNED:
+            notice.outcome, data = MOOT, None
+        else:
+            data = _notify(notice.workflow)
+            notice.outcome = f"{data['emails']} reviewer(s) told"
+        verb = "reviewers.notified"
+    else:
+        notice.outcome, delegated = _send(notice)
+        data = {
+            "due_at": notice.due_at.isoformat(),
+            "outcome": notice.outcome,
+            **({"delegated": delegated} if delegated else {}),
+        }
+        verb = f"reviewers.{notice.kind.lower()}"
+    notice.sent_at = timezone.now()
+    notice.save(update_fields=["sent_at", "outcome"])
+    if data is not None:
+        journal.append(
+            actor="system",
+            verb=verb,
+            obj_type="workflow",
+            obj_id=notice.workflow_id,
+            workflow_id=notice.workflow_id,
+            data=data,
+        )
+    return data or {}
+
+
 def _send(notice: ReviewNotice) -> tuple[str, dict]:
-    """(outcome, `{away: delegate}` of those whose delegate was told instead)."""
+    """A reminder or an escalation: (outcome, `{away: delegate}` of those
+    whose delegate was told instead)."""
     workflow = notice.workflow
     waiting = (WorkflowStatus.PLANNED, WorkflowStatus.WAITING_GATE) if notice.at_expiry else (WorkflowStatus.PLANNED,)
     if workflow.status not in waiting:

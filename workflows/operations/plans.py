@@ -356,8 +356,16 @@ def submit(user, body: dict) -> Submission:
                 if (chosen := review if review is not None else _policy_review(plan, deadline_seconds)) is not None:
                     _schedule_notices(workflow, chosen)
                 chat.opened(workflow, "plan")
-                # Queued with the submission (same database): commits or rolls back with it.
-                queue.enqueue("workflows.tasks.notify_reviewers", str(workflow.pk), name=f"notify {workflow.pk}")
+                # The reviewers' first notice: a row sent by whichever notices
+                # task runs first (`notifications.send_due`), and its wake-up,
+                # both committed or rolled back with the submission.
+                ReviewNotice.objects.create(
+                    workflow=workflow,
+                    kind=ReviewNotice.Kind.NOTICE,
+                    due_at=workflow.created_at,
+                    deadline=workflow.deadline,
+                )
+                queue.enqueue("workflows.tasks.send_review_notices", name="review notices")
             if any(step.preview_state == PreviewState.PENDING for step in steps):
                 # A worker takes them: a remote read never runs in a web request.
                 queue.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
