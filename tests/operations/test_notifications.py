@@ -87,11 +87,11 @@ def test_submission_writes_the_notice_and_queues_its_wake_up(people):
     assert tasks.send_review_notices() == 0 and tasks.notify_reviewers(str(workflow.pk)) == 0  # each once
 
 
-def test_a_burst_decided_before_its_notices_costs_one_task_and_one_statement(people):
+def test_a_burst_decided_before_its_notices_costs_one_task_and_a_few_statements(people):
     """Plans submitted and decided while no worker ran: the messages lane
     keeps one wake-up per worker of the burst's (the rest are dropped at
-    the first take), and that task settles every first notice in one
-    statement, unsent and unrecorded: no task, mail or event per plan."""
+    the first take), and that task settles every first notice in a few
+    statements (three per thousand), unsent and unrecorded: no task, mail or event per plan."""
     people["reviewer2"].email = "r2@example.com"
     people["reviewer2"].save()
     burst = [plans.submit(people["agent"], ticket_plan(key=f"burst-{n}")).workflow for n in range(30)]
@@ -108,3 +108,17 @@ def test_a_burst_decided_before_its_notices_costs_one_task_and_one_statement(peo
     assert mail.outbox == []
     assert not AuditEvent.objects.filter(verb="reviewers.notified").exists()
     assert set(ReviewNotice.objects.values_list("outcome", flat=True)) == {notifications.MOOT}
+
+
+def test_first_notices_of_decided_plans_are_settled_batch_by_batch_past_plans_still_waiting(people, monkeypatch):
+    monkeypatch.setattr(notifications, "MOOT_BATCH", 4)
+    waiting = [plans.submit(people["agent"], ticket_plan(key=f"waiting-{n}")).workflow for n in range(2)]
+    decided = [plans.submit(people["agent"], ticket_plan(key=f"decided-{n}")).workflow for n in range(9)]
+    for workflow in decided:
+        decide.reject(workflow, by=people["reviewer"], comment="not now")
+
+    assert notifications._moot() == len(decided)  # each batch holds the two waiting plans' notices too
+    assert set(ReviewNotice.objects.filter(workflow__in=decided).values_list("outcome", flat=True)) == {
+        notifications.MOOT
+    }
+    assert not ReviewNotice.objects.filter(workflow__in=waiting, sent_at__isnull=False).exists()
