@@ -63,6 +63,9 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         written = window["tup_inserted"] + window["tup_updated"] + window["tup_deleted"]
         assert cost["rows_written"] == round(written / steps, 2)
         assert cost["wal_bytes"] >= 1000, cost
+        # The server's WAL records and full-page images; its checkpoints, if any crossed the window.
+        assert window["wal_records"] >= steps and window["wal_full_page_images"] >= 0, window
+        assert cost["checkpoints"] == window["checkpoints"] >= 0, cost
         # Told by table: every step's attempt is among the rows inserted.
         tables = window["rows_by_table"]
         assert tables[Attempt._meta.db_table][0] >= steps, tables
@@ -72,7 +75,8 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         assert window["database_backends"] >= 2 and window["sessions_left_at_start"] == 0, window
     assert re.search(
         r"\(b\) cost per step, 1 cluster\(s\) +[\d.]+ commits \([\d.]+ that wrote\), [\d.]+ rows written "
-        r"\([\d.]+ inserted, [\d.]+ updated, [\d.]+ deleted\), [\d,]+ bytes of WAL; CPU µs: workers [\d,]+, "
+        r"\([\d.]+ inserted, [\d.]+ updated, [\d.]+ deleted\), [\d,]+ bytes of WAL \([\d.]+ full-page images; "
+        r"\d+ checkpoint\(s\) in the window\); CPU µs: workers [\d,]+, "
         r"database [\d,]+",
         report,
     ), report

@@ -143,6 +143,8 @@ class StepCost:
             "write_transactions": after["xid"] - before["xid"],
             **{name: after[name] - before[name] for name in ROWS},
             "wal_bytes": self._wal_bytes(before["lsn"], after["lsn"]),
+            # The server's, every database's: the bench runs alone on it.
+            **{name: after[name] - before[name] for name in ("wal_records", "wal_full_page_images", "checkpoints")},
             "worker_cpu_us": self.cluster_ticks * TICK_US,
             "database_cpu_us": sum(self.backends.values()) * TICK_US,
             "database_backends": len(self.backends),
@@ -173,6 +175,8 @@ class StepCost:
             "rows_deleted": round(window["tup_deleted"] / steps, 2),
             "rows_written": round(rows / steps, 2),
             "wal_bytes": round(window["wal_bytes"] / steps),
+            "wal_full_page_images": round(window["wal_full_page_images"] / steps, 2),
+            "checkpoints": window["checkpoints"],
             "worker_cpu_us": round(window["worker_cpu_us"] / steps),
             "database_cpu_us": round(window["database_cpu_us"] / steps),
             "server_background_cpu_us": round(window["server_background_cpu_us"] / steps),
@@ -243,7 +247,22 @@ class StepCost:
             [self.database],
         ).fetchall()
         counts = dict(zip(("xact_commit", "xact_rollback", *ROWS, "lsn", "xid"), row, strict=True))
-        return {**counts, "others": dict(others), "at": time.monotonic()}
+        return {**counts, **self._server_wal(), "others": dict(others), "at": time.monotonic()}
+
+    def _server_wal(self) -> dict[str, int]:
+        """The server's WAL records and full-page images (`pg_stat_wal`), and
+        its checkpoints so far (`pg_stat_checkpointer` from PostgreSQL 17,
+        `pg_stat_bgwriter` before): the first change to a page after a
+        checkpoint writes the whole page to the WAL, so a run that crosses
+        more checkpoints, or touches more pages between them, writes more
+        WAL per step."""
+        records, images = self.side.execute("SELECT wal_records, wal_fpi FROM pg_stat_wal").fetchone()
+        if self.side.info.server_version >= 170000:
+            query = "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+        else:
+            query = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        (checkpoints,) = self.side.execute(query).fetchone()
+        return {"wal_records": records, "wal_full_page_images": images, "checkpoints": checkpoints}
 
     def _tables(self) -> dict[str, tuple[int, int, int]]:
         """Rows inserted, updated and deleted so far in each table of the bench's database (read there)."""

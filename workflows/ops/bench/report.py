@@ -292,7 +292,8 @@ def _cost(cost: dict) -> str:
     return (
         f"{cost['commits']} commits ({cost['write_transactions']} that wrote), "
         f"{cost['rows_written']} rows written ({cost['rows_inserted']} inserted, "
-        f"{cost['rows_updated']} updated, {cost['rows_deleted']} deleted), {cost['wal_bytes']:,} bytes of WAL; "
+        f"{cost['rows_updated']} updated, {cost['rows_deleted']} deleted), {cost['wal_bytes']:,} bytes of WAL "
+        f"({cost['wal_full_page_images']} full-page images; {cost['checkpoints']} checkpoint(s) in the window); "
         f"CPU µs: workers {cost['worker_cpu_us']:,}, database {cost['database_cpu_us']:,} "
         f"(+ server background {cost['server_background_cpu_us']:,})"
         + ("" if window["settled"] else "; the statistics had not settled")
