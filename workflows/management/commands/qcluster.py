@@ -4,6 +4,7 @@ recovery loop."""
 import os
 import signal
 import threading
+from importlib import import_module
 
 from django.conf import settings
 from django.core.management.base import CommandError
@@ -41,6 +42,13 @@ def start_lane(lane: str) -> Cluster:
 
 class Command(QClusterCommand):
     help = "Starts the worker clusters (the steps lane and the messages lane) and their recovery loop."
+    # Django's system checks are a deployment's (`manage.py check --deploy`,
+    # docs/deploying.md), not each worker start's: their URL check loads
+    # the whole URLconf, the JSON API's schemas with it, which no step
+    # worker uses (a third of the time from start to the first effect).
+    # The one check of the project's own, plugins left out, is logged by
+    # `plugins.discover` in every process.
+    requires_system_checks = []
 
     def handle(self, *args, **options):
         if settings.DATABASES["default"].get("OPTIONS", {}).get("pool"):
@@ -73,6 +81,12 @@ class Command(QClusterCommand):
 
         try:
             for lane in (queue.STEPS, queue.MESSAGES):
+                if lane == queue.MESSAGES:
+                    # Notices and chat messages carry links to the console:
+                    # its URLconf is loaded once, here, for the messages
+                    # lane's workers to inherit, after the step workers have
+                    # forked without it.
+                    import_module(settings.ROOT_URLCONF)
                 clusters.append(start_lane(lane))
                 # Each Cluster() installs django-q2's handler: put ours back at once.
                 for signum in (signal.SIGTERM, signal.SIGINT):
