@@ -499,14 +499,9 @@ GROWING = (
 
 def _settings_after(sql: str, settings: dict) -> dict:
     """The planner settings in force after a captured statement: the
-    engine's `SET LOCAL` and `RESET` (`execution.fixed_plans`) and
-    `set_config(..., true)` (`planning.by_key`)."""
-    settings = dict(settings)
-    settings.update(re.findall(r"^SET LOCAL (\w+) = (\w+)", sql))
-    settings.update(re.findall(r"set_config\('(\w+)', '(\w+)', true\)", sql))
-    for name in re.findall(r"^RESET (\w+)", sql):
-        settings.pop(name, None)
-    return settings
+    engine's `set_config(..., true)` (`execution.fixed_plans`,
+    `planning.by_key`), set and put back."""
+    return {**settings, **dict(re.findall(r"set_config\('(\w+)', '(\w+)', true\)", sql))}
 
 
 def _plan_of(sql: str, settings: dict) -> str:

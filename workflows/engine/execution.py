@@ -99,19 +99,26 @@ def fixed_plans():
     window's rows only fetched by primary key; with stale statistics the
     planner took the status index instead, reading and sorting every
     PENDING step, the inbox's included, on every claim and every tick.
-    Other statements of the transaction are planned as usual."""
+    Other statements of the transaction are planned as before: both
+    settings are the transaction's own (`set_config(..., true)`), set by one
+    statement and put back as they were by another."""
     if connection.vendor != "postgresql":
         yield
         return
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
-        cursor.execute("SET LOCAL enable_sort = off")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET enable_bitmapscan")
-            cursor.execute("RESET enable_sort")
+        cursor.execute(
+            "SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort'),"
+            " set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)"
+        )
+        bitmapscan, sort, _, _ = cursor.fetchone()
+    # A block that raises leaves the settings to the rollback of its
+    # transaction or savepoint, which undoes them (`planning.by_key`).
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_sort', %s, true)",
+            [bitmapscan, sort],
+        )
 
 
 def any_due() -> bool:
