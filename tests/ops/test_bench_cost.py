@@ -63,9 +63,11 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         written = window["tup_inserted"] + window["tup_updated"] + window["tup_deleted"]
         assert cost["rows_written"] == round(written / steps, 2)
         assert cost["wal_bytes"] >= 1000, cost
-        # The server's WAL records and full-page images; its checkpoints, if any crossed the window.
-        assert window["wal_records"] >= steps and window["wal_full_page_images"] >= 0, window
-        assert cost["checkpoints"] == window["checkpoints"] >= 0, cost
+        # The server's WAL records (several per step: its rows, its commits), and its full-page
+        # images told per step from the window's count.
+        assert window["wal_records"] >= 3 * steps, window
+        assert cost["wal_full_page_images"] == round(window["wal_full_page_images"] / steps, 2), cost
+        assert cost["checkpoints"] == window["checkpoints"], cost
         # Told by table: every step's attempt is among the rows inserted.
         tables = window["rows_by_table"]
         assert tables[Attempt._meta.db_table][0] >= steps, tables
