@@ -268,6 +268,11 @@ WHITENOISE_USE_FINDERS = env_bool(
     help="Serve static files straight from the app directories (no collectstatic).",
     shown="DEBUG",
 )
+# Whitenoise's own default, fixed when the settings are read: it would read
+# DEBUG again as each handler loads its middleware, after a test runner has
+# turned it off, and every test client would then list and stat every
+# static file of every app through the finders.
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Under the ASGI entry point (durableconsole.asgi, production), the threads
 # that run Django in each web process: they share the process's pool of
