@@ -7,11 +7,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
-# The PostgreSQL leg, the longest, runs in this many pytest processes (each
-# on a test database of its own, a test file never split between two), so
-# the cores the SQLite leg leaves once it ends are used: `PG_PROCESSES=0`
-# runs it in one.
-PG_PROCESSES ?= 2
+# Each database leg runs in this many pytest processes (pytest-xdist), each
+# on a test database of its own; `--dist load` hands the tests out in the
+# order pytest-django sorts them, so each process still runs the tests that
+# find the migrations' rows before those that empty the tables.
+# `TEST_PROCESSES=0` runs a leg in one process.
+TEST_PROCESSES ?= 2
+XDIST = -n $(TEST_PROCESSES) --dist load
 # Where `make run` serves the console and the ticket desk: `make run PORT=9000 DESK_PORT=9100`,
 # or the same from the environment.
 PORT ?= 8000
@@ -57,12 +59,12 @@ test: setup setup-browser-checks
 # on the PostgreSQL leg alone (docs/development.md#running-the-tests).
 test-sqlite: setup setup-browser-checks
 	@echo "== test suite on SQLite =="
-	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest -m 'not once' $(PYTEST_ARGS)
+	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest -m 'not once' $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: setup setup-browser-checks
 	@echo "== test suite on PostgreSQL ($(PG_TEST_URL)) =="
 	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(PG_TEST_URL)" 2>/dev/null; then \
-		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest -n $(PG_PROCESSES) --dist loadfile $(PYTEST_ARGS); \
+		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS); \
 	elif [ "$$CI" = "true" ]; then \
 		echo "!! PostgreSQL at $(PG_TEST_URL) is unreachable: CI requires the PostgreSQL leg" >&2; exit 1; \
 	else \
