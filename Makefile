@@ -47,9 +47,9 @@ setup-browser-checks: $(NODE_STAMP)
 run: setup
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py rundemo --web 127.0.0.1:$(PORT) --desk-port $(DESK_PORT)
 
-# The two database legs, and the subset through PgBouncer, run side by side
-# (most of their time is spent waiting on real worker, desk and browser
-# processes); each leg's output is printed whole when it ends.
+# The two database legs, and the subset through PgBouncer, run side by side,
+# keeping both cores busy (docs/development.md#running-the-tests); each
+# leg's output is printed whole when it ends.
 # `make test-sqlite` / `make test-postgres` / `make test-pooled` run one.
 test: setup setup-browser-checks
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-pooled

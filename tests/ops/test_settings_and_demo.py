@@ -149,3 +149,19 @@ def _running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_test_client_serves_static_files_without_listing_every_one_first(db, monkeypatch):
+    """pytest-django turns DEBUG off after the settings are read: whitenoise
+    keeps the lookup the settings chose (per request, through the finders),
+    instead of listing and stat'ing every app's static files each time a
+    handler loads its middleware, as every test client does."""
+    from django.test import Client
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    def listed(self):
+        raise AssertionError("the middleware listed every static file as it loaded")
+
+    monkeypatch.setattr(WhiteNoiseMiddleware, "add_files_from_finders", listed)
+    found = Client().get("/static/favicon.svg")
+    assert found.status_code == 200 and b"<svg" in b"".join(found.streaming_content)

@@ -47,8 +47,9 @@ def uninstall(name: str) -> None:
 @contextlib.contextmanager
 def installed_for_this_session(name: str, workdir: Path):
     """Install `name` into this virtualenv while this test session needs it.
-    `make test` runs its two database legs side by side on one virtualenv:
-    the sessions share the install, and the last one to finish removes it.
+    `make test` runs its legs side by side on one virtualenv, each in more
+    than one process: the sessions share the install, and the last one to
+    finish removes it.
     The sessions using it are kept by pid beside the virtualenv, under a
     file lock, so a session that was killed does not keep it forever."""
     registry = Path(sys.prefix) / f".{name}.sessions"
