@@ -8,12 +8,12 @@ STAMP := $(VENV)/.installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_ENV := DEBUG=1 SECRET_KEY=test-only-secret-key
 # Each database leg runs in this many pytest processes (pytest-xdist), each
-# on a test database of its own; `--dist load` hands the tests out in the
-# order pytest-django sorts them, so each process still runs the tests that
-# find the migrations' rows before those that empty the tables.
-# `TEST_PROCESSES=0` runs a leg in one process.
+# on a test database of its own; `--dist loadfile` hands out whole files, so
+# a file's module-scoped servers and clusters start once. The rows the
+# migrations seed come back after every flush (workflows.apps), so no test
+# depends on which ran before it. `TEST_PROCESSES=0` runs a leg in one process.
 TEST_PROCESSES ?= 2
-XDIST = -n $(TEST_PROCESSES) --dist load
+XDIST = -n $(TEST_PROCESSES) --dist loadfile
 # Where `make run` serves the console and the ticket desk: `make run PORT=9000 DESK_PORT=9100`,
 # or the same from the environment.
 PORT ?= 8000

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
+from django.apps import apps as global_apps
 from django.core import checks
+from django.db.models.signals import post_migrate
 
 
 class WorkflowsConfig(AppConfig):
@@ -15,6 +17,7 @@ class WorkflowsConfig(AppConfig):
 
         plugins.discover()
         checks.register(plugins_left_out)
+        post_migrate.connect(seed_roles_and_default_team, sender=self, dispatch_uid="durableconsole.seed")
 
         from django.contrib.auth.signals import user_logged_in
 
@@ -28,6 +31,23 @@ class WorkflowsConfig(AppConfig):
         from workflows import telemetry
 
         telemetry.setup()
+
+
+def seed_roles_and_default_team(apps=global_apps, using="default", **kwargs) -> None:
+    """The role groups and the `default` team, as migrations 0002 and 0021
+    made them, again after `manage.py flush` empties every table (flush
+    sends post_migrate, as `migrate` does; Django brings back content types
+    and permissions the same way). Only what is missing is created, with
+    the models as the migrations left them (`apps`): a database migrated
+    back before the teams gets its groups alone."""
+    from workflows import roles, teams
+
+    for label, field_value in [("auth.Group", name) for name in roles.ALL] + [("workflows.Team", teams.DEFAULT)]:
+        try:
+            model = apps.get_model(label)
+        except LookupError:
+            continue
+        model.objects.using(using).get_or_create(name=field_value)
 
 
 def plugins_left_out(app_configs, **kwargs) -> list[checks.CheckMessage]:

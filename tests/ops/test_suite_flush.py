@@ -3,19 +3,22 @@ one, on PostgreSQL by the cheaper DELETE of tests/support/flushing.py, the
 audit tables' append-only guards included."""
 
 import pytest
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test import TransactionTestCase
 
 from tests.support import flushing
 from tests.support.plans import ticket_plan
-from workflows.models import AuditEvent
+from workflows import roles, teams
+from workflows.models import AuditEvent, Team
 
 pytestmark = pytest.mark.pooled  # through PgBouncer in transaction mode too
 
-# Made again by the post_migrate signal after every flush, as after Django's.
-REMADE = {ContentType._meta.db_table, Permission._meta.db_table}
+# Made again by the post_migrate signal after every flush, as after Django's:
+# content types and permissions by Django, the role groups and the default
+# team by workflows.apps, as the migrations made them.
+REMADE = {ContentType._meta.db_table, Permission._meta.db_table, Group._meta.db_table, Team._meta.db_table}
 
 
 def rows_by_table() -> dict[str, int]:
@@ -38,6 +41,8 @@ def test_the_teardown_flush_empties_every_table_the_guarded_audit_tables_too(api
     left = {table: count for table, count in rows_by_table().items() if count and table not in REMADE}
     assert left == {}, f"rows left for the next test (of {sorted(full)})"
     assert ContentType.objects.exists() and Permission.objects.exists()
+    assert set(Group.objects.values_list("name", flat=True)) == set(roles.ALL)
+    assert list(Team.objects.values_list("name", flat=True)) == [teams.DEFAULT]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite runs Django's flush, cheap there")
