@@ -14,7 +14,7 @@ from tests.support.crashing import CRASH_ENV, alive
 from tests.support.personas import PASSWORD
 from tests.support.running import run_job, run_until, wait_for_status
 from tests.support.seeing import Client
-from workflows.engine import failpoints, policy
+from workflows.engine import failpoints, jobs, policy
 from workflows.models import AuditEvent, DeadLetter, Job, Step, Workflow
 from workflows.operations import bulk, plans
 
@@ -378,7 +378,10 @@ def test_after_a_desk_outage_reconcile_and_replay_put_each_key_on_the_desk_once(
             time.sleep(0.05)
         doomed.kill()
         start_worker(name="restarted", **env)
-    replayed = wait_for_job(replay.json()["job"])
+    # A batch task the killed cluster had taken from the queue but not begun
+    # is queued again when its job has stood still for STALL_SECONDS (its
+    # queue row stays locked for Q_RETRY): the job may take that long.
+    replayed = wait_for_job(replay.json()["job"], timeout=jobs.STALL_SECONDS + 45.0)
     counts = bulk.counts(replayed)
     assert (counts["replayed"], counts["failed"], counts["applied"], counts["remaining"]) == (lost, 0, 0, 0)
     for workflow in workflows:

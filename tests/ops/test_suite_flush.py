@@ -53,3 +53,21 @@ def test_on_postgresql_the_flush_deletes_rather_than_truncates(api):
     assert flushing.empty_every_table(connection.alias)
 
     assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's statistics table; PostgreSQL's plans are pinned")
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_the_flush_takes_the_planner_statistics_with_the_rows(api):
+    """What ANALYZE found (the archive runs it) would plan the next test's
+    queries for tables as this one left them."""
+    assert api["agent"].post("/workflows", ticket_plan("analyzed")).status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute("SELECT count(*) FROM sqlite_stat1")
+        assert cursor.fetchone()[0] > 0
+
+    TransactionTestCase()._fixture_teardown()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_stat1")
+        assert cursor.fetchone()[0] == 0

@@ -12,7 +12,7 @@ checks, moot when every row goes. Then the post_migrate signal runs, as
 after `flush`, to make the content types and permissions again. Setting
 that role needs a superuser; without one, and whenever Django's flush
 would do something else (available_apps, serialized rollback), Django's
-flush runs.
+flush runs. On SQLite the planner's statistics go with the rows.
 """
 
 from django.core.management.sql import emit_post_migrate_signal
@@ -40,6 +40,21 @@ def empty_every_table(alias: str) -> bool:
     return True
 
 
+def forget_planner_statistics(alias: str) -> None:
+    """SQLite keeps what ANALYZE found (the archive runs it) in
+    `sqlite_stat1`, which no flush empties: the next test's queries would be
+    planned for the tables as that test left them. (PostgreSQL's plans are
+    checked not to depend on its statistics.)"""
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'")
+        if cursor.fetchone():
+            cursor.execute("DELETE FROM sqlite_stat1")
+            cursor.execute("ANALYZE sqlite_schema")  # makes SQLite read the emptied table again
+
+
 def fixture_teardown(self: TransactionTestCase) -> None:
     aliases = self._databases_names(include_mirrors=False)
     plain = self.available_apps is None and not self.serialized_rollback
@@ -47,6 +62,8 @@ def fixture_teardown(self: TransactionTestCase) -> None:
         if all(empty_every_table(alias) for alias in aliases):
             return
     django_teardown(self)
+    for alias in aliases:
+        forget_planner_statistics(alias)
 
 
 def install() -> None:

@@ -227,6 +227,8 @@ class Soak:
         ):
             self._supervise()
             self._observe()
+            if self.storm:
+                self.storm.settling(self.now())
             time.sleep(0.1)
         for thread in list(self.restarting.values()):
             thread.join()
@@ -249,6 +251,12 @@ class Soak:
         # A few at a time, so that kills and the storm's turns keep their pace.
         share = min(1.0, 0.15 + self.now() / (0.6 * self.seconds))
         self._submit(min(SUBMIT_AT_ONCE, round(self.planned * share) - len(self.workflow_ids)))
+
+    def submit_one_more(self) -> None:
+        """One plan beyond those planned (the storm's, after the window)."""
+        self.planned += 1
+        self.result.workflows += 1
+        self._submit(1)
 
     def _submit(self, count: int) -> None:
         for _ in range(max(0, count)):
