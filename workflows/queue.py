@@ -62,6 +62,7 @@ LANES = {
     "workflows.tasks.end_lapsed_delegations": MESSAGES,
     "workflows.tasks.expire_lapsed_grants": MESSAGES,
     "workflows.tasks.compute_previews": MESSAGES,
+    "workflows.tasks.compute_due_previews": MESSAGES,
     "workflows.tasks.deliver_webhooks": MESSAGES,
     "workflows.tasks.send_chat": MESSAGES,
     "workflows.tasks.decide_slack_click": MESSAGES,
@@ -129,13 +130,15 @@ def wake(workflow: Workflow) -> None:
 # that is due (`execution.drain`).
 DRAINS = frozenset({"workflows.tasks.run_workflow", "workflows.tasks.drain"})
 # Every wake-up that carries no work of its own: its task does whatever is
-# due in the tables (the steps; the reviewers' notices; webhook deliveries;
-# chat messages), so one of them queued does the work of all, and a lane's
-# broker drops the surplus (`QueueBroker._collapse`). A burst of 4,000
-# submissions queued 4,000 notice tasks on the messages lane, and each cost
-# about seven commits of django-q2's bookkeeping while the steps ran.
+# due in the tables (the steps; the reviewers' notices; the plans' previews;
+# webhook deliveries; chat messages), so one of them queued does the work of
+# all, and a lane's broker drops the surplus (`QueueBroker._collapse`). A
+# burst of 4,000 submissions queued 4,000 notice tasks on the messages lane,
+# and each cost about seven commits of django-q2's bookkeeping while the
+# steps ran; so did a previews task per plan.
 WAKE_UPS = DRAINS | {
     "workflows.tasks.send_review_notices",
+    "workflows.tasks.compute_due_previews",
     "workflows.tasks.deliver_webhooks",
     "workflows.tasks.send_chat",
 }

@@ -40,7 +40,14 @@ def expire_lapsed_grants() -> int:
     return grants.expire_lapsed()
 
 
+def compute_due_previews() -> int:
+    """The previews of every plan that has some due (`previews.compute_due`)."""
+    return previews.compute_due()
+
+
 def compute_previews(workflow_id: str) -> int:
+    """One plan's previews: what submissions queued before previews were
+    due rows (`Workflow.previews_due_at`); such tasks may still be queued."""
     return previews.compute(workflow_id)
 
 

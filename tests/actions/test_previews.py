@@ -8,10 +8,12 @@ the new preview."""
 import hashlib
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 import requests
 from django.db import connection
+from django.utils import timezone
 
 from tests.support import deciding as decide
 from tests.support.crashing import crash_at
@@ -20,7 +22,7 @@ from tests.support.previewing import approve_shown, wait_for_previews
 from tests.support.running import wait_for_status
 from workflows import actions, tasks
 from workflows.actions import Preview
-from workflows.engine import binding, failpoints, policy
+from workflows.engine import binding, failpoints, policy, previews
 from workflows.errors import PreviewChanged, PreviewPending
 from workflows.models import Approval, Attempt, AuditEvent, Step, Workflow
 from workflows.operations import approvals, cancellation, plans
@@ -248,6 +250,67 @@ def test_a_plan_that_ended_before_its_preview_task_ran_is_not_read_nor_touched(a
     assert tasks.compute_previews(str(workflow.pk)) == 0
     assert Step.objects.get(workflow=workflow).preview_state == "PENDING"
     assert AuditEvent.objects.filter(workflow_id=workflow.pk).count() == events
+    # And no sweep looks at it again.
+    assert Workflow.objects.get(pk=workflow.pk).previews_due_at is None
+    assert tasks.compute_due_previews() == 0
+
+
+# --- due rows, one sweep for many plans -------------------------------------------
+
+
+def test_a_burst_of_submissions_has_its_previews_taken_by_one_sweep(api, desk):
+    """Each submission makes its plan's previews due and queues a wake-up that
+    carries nothing (`queue.WAKE_UPS`, collapsed by the lane's broker): one
+    task takes every due plan's, oldest first, and leaves none due."""
+    ticket = open_ticket(desk)
+    submitted = [
+        plans.submit(api["agent"].user, close_plan(ticket["id"], key=f"burst-{n}")).workflow for n in range(12)
+    ]
+    due = list(Workflow.objects.filter(previews_due_at__isnull=False).order_by("previews_due_at"))
+    assert [workflow.pk for workflow in due] == [workflow.pk for workflow in submitted]
+
+    assert tasks.compute_due_previews() == 12
+    assert set(Step.objects.values_list("preview_state", flat=True)) == {"READY"}
+    assert not Workflow.objects.filter(previews_due_at__isnull=False).exists()
+    assert AuditEvent.objects.filter(verb="workflow.previewed").count() == 12
+    assert tasks.compute_due_previews() == 0  # delivered again: nothing due, nothing read
+
+
+def test_sweeps_at_once_claim_different_plans_and_a_dead_sweeps_claim_lapses(api, desk, settings):
+    """Two workers (or clusters) sweeping at once never read the same plan's
+    previews: each claims a plan by a conditional update that moves its time
+    ahead by the task's timeout. A sweep killed mid-read leaves its claim,
+    which lapses once a task that long would have been killed."""
+    ticket = open_ticket(desk)
+    first = plans.submit(api["agent"].user, close_plan(ticket["id"], key="one")).workflow
+    second = plans.submit(api["agent"].user, close_plan(ticket["id"], key="two")).workflow
+
+    one, two = previews._claim_due(), previews._claim_due()
+    assert (one, two) == (first.pk, second.pk)
+    assert previews._claim_due() is None  # both held
+    assert not previews.any_due()
+    held_until = Workflow.objects.get(pk=first.pk).previews_due_at
+    assert held_until > timezone.now() + timedelta(seconds=settings.Q_CLUSTER["timeout"] - 5)
+
+    # The first sweep died; its claim lapses, and a later sweep takes the plan.
+    Workflow.objects.filter(pk=first.pk).update(previews_due_at=timezone.now() - timedelta(seconds=1))
+    assert previews.any_due()
+    assert tasks.compute_due_previews() == 1
+    assert Step.objects.get(workflow=first).preview_state == "READY"
+    assert Step.objects.get(workflow=second).preview_state == "PENDING"  # still its own sweep's
+
+
+def test_a_revision_makes_its_new_previews_due_again(api, desk):
+    ticket = open_ticket(desk)
+    workflow = plans.submit(api["agent"].user, close_plan(ticket["id"])).workflow
+    assert tasks.compute_due_previews() == 1
+    other = open_ticket(desk, title="Other printer")
+
+    decide.revise(workflow, by=api["reviewer"].user, steps=[{"key": "close", "args": {"ticket_id": other["id"]}}])
+    assert Workflow.objects.get(pk=workflow.pk).previews_due_at is not None
+    assert tasks.compute_due_previews() == 1
+    step = Step.objects.get(workflow=workflow)
+    assert (step.preview_state, step.preview["details"]["ticket"]["id"]) == ("READY", other["id"])
 
 
 @pytest.mark.django_db(transaction=True)

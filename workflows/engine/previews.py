@@ -17,8 +17,11 @@ effect (the ticket it closed), which is no reason to stop it.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -142,13 +145,74 @@ def _detached(fn, *args):
         connections.close_all()
 
 
+def compute_due(budget: float | None = None) -> int:
+    """Take the previews of every plan that has some due
+    (`Workflow.previews_due_at`), oldest first, until none is left or
+    `budget` seconds have passed (the worker loop's sweep queues the next
+    wake-up while any are due). Each plan is claimed first by a conditional
+    update that moves its time ahead by the task's timeout: workers and
+    clusters sweeping at once never read the same plan's previews twice,
+    and a worker killed mid-read leaves a claim that lapses. A burst of
+    submissions queues a wake-up each, which the lane's broker collapses
+    (`queue.WAKE_UPS`): it costs a few tasks, not one per plan. Returns the
+    previews stored."""
+    if budget is None:
+        budget = min(BUDGET_SECONDS, settings.Q_CLUSTER["timeout"] / 4)
+    deadline = time.monotonic() + budget
+    stored = 0
+    while time.monotonic() < deadline:
+        workflow_id = _claim_due()
+        if workflow_id is None:
+            break
+        stored += compute(workflow_id)
+    return stored
+
+
+# The wake-up that takes every due plan's previews (`compute_due`).
+TASK = "workflows.tasks.compute_due_previews"
+# How long one previews wake-up goes on while plans are due.
+BUDGET_SECONDS = 20.0
+# Due plans read at once to claim one of: the others' claims are taken first.
+CANDIDATES = 8
+
+
+def any_due() -> bool:
+    return _due().exists()
+
+
+def _due():
+    return Workflow.objects.filter(previews_due_at__lte=timezone.now(), restored_at__isnull=True)
+
+
+def _claim_due():
+    """The id of the oldest plan whose previews are due, claimed for the
+    task's timeout (`Q_TIMEOUT`, after which django-q2 kills it), or None."""
+    for workflow_id, due_at in _due().order_by("previews_due_at").values_list("pk", "previews_due_at")[:CANDIDATES]:
+        claimed_until = timezone.now() + timedelta(seconds=settings.Q_CLUSTER["timeout"])
+        if Workflow.objects.filter(pk=workflow_id, previews_due_at=due_at).update(previews_due_at=claimed_until):
+            return workflow_id
+    return None
+
+
+def _settled(workflow_id) -> None:
+    """Nothing (more) to take for this plan: out of the due ones."""
+    Workflow.objects.filter(pk=workflow_id, previews_due_at__isnull=False, restored_at__isnull=True).update(
+        previews_due_at=None
+    )
+
+
 def compute(workflow_id) -> int:
     """Take the pending previews of one workflow's steps and store them.
     Idempotent: a step's preview is stored only while it is still pending,
     so a task delivered twice, or late, changes nothing. Returns the number stored."""
     found = Workflow.objects.filter(pk=workflow_id).values_list("revision", "status").first()
-    if found is None or found[1] in TERMINAL_WORKFLOW:
-        return 0  # gone, or ended (cancelled, rejected, expired...) before its previews: nobody will read them
+    if found is None:
+        return 0
+    if found[1] in TERMINAL_WORKFLOW:
+        # Ended (cancelled, rejected, expired...) before its previews: nobody
+        # will read them, and its audit stream stays as it ended.
+        _settled(workflow_id)
+        return 0
     revision = found[0]
     steps = [
         step
@@ -158,6 +222,7 @@ def compute(workflow_id) -> int:
         if actions.find(step.action) is not None
     ]
     if not steps:
+        _settled(workflow_id)
         return 0
     # The reads run while this connection sits idle in autocommit: no
     # transaction is open and no row is locked while a remote system answers.
@@ -170,9 +235,12 @@ def compute(workflow_id) -> int:
         # them, journals, then marks the first step ready.
         locked = locks.plan(workflow_id)
         if locked.status in TERMINAL_WORKFLOW:
+            _settled(workflow_id)
             return 0  # ended while the previews were taken: its stream stays as it ended
         if locked.revision != revision:
-            return 0  # a reviewer edited the plan meanwhile: its own task takes the new previews
+            return 0  # a reviewer edited the plan meanwhile: the edit made it due again, for the new previews
+        if locked.previews_due_at is not None:
+            _settled(workflow_id)
         for step, found in taken:
             fields = stored(found)
             if Step.objects.filter(pk=step.pk, preview_state=PreviewState.PENDING).update(**fields):

@@ -24,7 +24,7 @@ from django_q.signals import pre_execute
 from workflows import outbox, queue
 from workflows.audit import checkpoints
 from workflows.chat import marks as chat
-from workflows.engine import execution, expiry, jobs, recovery
+from workflows.engine import execution, expiry, jobs, previews, recovery
 from workflows.models import ChatMessage, Delegation, ReviewNotice, StandingGrant, Step
 from workflows.states import StepStatus
 
@@ -108,6 +108,10 @@ def tick(brokers: dict) -> bool:
         "workflows.tasks.send_review_notices", brokers
     ):
         queue.send("workflows.tasks.send_review_notices", name="review notices", brokers=brokers)
+    # Previews whose wake-up went to another lane or was lost (Redis), or
+    # whose worker died mid-read (its claim lapsed).
+    if previews.any_due() and _room(previews.TASK, brokers):
+        queue.send(previews.TASK, name="previews", brokers=brokers)
     # A delegation whose time passed is over already (reads check `until`);
     # closing it records when, in the audit trail.
     if Delegation.objects.lapsed().exists() and _room("workflows.tasks.end_lapsed_delegations", brokers):

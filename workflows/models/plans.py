@@ -91,6 +91,12 @@ class Workflow(models.Model):
     # (docs/explanation/operations-at-scale.md#operations-at-scale): it is shown, never changed again (a trigger refuses
     # every UPDATE of the row; `transitions.move` says why first).
     restored_at = models.DateTimeField(null=True, blank=True)
+    # When a worker is to take the plan's pending previews
+    # (`engine.previews.compute_due`): set with the steps whose previews are
+    # pending, moved ahead while a worker takes them (a claim that a worker
+    # killed mid-read lets lapse), cleared once they are stored or the plan
+    # has ended. Null when there is nothing to take.
+    previews_due_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowQuerySet.as_manager()
 
@@ -102,6 +108,10 @@ class Workflow(models.Model):
             models.Index(fields=["status", "-created_at", "id"], name="workflow_status_created"),
             models.Index(fields=["-created_at", "id"], name="workflow_created"),
             models.Index(fields=["team", "-created_at", "id"], name="workflow_team_created"),
+            # Previews to take, oldest first: only plans with some are in it.
+            models.Index(
+                fields=["previews_due_at"], name="workflow_previews_due", condition=Q(previews_due_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -22,7 +22,7 @@ from workflows import actions, queue
 from workflows.audit import journal
 from workflows.audit.redaction import refuse_credentials
 from workflows.chat import marks as chat
-from workflows.engine import binding, expiry, locks, policy
+from workflows.engine import binding, expiry, locks, policy, previews
 from workflows.engine.transitions import move, move_many
 from workflows.errors import DomainError, PreviewChanged, PreviewPending, WrongState
 from workflows.models import Approval, Attempt, Step, Workflow
@@ -162,6 +162,7 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
         if not again:
             raise WrongState("No step of this plan has a preview to take again.")
         Step.objects.filter(workflow=locked, key__in=again).update(preview_state=PreviewState.PENDING)
+        Workflow.objects.filter(pk=locked.pk).update(previews_due_at=timezone.now())
         journal.append(
             actor=by,
             verb="workflow.previews_requested",
@@ -171,7 +172,7 @@ def retake_previews(workflow: Workflow, *, by) -> Workflow:
             data={"steps": again},
         )
         chat.changed([locked.pk])
-        queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"preview {locked.pk}")
+        queue.enqueue(previews.TASK, name="previews")
     return locked
 
 

@@ -294,6 +294,7 @@ def submit(user, body: dict) -> Submission:
     judged.enforce()
     decided = policy_decisions(judged)
     now = timezone.now()
+    shown = [previews.initial_state(actions.find(step["action"]), step["args"]) for step in plan]
     try:
         with transaction.atomic():
             workflow = Workflow.objects.create(
@@ -312,6 +313,7 @@ def submit(user, body: dict) -> Submission:
                 deadline=now + timedelta(seconds=deadline_seconds),
                 created_at=now,
                 updated_at=now,
+                previews_due_at=now if PreviewState.PENDING in shown else None,
             )
             steps = Step.objects.bulk_create(
                 Step(
@@ -324,7 +326,7 @@ def submit(user, body: dict) -> Submission:
                     gate=step.get("gate"),
                     when=step.get("when"),
                     operation_key=operation_key_for(workflow.id, step["key"]),
-                    preview_state=previews.initial_state(actions.find(step["action"]), step["args"]),
+                    preview_state=shown[index],
                     policy_decision=decided.get(step["key"]),
                 )
                 for index, step in enumerate(plan)
@@ -366,9 +368,9 @@ def submit(user, body: dict) -> Submission:
                     deadline=workflow.deadline,
                 )
                 queue.enqueue("workflows.tasks.send_review_notices", name="review notices")
-            if any(step.preview_state == PreviewState.PENDING for step in steps):
-                # A worker takes them: a remote read never runs in a web request.
-                queue.enqueue("workflows.tasks.compute_previews", str(workflow.pk), name=f"preview {workflow.pk}")
+            if workflow.previews_due_at is not None:
+                # A worker takes them (`previews.compute_due`): a remote read never runs in a web request.
+                queue.enqueue(previews.TASK, name="previews")
     except IntegrityError:
         # A concurrent submission with the same key won the race.
         existing = _existing(user, body["submission_key"], submission_hash)

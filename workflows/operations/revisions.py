@@ -118,7 +118,9 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
         locked.revision += 1
         locked.updated_at = now
         locked.policy_asks = judged.asks
-        locked.save(update_fields=["plan", "revision", "updated_at", "policy_asks"])
+        if any(step.preview_state == PreviewState.PENDING for step in changed):
+            locked.previews_due_at = now
+        locked.save(update_fields=["plan", "revision", "updated_at", "policy_asks", "previews_due_at"])
         # As claims recompute it: the hash of the steps as the database gives them back.
         locked.plan_hash = binding.stored_hashes([(locked.pk, 0)])[locked.pk, 0]
         Workflow.objects.filter(pk=locked.pk).update(plan_hash=locked.plan_hash)
@@ -144,7 +146,7 @@ def revise(workflow: Workflow | UUID, *, by, revision: int | None, steps: list[d
         )
         chat.changed([locked.pk])
         if any(step.preview_state == PreviewState.PENDING for step in changed):
-            queue.enqueue("workflows.tasks.compute_previews", str(locked.pk), name=f"previews {locked.pk}")
+            queue.enqueue(previews.TASK, name="previews")
     return locked
 
 
