@@ -18,8 +18,10 @@ taken while the steps run; each records the backlog's steps still
 unfinished when its notice arrived. Reported: p50 / p95 / max of each
 delay, idle and under the backlog, and their ratio. Then the same under a
 second backlog with each sample's tasks queued on the steps lane (this
-process's `queue.LANES` emptied), as when every task shared one queue: what
-the lanes spare.
+process's `queue.LANES` emptied), as when every task shared one queue. A
+notice and a plan's previews are due rows, which the worker loop's sweep
+wakes the messages lane for whatever lane their wake-up took: that
+comparison now shows the sweep, no longer what one queue would cost them.
 """
 
 from __future__ import annotations
