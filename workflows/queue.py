@@ -306,13 +306,23 @@ class QueueBroker(ORM):
         return None
 
 
+# How long a listening pusher waits for a NOTIFY before it looks at its
+# queue anyway. Every task queued here sends one (`ListeningBroker.enqueue`);
+# what comes due without one is a task taken by a worker that died, ready
+# again once its `Q_RETRY` lapses, which this delays by at most as long. An
+# idle cluster's pushers looked every `Q_POLL` (0.1 s): twenty statements a
+# second on PostgreSQL for each idle cluster of a fleet.
+LISTENING_LOOK_SECONDS = 1.0
+
+
 class ListeningBroker(QueueBroker):
     """The queue broker (above), woken by NOTIFY on its lane's channel. A
     lane's pusher (one process per lane and cluster) is the only caller of
     `dequeue`, so a cluster holds one LISTEN connection per lane, whatever
     its number of workers. When that
     connection fails, the broker sleeps `Q_POLL` like the ORM broker and
-    connects again at the next empty look."""
+    connects again at the next empty look; while it listens it looks
+    without a NOTIFY only every `LISTENING_LOOK_SECONDS`."""
 
     def __init__(self, list_key: str = None):
         super().__init__(list_key=list_key)
@@ -363,7 +373,7 @@ class ListeningBroker(QueueBroker):
             time.sleep(Conf.POLL)
             return None
         try:
-            if list(listener.notifies(timeout=Conf.POLL, stop_after=1)):
+            if list(listener.notifies(timeout=max(Conf.POLL, LISTENING_LOOK_SECONDS), stop_after=1)):
                 self.woken += 1
                 log.debug("woken by NOTIFY (%d)", self.woken)
                 # Several commits may have notified: one look serves them all.

@@ -9,8 +9,10 @@ import time
 
 import pytest
 from django.db import connection, connections, transaction
+from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from tests.support.running import wait_for_status
 from workflows import queue
@@ -188,3 +190,31 @@ def test_sqlite_and_redis_do_not_listen(settings):
         assert settings.Q_CLUSTER["broker_class"] == "workflows.queue.QueueBroker"
     else:
         assert "broker_class" not in settings.Q_CLUSTER
+
+
+def test_an_idle_listening_broker_looks_at_its_queue_once_a_second_not_every_poll(listening, monkeypatch):
+    """Every task queued here sends a NOTIFY, so a listening pusher with
+    nothing to do looks at its queue only every `LISTENING_LOOK_SECONDS`
+    (an idle cluster's pushers looked every `Q_POLL`, ten times a second
+    each, on a fleet's one PostgreSQL). What comes due without a NOTIFY, a
+    task whose worker died, ready again once its `Q_RETRY` lapsed, is taken
+    at the next look."""
+    monkeypatch.setattr(Conf, "POLL", 0.1)
+    broker = listening()
+    looks = []
+    take = broker._take
+    monkeypatch.setattr(broker, "_take", lambda: looks.append(time.monotonic()) or take())
+    began = time.monotonic()
+    while time.monotonic() - began < 3:
+        assert broker.dequeue() is None
+    assert len(looks) <= 3 / queue.LISTENING_LOOK_SECONDS + 1, f"{len(looks)} looks in 3 s"
+
+    # A task taken by a worker that died: its lock lapsed, and nothing notified.
+    lapsed = OrmQ.objects.create(key=Conf.CLUSTER_NAME, payload=drain_payload(), lock=timezone.now())
+    assert [pk for pk, _ in broker.dequeue()] == [lapsed.pk]
+
+
+def drain_payload() -> str:
+    return SignedPackage.dumps(
+        {"id": "lapsed", "name": "drain", "func": "workflows.tasks.drain", "args": (), "kwargs": {}}
+    )
