@@ -1,11 +1,13 @@
 """Small database helpers: the canonical JSON that hashes and seals are
-taken over, its SHA-256, and one-statement updates of many rows."""
+taken over, its SHA-256, one-statement updates of many rows, and one
+statement asking whether each of several queries finds a row."""
 
 import hashlib
 import json
 
 import dj_database_url
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
@@ -15,6 +17,33 @@ def canonical_json(value) -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def exist(querysets: dict) -> dict:
+    """Which of `querysets` (by key; None for one not to ask) have a row,
+    asked in one statement: `SELECT EXISTS (...), EXISTS (...)`, each
+    compiled as Django's `exists()` compiles it. All on one database."""
+    asked = {key: queryset for key, queryset in querysets.items() if queryset is not None}
+    found = dict.fromkeys(querysets, False)
+    if not asked:
+        return found
+    alias = next(iter(asked.values())).db
+    parts, params = [], []
+    for key, queryset in list(asked.items()):
+        try:
+            sql, part_params = queryset.query.exists().get_compiler(using=alias).as_sql()
+        except EmptyResultSet:  # `.none()`, or a filter on an empty list: no row, nothing to ask
+            del asked[key]
+            continue
+        parts.append(f"EXISTS ({sql})")
+        params.extend(part_params)
+    if not parts:
+        return found
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(parts)}", params)
+        row = cursor.fetchone()
+    found.update({key: bool(value) for key, value in zip(asked, row, strict=True)})
+    return found
 
 
 def update_rows(model, names: list[str], objs: list) -> None:

@@ -63,12 +63,6 @@ def emit(event: str, workflow_id, extra: dict | None = None, *, shape: Shape) ->
     return _emit(event, [workflow_id], shape, extra)
 
 
-def any_due() -> bool:
-    """Whether a row waits to be sent: new, its retry come due, or its
-    sender's lease ended (the worker loop asks, `engine.worker`)."""
-    return WebhookDelivery.objects.due().exists()
-
-
 def _keyed(workflows: list[Workflow]) -> list[tuple] | None:
     """`(id, team id, callback URL)` of workflows in hand, both set at
     submission and never changed; None if a caller's rows left either out."""

@@ -22,9 +22,10 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from tests.support import deciding as decide
-from workflows import queue
+from tests.support.plans import ticket_plan
+from workflows import db, queue
 from workflows.engine import execution, worker
-from workflows.models import Attempt
+from workflows.models import Attempt, Workflow
 from workflows.operations import plans
 from workflows.queue import QueueBroker
 from workflows.states import WorkflowStatus
@@ -217,3 +218,52 @@ def test_a_cluster_started_after_an_outage_starts_the_effects_before_the_notices
     # Read as soon as the attempt exists: most of the notices are still queued.
     left = OrmQ.objects.count()
     assert left >= notices // 2, f"{notices - left} of {notices} notices were taken before the step went out"
+
+
+def test_the_sweep_asks_whether_each_kind_of_work_is_due_in_one_statement(people, broker, settings):
+    """The worker loop looks every `WORKER_TICK_SECONDS` on every cluster of
+    a fleet: what it wakes the messages lane for (webhook deliveries, chat
+    messages, notices, previews, lapsed delegations and grants) is asked in
+    one `SELECT EXISTS (...), ...`, not a statement each."""
+    settings.SLACK_BOT_TOKEN = "xoxb-sweep"  # chat on: its messages are asked too
+    brokers = queue.brokers()
+    with CaptureQueriesContext(connection) as idle:
+        worker.tick(brokers)
+    asked = [
+        query["sql"]
+        for query in idle.captured_queries
+        if any(
+            table in query["sql"]
+            for table in (
+                "workflows_webhookdelivery",
+                "workflows_chatmessage",
+                "workflows_reviewnotice",
+                "workflows_delegation",
+                "workflows_standinggrant",
+            )
+        )
+    ]
+    assert len(asked) == 1, asked
+    assert asked[0].count("EXISTS") == 6 and "previews_due_at" in asked[0]
+
+    # Due, each wakes its task: a plan's notice and previews here.
+    settings.SLACK_BOT_TOKEN = ""
+    plans.submit(people["agent"], ticket_plan("sweep"))
+    OrmQ.objects.all().delete()  # the submission's wake-ups, lost
+    worker.tick(brokers)
+    queued = {row.task["func"] for row in OrmQ.objects.all()}
+    assert queued == {"workflows.tasks.send_review_notices", "workflows.tasks.compute_due_previews"}
+
+
+def test_asking_whether_queries_find_rows_in_one_statement_answers_each(people):
+    assert db.exist({}) == {}
+    assert db.exist({"none": Workflow.objects.none()}) == {"none": False}
+    answer = db.exist(
+        {"all": Workflow.objects.all(), "skipped": None, "terminal": Workflow.objects.filter(status="COMPLETE")}
+    )
+    assert answer == {"all": False, "skipped": False, "terminal": False}
+    plans.submit(people["agent"], ticket_plan("one"))
+    assert db.exist({"all": Workflow.objects.all(), "planned": Workflow.objects.filter(status="PLANNED")}) == {
+        "all": True,
+        "planned": True,
+    }

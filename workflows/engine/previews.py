@@ -177,17 +177,18 @@ CANDIDATES = 8
 
 
 def any_due() -> bool:
-    return _due().exists()
+    return due().exists()
 
 
-def _due():
+def due():
+    """The plans whose previews are due now (the worker loop's sweep asks)."""
     return Workflow.objects.filter(previews_due_at__lte=timezone.now(), restored_at__isnull=True)
 
 
 def _claim_due():
     """The id of the oldest plan whose previews are due, claimed for the
     task's timeout (`Q_TIMEOUT`, after which django-q2 kills it), or None."""
-    for workflow_id, due_at in _due().order_by("previews_due_at").values_list("pk", "previews_due_at")[:CANDIDATES]:
+    for workflow_id, due_at in due().order_by("previews_due_at").values_list("pk", "previews_due_at")[:CANDIDATES]:
         claimed_until = timezone.now() + timedelta(seconds=settings.Q_CLUSTER["timeout"])
         if Workflow.objects.filter(pk=workflow_id, previews_due_at=due_at).update(previews_due_at=claimed_until):
             return workflow_id

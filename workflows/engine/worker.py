@@ -21,11 +21,11 @@ from django.db.utils import DatabaseError
 from django.utils import timezone
 from django_q.signals import pre_execute
 
-from workflows import outbox, queue
+from workflows import db, queue
 from workflows.audit import checkpoints
 from workflows.chat import marks as chat
 from workflows.engine import execution, expiry, jobs, previews, recovery
-from workflows.models import ChatMessage, Delegation, ReviewNotice, StandingGrant, Step
+from workflows.models import ChatMessage, Delegation, ReviewNotice, StandingGrant, Step, WebhookDelivery
 from workflows.states import StepStatus
 
 log = logging.getLogger(__name__)
@@ -69,15 +69,22 @@ class StallWatch:
         return stalled
 
 
-def chat_due() -> bool:
-    """A Slack message waits to be posted or updated now (workflows.chat)."""
-    return chat.enabled() and ChatMessage.objects.due().exists()
-
-
 def work_is_due() -> bool:
     return (
         execution.any_due() or Step.objects.filter(status=StepStatus.VERIFYING, lease_expires_at__isnull=True).exists()
     )
+
+
+# The tasks the worker loop's sweep queues when their work is due, and
+# their names in the queue.
+SWEPT = {
+    "workflows.tasks.deliver_webhooks": "deliver webhooks",
+    chat.TASK: "chat messages",
+    "workflows.tasks.send_review_notices": "review notices",
+    previews.TASK: "previews",
+    "workflows.tasks.end_lapsed_delegations": "lapsed delegations",
+    "workflows.tasks.expire_lapsed_grants": "lapsed grants",
+}
 
 
 def tick(brokers: dict) -> bool:
@@ -94,31 +101,29 @@ def tick(brokers: dict) -> bool:
         wanted = settings.Q_CLUSTER["workers"] - queue.drains_queued(brokers[queue.STEPS])
         for _ in range(max(0, wanted)):
             queue.send("workflows.tasks.drain", name="drain", brokers=brokers)
-    # Webhooks whose retry came due, or whose worker died mid-call (its
-    # lease ended), have no wake-up of their own.
-    if outbox.any_due() and _room("workflows.tasks.deliver_webhooks", brokers):
-        queue.send("workflows.tasks.deliver_webhooks", name="deliver webhooks", brokers=brokers)
-    # Chat messages whose Retry-After or back-off ended, or whose sender
-    # died, have no wake-up of their own.
-    if chat_due() and _room(chat.TASK, brokers):
-        queue.send(chat.TASK, name="chat messages", brokers=brokers)
-    # Reminders and escalations before a plan's review deadline: sent once,
-    # whichever cluster's task takes each first.
-    if ReviewNotice.objects.filter(sent_at__isnull=True, due_at__lte=timezone.now()).exists() and _room(
-        "workflows.tasks.send_review_notices", brokers
-    ):
-        queue.send("workflows.tasks.send_review_notices", name="review notices", brokers=brokers)
-    # Previews whose wake-up went to another lane or was lost (Redis), or
-    # whose worker died mid-read (its claim lapsed).
-    if previews.any_due() and _room(previews.TASK, brokers):
-        queue.send(previews.TASK, name="previews", brokers=brokers)
-    # A delegation whose time passed is over already (reads check `until`);
-    # closing it records when, in the audit trail.
-    if Delegation.objects.lapsed().exists() and _room("workflows.tasks.end_lapsed_delegations", brokers):
-        queue.send("workflows.tasks.end_lapsed_delegations", name="lapsed delegations", brokers=brokers)
-    # Likewise a standing grant whose time passed: marking it EXPIRED records when.
-    if StandingGrant.objects.lapsed().exists() and _room("workflows.tasks.expire_lapsed_grants", brokers):
-        queue.send("workflows.tasks.expire_lapsed_grants", name="lapsed grants", brokers=brokers)
+    # Work with no wake-up of its own, found by one statement (`SWEPT`).
+    # A webhook delivery whose retry came due, or whose worker died mid-call
+    # (its lease ended); a chat message whose Retry-After or back-off ended,
+    # or whose sender died; reminders and escalations before a plan's review
+    # deadline (sent once, whichever cluster's task takes each first);
+    # previews whose wake-up was lost or whose worker died mid-read (its
+    # claim lapsed); a delegation or a standing grant whose time passed (over
+    # already, as reads check `until`: closing it records when, audited).
+    found = db.exist(
+        {
+            "workflows.tasks.deliver_webhooks": WebhookDelivery.objects.due(),
+            chat.TASK: ChatMessage.objects.due() if chat.enabled() else None,
+            "workflows.tasks.send_review_notices": ReviewNotice.objects.filter(
+                sent_at__isnull=True, due_at__lte=timezone.now()
+            ),
+            previews.TASK: previews.due(),
+            "workflows.tasks.end_lapsed_delegations": Delegation.objects.lapsed(),
+            "workflows.tasks.expire_lapsed_grants": StandingGrant.objects.lapsed(),
+        }
+    )
+    for func, name in SWEPT.items():
+        if found[func] and _room(func, brokers):
+            queue.send(func, name=name, brokers=brokers)
     return due
 
 
