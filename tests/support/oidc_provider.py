@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import requests
 
 CLIENT_ID = "durable-console"
-CLIENT_SECRET = "test-provider-client-secret"
+CLIENT_SECRET = "test-provider-client-secret-for-hs256"
 MODES = {
     "good",
     "wrong_audience",
