@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from workflows import actions
+from workflows import actions, db
 from workflows.actions import Action, ActionError, Preview
 from workflows.actions.args import is_decision
 from workflows.audit import journal
@@ -177,18 +177,23 @@ CANDIDATES = 8
 
 
 def any_due() -> bool:
-    return due().exists()
+    return db.exist({"due": due()})["due"]
 
 
 def due():
-    """The plans whose previews are due now (the worker loop's sweep asks)."""
-    return Workflow.objects.filter(previews_due_at__lte=timezone.now(), restored_at__isnull=True)
+    """The plans whose previews are due now, oldest first: in that order
+    the plans' table is read through `workflow_previews_due` to the first
+    due, whatever the planner's statistics (the worker loop's sweep asks;
+    `exists()` drops the order, and a stale estimate scanned every plan)."""
+    return Workflow.objects.filter(previews_due_at__lte=timezone.now(), restored_at__isnull=True).order_by(
+        "previews_due_at"
+    )
 
 
 def _claim_due():
     """The id of the oldest plan whose previews are due, claimed for the
     task's timeout (`Q_TIMEOUT`, after which django-q2 kills it), or None."""
-    for workflow_id, due_at in due().order_by("previews_due_at").values_list("pk", "previews_due_at")[:CANDIDATES]:
+    for workflow_id, due_at in due().values_list("pk", "previews_due_at")[:CANDIDATES]:
         claimed_until = timezone.now() + timedelta(seconds=settings.Q_CLUSTER["timeout"])
         if Workflow.objects.filter(pk=workflow_id, previews_due_at=due_at).update(previews_due_at=claimed_until):
             return workflow_id
