@@ -224,7 +224,7 @@ def test_the_sweep_asks_whether_each_kind_of_work_is_due_in_one_statement(people
     """The worker loop looks every `WORKER_TICK_SECONDS` on every cluster of
     a fleet: what it wakes the messages lane for (webhook deliveries, chat
     messages, notices, previews, lapsed delegations and grants) is asked in
-    one `SELECT EXISTS (...), ...`, not a statement each."""
+    one `SELECT (...) IS NOT NULL, ...`, not a statement each."""
     settings.SLACK_BOT_TOKEN = "xoxb-sweep"  # chat on: its messages are asked too
     brokers = queue.brokers()
     with CaptureQueriesContext(connection) as idle:
