@@ -46,6 +46,13 @@ def database(var_dir: Path) -> dict:
         help="Seconds a worker's or a command's database connection is kept for reuse (web processes pool theirs).",
     )
     pool = _web_pool()
+    idle_in_transaction = env_int(
+        "DB_IDLE_IN_TRANSACTION_SECONDS",
+        60,
+        minimum=0,
+        help="PostgreSQL ends a session left idle inside a transaction this long (0: never), so that a "
+        "hung or stopped process does not hold its row locks (and recovery behind them) for ever.",
+    )
     # Read whatever the database, so that the settings reference lists them.
     busy_timeout = env_int(
         "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
@@ -70,6 +77,17 @@ def database(var_dir: Path) -> dict:
     elif engine in (POSTGRESQL, "django.db.backends.postgresql_psycopg2"):
         config["ENGINE"] = POSTGRESQL
         config["CONN_HEALTH_CHECKS"] = True
+        if idle_in_transaction:
+            # A process stopped or hung inside a transaction keeps its row
+            # locks while its session lives: a step's row locked so would
+            # block its recovery after the lease ran out. PostgreSQL ends
+            # such a session; the process, if it resumes, finds its
+            # transaction gone and reconnects (docs/deploying.md#postgresql).
+            # Behind PgBouncer this startup option is not passed on: there
+            # it is PgBouncer's `idle_transaction_timeout`.
+            config.setdefault("OPTIONS", {})["options"] = (
+                f"-c idle_in_transaction_session_timeout={idle_in_transaction * 1000}"
+            )
         if pool:
             # A pooled connection goes back to the pool at the end of each
             # request: Django refuses persistent connections beside a pool.

@@ -167,7 +167,11 @@ def test_a_frozen_worker_loses_its_leases_and_its_late_answers_are_refused_by_th
         )
     desk.fault(mode="latency", ms=3000)
     workflows = approved_creates(people, 16, "frozen")
-    frozen = start_worker("frozen", Q_WORKERS="1", WORKER_CONCURRENCY="64", **SLOW)
+    # Stopped inside a transaction (a lease beat, a tick), it would hold its
+    # row locks until PostgreSQL ends the session (behind PgBouncer, at its
+    # idle_transaction_timeout); the rescuer's recovery passes over those
+    # rows meanwhile.
+    frozen = start_worker("frozen", Q_WORKERS="1", WORKER_CONCURRENCY="64", DB_IDLE_IN_TRANSACTION_SECONDS="4", **SLOW)
     in_flight = wait_for_in_flight(workflows, 16, cluster=frozen)
     first_owner = in_flight[0].worker
 

@@ -54,6 +54,7 @@ max_client_conn = 1000
 default_pool_size = 20
 reserve_pool_size = 5
 server_idle_timeout = 30
+idle_transaction_timeout = 10
 ignore_startup_parameters = extra_float_digits,options
 logfile = {workdir / "pgbouncer.log"}
 pidfile = {workdir / "pgbouncer.pid"}

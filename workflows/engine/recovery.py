@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -214,6 +214,8 @@ def recover_expired_leases(now=None) -> int:
     recovered = 0
     for step in expired:
         with transaction.atomic():
+            if not _lock_unless_busy(step):
+                continue
             if step.status == StepStatus.RUNNING:
                 moved = move(
                     step,
@@ -229,6 +231,19 @@ def recover_expired_leases(now=None) -> int:
                 moved = _reverify_later(step)
             recovered += int(bool(moved))
     return recovered
+
+
+def _lock_unless_busy(step: Step) -> bool:
+    """Inside a transaction: lock the step's row, or False if another
+    session holds it. A row locked right now is being written by its
+    worker, or by a process stopped inside a transaction (its session ends
+    at DB_IDLE_IN_TRANSACTION_SECONDS): the next tick looks again, and the
+    worker loop goes on meanwhile rather than wait behind it, and with it
+    every other recovery and its heartbeat. (SQLite has one writer: this
+    transaction holds the whole database already.)"""
+    if not connection.features.has_select_for_update_skip_locked:
+        return True
+    return bool(Step.objects.select_for_update(skip_locked=True).filter(pk=step.pk).values_list("pk"))
 
 
 def _reverify_later(step: Step) -> bool:
