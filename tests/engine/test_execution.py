@@ -210,6 +210,40 @@ def test_concurrent_deliveries_claim_each_step_once(people, desk):
     assert Attempt.objects.count() == 3
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_whose_session_is_cut_mid_claim_still_records_its_effects_in_flight(people, desk, caplog):
+    """A claim's session ended under it (here terminated by another session,
+    as PostgreSQL ends one left idle in a transaction while its process was
+    stopped): the effects the drain has in flight are still recorded, on a
+    new session, and the plans finish, each effect once."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a session terminated by another: PostgreSQL's")
+    desk.fault(mode="latency", ms=300)
+    workflows = [
+        decide.approve(plans.submit(people["agent"], ticket_plan(f"cut-{n}")).workflow, by=people["reviewer"])
+        for n in range(4)
+    ]
+    real, calls = execution.claim_batch, []
+
+    def claim(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the first claim's effects are in flight
+            with psycopg.connect(processes.database_url(), autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+        return real(*args, **kwargs)
+
+    execution.claim_batch = claim
+    try:
+        execution.drain(budget_seconds=60)
+    finally:
+        execution.claim_batch = real
+    assert "a claim lost its database session" in caplog.text
+    statuses = set(Workflow.objects.filter(pk__in=[w.pk for w in workflows]).values_list("status", flat=True))
+    assert statuses == {"COMPLETE"}
+    steps = Step.objects.filter(workflow__in=workflows)
+    assert _effects_by_key(desk) == {key: 1 for key in steps.values_list("operation_key", flat=True)}
+
+
 def test_a_worker_whose_lease_was_taken_over_cannot_record_its_result(approved, desk):
     first = execution.claim(approved.pk)
     attempt = execution._request_attempt(first, first.fence)

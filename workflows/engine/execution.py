@@ -21,7 +21,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
@@ -307,6 +307,7 @@ def drain(budget_seconds: float | None = None) -> int:
     the next drain. Returns steps claimed."""
     stop_at = time.monotonic() + (budget_seconds if budget_seconds is not None else claim_seconds())
     done = recovery.finish_verifying()
+    claim_after = 0.0
     with LeaseKeeper() as keeper:
         effects = inflight.Effects(keeper)
         while True:
@@ -316,14 +317,34 @@ def drain(budget_seconds: float | None = None) -> int:
                 effects.give_back()
             claiming = time.monotonic() < stop_at and not stopping
             # While effects are in flight, claims go in groups (`Effects.claim_group`).
-            if claiming and (effects.wanted >= effects.claim_group or not effects.busy):
+            if (
+                claiming
+                and time.monotonic() >= claim_after
+                and (effects.wanted >= effects.claim_group or not effects.busy)
+            ):
                 # No more rows than there is room for: each row read is
                 # locked and made into objects, and the surplus handed back.
-                batch = claim_batch(min(CLAIM_BATCH, effects.wanted), alone=effects.wanted)
+                try:
+                    batch = claim_batch(min(CLAIM_BATCH, effects.wanted), alone=effects.wanted)
+                except DatabaseError:
+                    if not effects.busy:
+                        raise
+                    # The session was cut mid-claim (a terminated backend, a
+                    # restarted server, a session PostgreSQL ended while this
+                    # process was stopped inside a claim): the claim rolled
+                    # back, or what its lost commit took goes back at its
+                    # leases' end. The effects in flight are still this
+                    # worker's to record, on a new session; claims wait a second.
+                    log.warning("a claim lost its database session; recording the effects in flight", exc_info=True)
+                    connection.close()
+                    claim_after = time.monotonic() + 1.0
             if batch:
                 done += len(batch)
                 _run_claimed(batch, keeper, effects)
             elif not effects.busy:
+                if claiming and time.monotonic() < claim_after:
+                    time.sleep(max(0.0, claim_after - time.monotonic()))  # then claim on a new session
+                    continue
                 break
             effects.collect(timeout=0 if batch else POLL)
     # A cluster that is draining leaves the work it did not claim to the
