@@ -11,6 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from workflows.env import env_bool, env_float, env_int, env_str
 
 POSTGRESQL = "django.db.backends.postgresql"
+# idle_in_transaction_session_timeout is an int of milliseconds.
+MAX_IDLE_IN_TRANSACTION_SECONDS = (2**31 - 1) // 1000
 
 DB_TRANSACTION_POOLER = env_bool(
     "DB_TRANSACTION_POOLER",
@@ -53,6 +55,11 @@ def database(var_dir: Path) -> dict:
         help="PostgreSQL ends a session left idle inside a transaction this long (0: never), so that a "
         "hung or stopped process does not hold its row locks (and recovery behind them) for ever.",
     )
+    if idle_in_transaction > MAX_IDLE_IN_TRANSACTION_SECONDS:
+        raise ImproperlyConfigured(
+            f"DB_IDLE_IN_TRANSACTION_SECONDS must be at most {MAX_IDLE_IN_TRANSACTION_SECONDS} "
+            f"(PostgreSQL's limit); got {idle_in_transaction}"
+        )
     # Read whatever the database, so that the settings reference lists them.
     busy_timeout = env_int(
         "SQLITE_BUSY_TIMEOUT", 20, minimum=1, help="Seconds a SQLite writer waits for the write lock."
@@ -85,9 +92,16 @@ def database(var_dir: Path) -> dict:
             # transaction gone and reconnects (docs/deploying.md#postgresql).
             # Behind PgBouncer this startup option is not passed on: there
             # it is PgBouncer's `idle_transaction_timeout`.
-            config.setdefault("OPTIONS", {})["options"] = (
-                f"-c idle_in_transaction_session_timeout={idle_in_transaction * 1000}"
-            )
+            options = config.setdefault("OPTIONS", {})
+            given = options.get("options", "")
+            if "idle_in_transaction_session_timeout" in given:
+                raise ImproperlyConfigured(
+                    "DATABASE_URL's options set idle_in_transaction_session_timeout: set it once, "
+                    "by DB_IDLE_IN_TRANSACTION_SECONDS (0 to leave it to the server)"
+                )
+            # Kept beside a URL's own `options` (`?options=-c ...`), never in their place.
+            timeout = f"-c idle_in_transaction_session_timeout={idle_in_transaction * 1000}"
+            options["options"] = f"{given} {timeout}".strip()
         if pool:
             # A pooled connection goes back to the pool at the end of each
             # request: Django refuses persistent connections beside a pool.

@@ -72,3 +72,25 @@ def test_the_pooled_leg_goes_through_the_pooler_and_listens_directly():
     params = listen_params()
     assert (int(params["port"]), params["dbname"]) == (int(direct["PORT"]), connection.settings_dict["NAME"])
     assert "prepare_threshold" not in params
+
+
+def test_the_idle_in_transaction_limit_joins_a_urls_own_options_and_refuses_what_it_cannot_take():
+    """DB_IDLE_IN_TRANSACTION_SECONDS reaches PostgreSQL in the `options`
+    startup parameter (docs/deploying.md#postgresql): beside those a
+    DATABASE_URL gives, never in their place; a second setting of it, a
+    value PostgreSQL cannot take or one that is not a number is refused at
+    start, saying which."""
+    database, _ = json.loads(settings_of(DATABASE_URL=f"{PG}?options=-c%20search_path%3Dconsole").stdout)
+    assert database["OPTIONS"]["options"] == "-c search_path=console -c idle_in_transaction_session_timeout=60000"
+    database, _ = json.loads(settings_of(DATABASE_URL=PG, DB_IDLE_IN_TRANSACTION_SECONDS="0").stdout)
+    assert "options" not in database.get("OPTIONS", {})
+    twice = settings_of(DATABASE_URL=f"{PG}?options=-c%20idle_in_transaction_session_timeout%3D5s")
+    assert twice.returncode != 0 and "set it once, by DB_IDLE_IN_TRANSACTION_SECONDS" in twice.stderr
+    for value, says in [
+        ("2147484", "must be at most 2147483"),
+        ("-1", "must be at least 0"),
+        ("1e3", "must be an integer"),
+        ("NaN", "must be an integer"),
+    ]:
+        refused = settings_of(DATABASE_URL=PG, DB_IDLE_IN_TRANSACTION_SECONDS=value)
+        assert refused.returncode != 0 and says in refused.stderr, (value, refused.stderr[-500:])
