@@ -7,6 +7,7 @@ Four blocks live apart, imported below: logging and tracing
 listed in workflows.env."""
 
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -138,7 +139,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
-    "ninja",
     "django_q",
     "csp",
     "axes",
@@ -212,13 +212,20 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# django-ninja is not an app here: listing it imports the package (its API
+# class, and Django's test client through it) in every process at set-up,
+# a worker's included, which never serves the API. Its API docs page takes
+# its template and Swagger UI's files from these directories instead
+# (`workflows.api.openapi.Swagger`); finding them imports nothing.
+NINJA_DIR = Path(find_spec("ninja").origin).parent
+
 ROOT_URLCONF = "durableconsole.urls"
 WSGI_APPLICATION = "durableconsole.wsgi.application"
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -253,7 +260,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

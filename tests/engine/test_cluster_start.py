@@ -1,8 +1,9 @@
 """What `qcluster` loads before its step workers fork
 (docs/deploying.md#what-runs): not Django's system checks, whose URL check
 loads the whole URLconf and the JSON API's schemas with it, which no step
-worker uses; the messages lane, whose notices and chat messages carry
-links to the console, forks after the URLconf is loaded.
+worker uses, nor django-ninja (not a listed app: settings.NINJA_DIR); the
+messages lane, whose notices and chat messages carry links to the
+console, forks after the URLconf is loaded.
 
 Run in a process of its own, as a worker host runs it: this test process
 has long loaded the URLconf. Each lane's start is replaced by a record of
@@ -31,6 +32,7 @@ SCRIPT = textwrap.dedent(
         seen[lane] = {
             "urlconf": settings.ROOT_URLCONF in sys.modules,
             "api": "workflows.api" in sys.modules,
+            "ninja": "ninja" in sys.modules,
         }
         if len(seen) == 2:
             print(json.dumps(seen))
@@ -56,6 +58,6 @@ def test_step_workers_fork_before_the_urlconf_and_the_api_are_loaded_the_message
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {
-        "steps": {"urlconf": False, "api": False},
-        "messages": {"urlconf": True, "api": True},
+        "steps": {"urlconf": False, "api": False, "ninja": False},
+        "messages": {"urlconf": True, "api": True, "ninja": True},
     }

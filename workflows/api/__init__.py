@@ -20,7 +20,7 @@ from workflows.api import (
     workflows,
 )
 from workflows.api.auth import BearerToken
-from workflows.api.openapi import DurableAPI
+from workflows.api.openapi import DurableAPI, Swagger
 from workflows.web.jsonparse import DepthLimitedParser
 
 api = DurableAPI(
@@ -31,6 +31,7 @@ api = DurableAPI(
     parser=DepthLimitedParser(),
     openapi_url="/openapi.json",
     docs_url="/docs",
+    docs=Swagger(),
 )
 errors.install(api)
 for resource in (

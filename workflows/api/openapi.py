@@ -1,9 +1,12 @@
 """The API's OpenAPI document: error shapes on every operation, the actions'
 args schemas, and operation ids that stay the same for generated clients."""
 
+import json
 import re
 
+from django.shortcuts import render
 from ninja import NinjaAPI
+from ninja.openapi import docs
 from ninja.operation import Operation
 
 from workflows import actions
@@ -53,6 +56,18 @@ def _args_components(components: dict) -> list[dict]:
         components[component] = schema
         refs.append({"$ref": f"#/components/schemas/{component}"})
     return refs
+
+
+class Swagger(docs.Swagger):
+    """The API's docs page with Swagger UI's files as this site serves them.
+    django-ninja serves those only when it is a listed app and otherwise
+    loads them from a CDN; it is not one here (settings.NINJA_DIR)."""
+
+    def render_page(self, request, api, **kwargs):
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        # Bearer tokens only, never a session cookie: no CSRF token to send.
+        context = {"swagger_settings": json.dumps(self.settings, indent=1), "api": api, "add_csrf": False}
+        return render(request, self.template, context)
 
 
 class DurableAPI(NinjaAPI):
