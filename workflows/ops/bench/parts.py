@@ -366,10 +366,10 @@ class Bench:
     # -- (c) ---------------------------------------------------------------
 
     def latency(self) -> dict:
-        """Approval to the attempt's REQUESTED and to COMPLETE, for one-step
-        `noop` plans approved through the API (the view, with a reviewer's
-        token) against a real cluster of this run's broker; the clock starts
-        when the approval's answer arrives, after its commit."""
+        """Approval to the attempt's REQUESTED and to COMPLETE, for one-step `noop` plans approved through the
+        API (the view, with a reviewer's token) against a real cluster of this run's broker; the clock starts
+        when the approval's answer arrives, after its commit (the view then reads the plan again: on a busy
+        host the worker may write REQUESTED first, a figure below zero)."""
         from workflows.operations import tokens
 
         ids = self.submit(self.o.latency_samples, 1, "c")
