@@ -10,7 +10,9 @@ variables read without these readers.
 
 import ipaddress
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+# Written as a person writes a number in a shell: Python's int() and float()
+# also take "1_000", other scripts' digits ("１２"), "nan" and "inf".
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -125,10 +131,9 @@ def env_int(name: str, default: int, *, minimum: int | None = None, help: str = 
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer; got {raw!r}") from None
+    if not _INTEGER.fullmatch(raw.strip()):
+        raise ImproperlyConfigured(f"{name} must be an integer; got {raw!r}")
+    value = int(raw)
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}; got {value}")
     return value
@@ -139,10 +144,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None, help: 
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number; got {raw!r}") from None
+    if not _NUMBER.fullmatch(raw.strip()) or not math.isfinite(value := float(raw)):
+        raise ImproperlyConfigured(f"{name} must be a number; got {raw!r}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}; got {value}")
     return value

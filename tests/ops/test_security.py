@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from tests.support.personas import PASSWORD
 from tests.support.plans import ticket_plan
 from tests.support.processes import PROJECT_DIR
 from tests.support.seeing import Client
+from workflows import env
 from workflows.models import Workflow
 
 
@@ -75,6 +77,27 @@ def test_secret_key_is_required_when_debug_is_off():
 def test_a_bad_setting_fails_loudly_naming_the_variable():
     result = manage("check", DEBUG="1", Q_WORKERS="many")
     assert result.returncode != 0 and "Q_WORKERS must be an integer" in result.stderr
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "1e999", "1_000", "１２", "0x10", "6O", "1 2"])
+def test_a_number_python_would_read_but_a_person_would_not_write_is_refused(monkeypatch, raw):
+    """Never a silently different value: NaN would pass every bound check."""
+    monkeypatch.setattr(env, "CATALOG", dict(env.CATALOG))  # not a setting of the project
+    monkeypatch.setenv("DURABLE_TEST_NUMBER", raw)
+    with pytest.raises(ImproperlyConfigured, match="DURABLE_TEST_NUMBER must be a number"):
+        env.env_float("DURABLE_TEST_NUMBER", 1.0, minimum=0.0)
+    with pytest.raises(ImproperlyConfigured, match="DURABLE_TEST_NUMBER must be an integer"):
+        env.env_int("DURABLE_TEST_NUMBER", 1, minimum=0)
+
+
+@pytest.mark.parametrize("raw, number, integer", [(" 60 ", 60.0, 60), ("-3", -3.0, -3), ("+2", 2.0, 2)])
+def test_numbers_as_written_in_a_shell_are_read(monkeypatch, raw, number, integer):
+    monkeypatch.setattr(env, "CATALOG", dict(env.CATALOG))
+    monkeypatch.setenv("DURABLE_TEST_NUMBER", raw)
+    assert env.env_float("DURABLE_TEST_NUMBER", 1.0) == number and env.env_int("DURABLE_TEST_NUMBER", 1) == integer
+    for raw, value in [("0.25", 0.25), (".5", 0.5), ("1e3", 1000.0), ("2.", 2.0)]:
+        monkeypatch.setenv("DURABLE_TEST_NUMBER", raw)
+        assert env.env_float("DURABLE_TEST_NUMBER", 1.0) == value
 
 
 def test_security_headers_and_a_strict_csp(client, db):
