@@ -5,6 +5,9 @@ the database sessions serving them, from PostgreSQL's statistics and
 
 import json
 import re
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -13,8 +16,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from workflows.models import Attempt
+from workflows.ops.bench.cost import TICK_US, GroupCPU, ticks
 from workflows.ops.bench.parts import by_tenth
-from workflows.ops.processes import database_url
+from workflows.ops.processes import database_url, descendants
 
 
 @pytest.mark.live
@@ -75,6 +79,8 @@ def test_the_bursts_of_b_and_g_report_their_cost_per_step(transactional_db, tmp_
         # The clusters' processes and the backends of their sessions did the work, and were seen doing it.
         assert cost["worker_cpu_us"] > 0 and cost["database_cpu_us"] > 0, cost
         assert window["database_backends"] >= 2 and window["sessions_left_at_start"] == 0, window
+        # Main loop, sentinel, pusher, monitor and at least one worker.
+        assert window["worker_processes"] >= 5, window
     assert re.search(
         r"\(b\) cost per step, 1 cluster\(s\) +[\d.]+ commits \([\d.]+ that wrote\), [\d.]+ rows written "
         r"\([\d.]+ inserted, [\d.]+ updated, [\d.]+ deleted\), [\d,]+ bytes of WAL \([\d.]+ full-page images; "
@@ -98,3 +104,57 @@ def test_a_burst_is_told_by_tenth_of_its_steps_so_that_a_fade_shows():
     assert told["steps_per_s_by_tenth"][-1] == round(100 / 1.1**9, 1)
     assert told["last_tenth_to_first"] == round(round(100 / 1.1**9, 1) / 100, 3)
     assert by_tenth(finished[:9], began) == {}
+
+
+# A process group whose leader forks a child that spends CPU, then (told to) spends some
+# itself once the child has exited unreaped (a zombie: no process of the group has its time).
+GROUP = """
+import os, sys, time
+def spend(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+if os.fork() == 0:
+    spend(0.6)
+    time.sleep(1.0)
+    os._exit(0)
+print("forked", flush=True)
+sys.stdin.readline()
+spend(0.4)
+print("spent", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_cpu_of_a_cluster_keeps_what_a_process_spent_before_it_exited():
+    """Counted process by process: a process that was there when the cluster was
+    watched and is gone at the end takes nothing off what the others spent (a
+    group's total at the end less its total at the start took its whole life off)."""
+    group = subprocess.Popen(
+        [sys.executable, "-c", GROUP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert group.stdout.readline() == "forked\n"
+        deadline = time.monotonic() + 30
+        while (spent := [ticks(pid) or 0 for pid in descendants(group.pid)]) and spent[0] * TICK_US < 500_000:
+            assert time.monotonic() < deadline, "the child did not spend its CPU"
+            time.sleep(0.05)
+        cpu = GroupCPU()
+        cpu.watch(group.pid)
+        at_watch = sum(first for first, _ in cpu.processes.values())
+        assert len(cpu.processes) == 2 and at_watch * TICK_US >= 500_000, cpu.processes
+        group.stdin.write("go\n")
+        group.stdin.flush()
+        assert group.stdout.readline() == "spent\n"
+        while descendants(group.pid):  # the child exits: a zombie, out of the group's live processes
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.05)
+        cpu.sample()
+
+        # The leader's 0.4 s after the watch (less a tick or two of rounding) ...
+        assert cpu.ticks * TICK_US >= 350_000, cpu.processes
+        # ... where the group's total now less its total then is below zero.
+        assert ticks(group.pid) - at_watch < 0
+    finally:
+        group.kill()
+        group.wait()

@@ -19,15 +19,19 @@ the rows by table (`pg_stat_user_tables` answers only in its own
 database), read there once no other session is left, before the window
 opens, and after its last reading.
 
-CPU is read from /proc, in clock ticks: for each cluster, every process
-of its process group (main loop, sentinel, workers, pusher, monitor) with
-the children each has reaped (a recycled worker), from when it is up to
-the window's end; for the database, every backend whose application_name
-is one of the clusters' (their sessions and LISTEN connections), sampled
-four times a second since none of them existed before the window (a
-backend that exits loses what it spent since its last sample); apart from
-both, the server's walwriter, checkpointer and background writer, which
-serve every database on the server. On SQLite none of this is measured.
+CPU is read from /proc, in clock ticks, sampled four times a second and
+once more at the window's end, process by process: for each cluster,
+every process of its process group (main loop, sentinel, workers, pusher,
+monitor) from when the cluster is up, or from its start if it started
+later (a recycled worker); for the database, every backend whose
+application_name is one of the clusters' (their sessions and LISTEN
+connections), none of which existed before the window. A process that
+exits loses what it spent since its last sample, and nothing more: what
+was counted is kept (a group's total at the end less its total at the
+start would take off the whole life of a process gone by the end). Apart
+from both, the server's walwriter, checkpointer and background writer,
+which serve every database on the server. On SQLite none of this is
+measured.
 """
 
 from __future__ import annotations
@@ -48,18 +52,41 @@ ROWS = ("tup_inserted", "tup_updated", "tup_deleted")
 SETTLED = 11.0
 
 
-def ticks(pid: int, reaped: bool = False) -> int | None:
-    """User and system CPU of a process (with its reaped children's), in
-    clock ticks, from /proc/<pid>/stat; None once it is gone."""
+def ticks(pid: int) -> int | None:
+    """User and system CPU of a process, in clock ticks, from
+    /proc/<pid>/stat; None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return None
-    return sum(int(value) for value in fields[11 : 15 if reaped else 13])
+    return sum(int(value) for value in fields[11:13])
 
 
-def group_ticks(pgid: int) -> int:
-    return sum(ticks(pid, reaped=True) or 0 for pid in group_pids(pgid))
+class GroupCPU:
+    """The CPU of process groups since they were watched, process by
+    process: each process from its ticks when its group was watched, or
+    from 0 if it started later; `sample()` reads them again. A process that
+    exits keeps what was counted up to its last sample."""
+
+    def __init__(self):
+        self.groups: list[int] = []
+        self.processes: dict[int, list[int]] = {}  # pid -> [ticks when first seen, ticks at the last sample]
+
+    def watch(self, pgid: int) -> None:
+        for pid in group_pids(pgid):
+            if (spent := ticks(pid)) is not None:
+                self.processes[pid] = [spent, spent]
+        self.groups.append(pgid)  # after its processes' starting ticks: sample() may run meanwhile
+
+    def sample(self) -> None:
+        for pgid in tuple(self.groups):
+            for pid in group_pids(pgid):
+                if (spent := ticks(pid)) is not None:
+                    self.processes.setdefault(pid, [0, spent])[1] = spent
+
+    @property
+    def ticks(self) -> int:
+        return sum(last - first for first, last in self.processes.values())
 
 
 class StepCost:
@@ -70,14 +97,13 @@ class StepCost:
     def __init__(self, interval: float = 0.25):
         self.interval = interval
         self.enabled = connection.vendor == "postgresql"
-        self.clusters: dict[int, int] = {}  # process group -> its ticks when it was up
-        self.cluster_ticks = 0
+        self.clusters = GroupCPU()
         self.names: list[str] = []  # the clusters' application_name
         self.backends: dict[int, int] = {}  # backend pid -> its ticks at the last sample
         self.bench_reads = 0
         self.result: dict | None = None
         self.stopped = threading.Event()
-        self.sampler = threading.Thread(target=self._sample_backends, name="bench-cost", daemon=True)
+        self.sampler = threading.Thread(target=self._sample, name="bench-cost", daemon=True)
 
     def __enter__(self) -> StepCost:
         if not self.enabled:
@@ -111,7 +137,7 @@ class StepCost:
     def watch(self, cluster):
         """A cluster of the burst, now up: its CPU counts from here, and its sessions' from their start."""
         if self.enabled:
-            self.clusters[cluster.process.pid] = group_ticks(cluster.process.pid)
+            self.clusters.watch(cluster.process.pid)
             self.names.append(cluster.env["PGAPPNAME"])
         return cluster
 
@@ -120,8 +146,7 @@ class StepCost:
         if not self.enabled:
             return
         seconds = time.monotonic() - self.began
-        self.cluster_ticks = sum(max(0, group_ticks(pgid) - up) for pgid, up in self.clusters.items())
-        self._stop()
+        self._stop()  # after one last sample
         background = self._background()
         self._close_own_session()
         closed = time.monotonic()
@@ -145,7 +170,8 @@ class StepCost:
             "wal_bytes": self._wal_bytes(before["lsn"], after["lsn"]),
             # The server's, every database's: the bench runs alone on it.
             **{name: after[name] - before[name] for name in ("wal_records", "wal_full_page_images", "checkpoints")},
-            "worker_cpu_us": self.cluster_ticks * TICK_US,
+            "worker_cpu_us": self.clusters.ticks * TICK_US,
+            "worker_processes": len(self.clusters.processes),
             "database_cpu_us": sum(self.backends.values()) * TICK_US,
             "database_backends": len(self.backends),
             "server_background_cpu_us": sum(
@@ -292,12 +318,13 @@ class StepCost:
         ).fetchall()
         return {pid: spent for (pid,) in rows if (spent := ticks(pid)) is not None}
 
-    def _sample_backends(self) -> None:
-        """Every backend of the clusters' sessions, four times a second, and once more when stopped."""
+    def _sample(self) -> None:
+        """The clusters' processes and their sessions' backends, four times a second, and once more when stopped."""
         import psycopg
 
         with psycopg.connect(**self.params, autocommit=True) as side:
             while True:
+                self.clusters.sample()
                 rows = side.execute(
                     "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = ANY(%s)",
                     [self.database, list(self.names)],
