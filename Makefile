@@ -55,16 +55,17 @@ test: setup setup-browser-checks
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-pooled
 
 # Tests marked `once` check what no database engine changes (the browser's
-# pages and layout, the role matrix, the docs, some bench parts): they run
-# on the PostgreSQL leg alone (docs/development.md#running-the-tests).
+# pages and layout, the role matrix, the docs): they run on the SQLite leg
+# alone; `once_postgres` (some bench parts) on the PostgreSQL leg alone
+# (docs/development.md#running-the-tests).
 test-sqlite: setup setup-browser-checks
 	@echo "== test suite on SQLite =="
-	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest -m 'not once' $(XDIST) $(PYTEST_ARGS)
+	env -u DATABASE_URL $(TEST_ENV) $(BIN)/pytest -m 'not once_postgres' $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: setup setup-browser-checks
 	@echo "== test suite on PostgreSQL ($(PG_TEST_URL)) =="
 	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(PG_TEST_URL)" 2>/dev/null; then \
-		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS); \
+		$(TEST_ENV) DATABASE_URL=$(PG_TEST_URL) $(BIN)/pytest -m 'not once' $(XDIST) $(PYTEST_ARGS); \
 	elif [ "$$CI" = "true" ]; then \
 		echo "!! PostgreSQL at $(PG_TEST_URL) is unreachable: CI requires the PostgreSQL leg" >&2; exit 1; \
 	else \

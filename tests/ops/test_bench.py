@@ -233,7 +233,7 @@ def test_list_pages_run_the_same_queries_at_ten_times_the_data(db, client, peopl
 
 
 @pytest.mark.live
-@pytest.mark.once
+@pytest.mark.once_postgres
 def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_ceiling(
     transactional_db, tmp_path, monkeypatch
 ):
@@ -303,7 +303,7 @@ def test_remote_part_runs_ticket_steps_through_clusters_beside_a_thread_pool_cei
 
 
 @pytest.mark.live
-@pytest.mark.once
+@pytest.mark.once_postgres
 def test_an_answer_lost_on_a_busy_host_is_reconciled_and_counted_not_a_failed_run(
     transactional_db, tmp_path, monkeypatch
 ):
@@ -461,7 +461,7 @@ def test_archive_part_archives_seeded_history_while_a_cluster_runs_live_plans(tr
 
 
 @pytest.mark.live
-@pytest.mark.once
+@pytest.mark.once_postgres
 def test_lanes_part_times_notices_and_previews_idle_and_under_a_backlog_of_due_steps(
     transactional_db, tmp_path, monkeypatch
 ):
@@ -529,7 +529,7 @@ def test_analytics_part_seeds_decisions_and_times_the_api_against_a_trivial_get(
     assert re.search(r"\(l\) analytics API, since 90d, ms +p50 [\d.]+, p95 [\d.]+ = [\d.]+ x a trivial GET", report)
 
 
-@pytest.mark.once
+@pytest.mark.once_postgres
 def test_chat_part_times_submissions_to_the_slack_stand_in_under_a_backlog(transactional_db, tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", database_url())  # the cluster it starts works on the test database
     json_path, out = tmp_path / "bench.json", StringIO()
