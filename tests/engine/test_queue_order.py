@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.conf import Conf
-from django_q.models import OrmQ
+from django_q.models import Failure, OrmQ
 
 from tests.support import deciding as decide
 from tests.support.plans import ticket_plan
@@ -217,9 +217,10 @@ def test_a_cluster_started_after_an_outage_starts_the_effects_before_the_notices
         time.sleep(0.01)
     # Read as soon as the attempt exists: most of the notices are still queued.
     left = OrmQ.objects.count()
-    # On failure, the cluster's log says what it did first (a CI run once took 40 of 61).
+    # On failure, what the cluster's tasks failed with and its log (a CI run once took 40 of 61).
     taken = f"{notices - left} of {notices} notices were taken before the step went out"
-    assert left >= notices // 2, f"{taken}; the cluster's log:\n{cluster.log()[-6000:]}"
+    failed = [(task.func, str(task.result)[:300]) for task in Failure.objects.all()]
+    assert left >= notices // 2, f"{taken}; failed tasks: {failed}; the cluster's log:\n{cluster.log()[-6000:]}"
 
 
 def test_the_sweep_asks_whether_each_kind_of_work_is_due_in_one_statement(people, broker, settings):
