@@ -13,7 +13,7 @@ from tests.support.plans import ticket_plan
 from workflows import roles, teams
 from workflows.models import AuditEvent, Team
 
-pytestmark = pytest.mark.pooled  # through PgBouncer in transaction mode too
+# The tests that run on PostgreSQL also run through PgBouncer in transaction mode (`pooled`).
 
 # Made again by the post_migrate signal after every flush, as after Django's:
 # content types and permissions by Django, the role groups and the default
@@ -30,6 +30,7 @@ def rows_by_table() -> dict[str, int]:
     return counts
 
 
+@pytest.mark.pooled
 @pytest.mark.django_db(transaction=True)
 def test_the_teardown_flush_empties_every_table_the_guarded_audit_tables_too(api):
     assert api["agent"].post("/workflows", ticket_plan("flushed")).status_code == 201
@@ -45,6 +46,7 @@ def test_the_teardown_flush_empties_every_table_the_guarded_audit_tables_too(api
     assert list(Team.objects.values_list("name", flat=True)) == [teams.DEFAULT]
 
 
+@pytest.mark.pooled
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite runs Django's flush, cheap there")
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_the_flush_deletes_rather_than_truncates(api):
