@@ -4,6 +4,7 @@ never from a CDN: django-ninja is not a listed app here
 
 import re
 
+import pytest
 from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
@@ -31,3 +32,11 @@ def test_collectstatic_gathers_swagger_ui_for_the_production_server(settings, tm
     call_command("collectstatic", interactive=False, verbosity=0)
     assert (tmp_path / "ninja" / "swagger-ui-bundle.js").is_file()
     assert (tmp_path / "ninja" / "swagger-ui-init.js").is_file()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/docs", "/api/v1/openapi.json"])
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_the_schema_and_its_page_refuse_a_write_method_as_the_operations_do(db, path, method):
+    answer = getattr(Client(), method)(path, data="{}", content_type="application/json")
+    assert answer.status_code == 405 and answer["Allow"] == "GET, HEAD"
+    assert Client().head(path).status_code == 200

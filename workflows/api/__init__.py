@@ -1,6 +1,8 @@
 """The JSON API (docs/reference/http-api.md#http-api): agents submit plans; people decide over HTTP.
 One router per resource; the routes' paths are written out whole."""
 
+from django.views.decorators.http import require_safe
+
 from workflows.api import (
     actions,
     analytics,
@@ -32,6 +34,8 @@ api = DurableAPI(
     openapi_url="/openapi.json",
     docs_url="/docs",
     docs=Swagger(),
+    # The schema and its docs page are read, as the operations' wrong methods are refused: 405 with Allow.
+    docs_decorator=require_safe,
 )
 errors.install(api)
 for resource in (
