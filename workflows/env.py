@@ -22,8 +22,15 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 # Written as a person writes a number in a shell: Python's int() and float()
 # also take "1_000", other scripts' digits ("１２"), "nan" and "inf".
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+# At most 18 digits: any such integer fits PostgreSQL's bigint, and Python's
+# int() refuses more than 4,300 with an error that names no variable.
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _refused(raw: str) -> str:
+    """A refused value as an error names it: quoted, cut after 40 characters."""
+    return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}… ({len(raw):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ def env_bool(name: str, default: bool, *, help: str = "", shown: str | None = No
         return True
     if value in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+    raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {_refused(raw)}")
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None, help: str = "") -> int:
@@ -132,7 +139,7 @@ def env_int(name: str, default: int, *, minimum: int | None = None, help: str = 
     if raw is None or raw.strip() == "":
         return default
     if not _INTEGER.fullmatch(raw.strip()):
-        raise ImproperlyConfigured(f"{name} must be an integer; got {raw!r}")
+        raise ImproperlyConfigured(f"{name} must be an integer of at most 18 digits; got {_refused(raw)}")
     value = int(raw)
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}; got {value}")
@@ -145,7 +152,7 @@ def env_float(name: str, default: float, *, minimum: float | None = None, help: 
     if raw is None or raw.strip() == "":
         return default
     if not _NUMBER.fullmatch(raw.strip()) or not math.isfinite(value := float(raw)):
-        raise ImproperlyConfigured(f"{name} must be a number; got {raw!r}")
+        raise ImproperlyConfigured(f"{name} must be a number; got {_refused(raw)}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}; got {value}")
     return value

@@ -90,6 +90,25 @@ def test_a_number_python_would_read_but_a_person_would_not_write_is_refused(monk
         env.env_int("DURABLE_TEST_NUMBER", 1, minimum=0)
 
 
+def test_a_huge_number_is_refused_with_its_name_and_a_short_excerpt(monkeypatch):
+    """5,000 digits: int() would raise its own error, naming no variable, and
+    the message would carry the whole value."""
+    monkeypatch.setattr(env, "CATALOG", dict(env.CATALOG))
+    monkeypatch.setenv("DURABLE_TEST_NUMBER", "9" * 5000)
+    with pytest.raises(ImproperlyConfigured) as refused:
+        env.env_int("DURABLE_TEST_NUMBER", 1)
+    assert str(refused.value) == (
+        f"DURABLE_TEST_NUMBER must be an integer of at most 18 digits; got {'9' * 40!r}… (5,000 characters)"
+    )
+    with pytest.raises(ImproperlyConfigured, match=r"must be a number; got '9{40}'… \(5,000 characters\)$"):
+        env.env_float("DURABLE_TEST_NUMBER", 1.0)
+    monkeypatch.setenv("DURABLE_TEST_NUMBER", "9" * 19)
+    with pytest.raises(ImproperlyConfigured, match="at most 18 digits"):
+        env.env_int("DURABLE_TEST_NUMBER", 1)
+    monkeypatch.setenv("DURABLE_TEST_NUMBER", "-" + "9" * 18)
+    assert env.env_int("DURABLE_TEST_NUMBER", 1) == -(10**18 - 1)
+
+
 @pytest.mark.parametrize("raw, number, integer", [(" 60 ", 60.0, 60), ("-3", -3.0, -3), ("+2", 2.0, 2)])
 def test_numbers_as_written_in_a_shell_are_read(monkeypatch, raw, number, integer):
     monkeypatch.setattr(env, "CATALOG", dict(env.CATALOG))
