@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -45,6 +44,7 @@ from workflows.engine import (
     references,
 )
 from workflows.engine.leases import WORKER, LeaseKeeper, LeaseLost, assert_lease, worker_id
+from workflows.engine.planning import fixed_plans
 from workflows.engine.transitions import move_many
 from workflows.models import Attempt, Step
 from workflows.states import FINISHED_STEP, AttemptStatus, StepStatus, WorkflowStatus
@@ -87,38 +87,6 @@ def due_steps(workflow_id=None, window: int | None = None, exclude_actions=()):
     # by primary key (and stop at the limit): otherwise, when its statistics
     # lag, it walks every PENDING step in the status index for those ids.
     return steps.order_by("pk") if window is not None else steps.order_by(*READY_ORDER)
-
-
-@contextmanager
-def fixed_plans():
-    """Inside a transaction on PostgreSQL: plans for the claim's reads that
-    do not depend on the planner's statistics, which go stale when
-    autovacuum is behind or off (a fresh burst of plans has none at all).
-    With bitmap scans and sorts off, the ready window can only be read by
-    walking the ready index in order (stopping at the window), and the
-    window's rows only fetched by primary key; with stale statistics the
-    planner took the status index instead, reading and sorting every
-    PENDING step, the inbox's included, on every claim and every tick.
-    Other statements of the transaction are planned as before: both
-    settings are the transaction's own (`set_config(..., true)`), set by one
-    statement and put back as they were by another."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort'),"
-            " set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)"
-        )
-        bitmapscan, sort, _, _ = cursor.fetchone()
-    # A block that raises leaves the settings to the rollback of its
-    # transaction or savepoint, which undoes them (`planning.by_key`).
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_sort', %s, true)",
-            [bitmapscan, sort],
-        )
 
 
 def any_due() -> bool:

@@ -1,5 +1,5 @@
-"""Query plans for the engine's transactions that do not depend on planner
-statistics or on how many rows the tables hold.
+"""Query plans for the engine's transactions (and the lists' pages) that do
+not depend on planner statistics or on how many rows the tables hold.
 
 The engine reads and writes a few rows at a time by key: the stored steps of
 the plans a claim starts, their approvals, which of the plans a group
@@ -47,3 +47,38 @@ def by_key():
     if (seqscan, jit) != ("off", "off") and connection.savepoint_ids:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('enable_seqscan', %s, true), set_config('jit', %s, true)", [seqscan, jit])
+
+
+@contextmanager
+def fixed_plans():
+    """Inside a transaction on PostgreSQL: plans for reads in an index's
+    order that do not depend on the planner's statistics, which go stale
+    when autovacuum is behind or off (a fresh burst of plans has none at
+    all). With bitmap scans and sorts off, rows wanted in an order, up to a
+    limit, can only be read by walking an index in that order and stopping
+    at the limit, and a list of keys only fetched by primary key. The
+    claim's ready window is read so (with stale statistics the planner took
+    the status index instead, reading and sorting every PENDING step on
+    every claim and every tick), and so is a page of a list, newest first
+    (`web.pagination.page_by_created`: it read and sorted every plan its
+    reader may see, 120 ms for an agent with 100,000 of them).
+    Other statements of the transaction are planned as before: both
+    settings are the transaction's own (`set_config(..., true)`), set by one
+    statement and put back as they were by another."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort'),"
+            " set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)"
+        )
+        bitmapscan, sort, _, _ = cursor.fetchone()
+    # A block that raises leaves the settings to the rollback of its
+    # transaction or savepoint, which undoes them (`planning.by_key`).
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_sort', %s, true)",
+            [bitmapscan, sort],
+        )

@@ -105,9 +105,15 @@ class Workflow(models.Model):
             models.UniqueConstraint(fields=["submitted_by", "submission_key"], name="workflow_submission_unique"),
         ]
         indexes = [
-            models.Index(fields=["status", "-created_at", "id"], name="workflow_status_created"),
-            models.Index(fields=["-created_at", "id"], name="workflow_created"),
-            models.Index(fields=["team", "-created_at", "id"], name="workflow_team_created"),
+            # Lists are newest first by (created_at, id), both descending
+            # (`pagination.page_by_created`): each index below is walked in
+            # that order and stopped at the page, whatever the planner's
+            # statistics, for every reader's filter: everyone's, a status's,
+            # a team's, and a submitter's own (an agent's).
+            models.Index(fields=["status", "-created_at", "-id"], name="workflow_status_created"),
+            models.Index(fields=["-created_at", "-id"], name="workflow_created"),
+            models.Index(fields=["team", "-created_at", "-id"], name="workflow_team_created"),
+            models.Index(fields=["submitted_by", "-created_at", "-id"], name="workflow_submitter_created"),
             # Previews to take, oldest first: only plans with some are in it.
             models.Index(
                 fields=["previews_due_at"], name="workflow_previews_due", condition=Q(previews_due_at__isnull=False)
