@@ -5,31 +5,9 @@ import threading
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.support import deciding as decide
 from tests.support.api import HttpApi
-from tests.support.running import run_until
+from tests.support.deadletters import dead_letter
 from workflows.models import AuditEvent, DeadLetter, Step
-from workflows.operations import plans
-
-BAD = {
-    "name": "comment on a missing ticket",
-    "submission_key": "bad",
-    "steps": [
-        {"key": "find", "action": "noop", "args": {"ticket": 777777}},
-        {
-            "key": "note",
-            "action": "ticket.comment",
-            "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
-        },
-    ],
-}
-
-
-def dead_letter(people, key="bad"):
-    workflow = plans.submit(people["agent"], {**BAD, "submission_key": key}).workflow
-    decide.approve(workflow, by=people["reviewer"])
-    run_until(workflow.pk, "FAILED")
-    return DeadLetter.objects.get(workflow=workflow)
 
 
 def test_list_has_the_contract_shape_and_filters(people, desk, api):

@@ -503,7 +503,7 @@ GROWING = (
 
 def _settings_after(sql: str, settings: dict) -> dict:
     """The planner settings in force after a captured statement: the
-    engine's `set_config(..., true)` (`execution.fixed_plans`,
+    engine's `set_config(..., true)` (`planning.fixed_plans`,
     `planning.by_key`), set and put back."""
     return {**settings, **dict(re.findall(r"set_config\('(\w+)', '(\w+)', true\)", sql))}
 

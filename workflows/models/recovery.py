@@ -152,7 +152,10 @@ class DeadLetter(models.Model):
             models.UniqueConstraint(fields=["step"], condition=Q(status="OPEN"), name="one_open_dead_letter_per_step"),
         ]
         indexes = [
-            models.Index(fields=["status", "-created_at"], name="dead_letter_status"),
+            # Newest first, as lists page (`pagination.page_by_created`): walked
+            # in that order and stopped at the page, a status's or everyone's.
+            models.Index(fields=["status", "-created_at", "-id"], name="dead_letter_status"),
+            models.Index(fields=["-created_at", "-id"], name="dead_letter_created"),
             models.Index(fields=["action", "failure_class"], name="dead_letter_filters"),
         ]
 
