@@ -63,19 +63,22 @@ def ticks(pid: int) -> int | None:
 
 
 class GroupCPU:
-    """The CPU of process groups since they were watched, process by
-    process: each process from its ticks when its group was watched, or
-    from 0 if it started later; `sample()` reads them again. A process that
-    exits keeps what was counted up to its last sample."""
+    """The CPU of clusters' process groups, process by process: the group's
+    leader from its ticks when the group was watched (its set-up, before it
+    forked the rest, is no step's), every other process from 0 (forked by
+    the leader, all it spent is the cluster's work, some of it done before
+    the cluster said it was up: a few steps' burst could be over by then,
+    and counted nothing); `sample()` reads them again. A process that exits
+    keeps what was counted up to its last sample."""
 
     def __init__(self):
         self.groups: list[int] = []
-        self.processes: dict[int, list[int]] = {}  # pid -> [ticks when first seen, ticks at the last sample]
+        self.processes: dict[int, list[int]] = {}  # pid -> [ticks it counts from, ticks at the last sample]
 
     def watch(self, pgid: int) -> None:
         for pid in group_pids(pgid):
             if (spent := ticks(pid)) is not None:
-                self.processes[pid] = [spent, spent]
+                self.processes[pid] = [spent if pid == pgid else 0, spent]
         self.groups.append(pgid)  # after its processes' starting ticks: sample() may run meanwhile
 
     def sample(self) -> None:
