@@ -126,7 +126,9 @@ def test_two_clusters_on_one_postgresql_one_killed_mid_run_the_other_finishes(st
             "SQLite is the single-host default"
         )
     agent, reviewers = chaos.personas()
-    desk.fault(mode="latency", ms=200)
+    # Each effect takes a second: whenever the freeze comes, even after a slow
+    # host took long over the approvals, the last plans still have steps in flight.
+    desk.fault(mode="latency", ms=1000)
     first, second = start_clusters(start_worker, "host-a", "host-b")
     workflows = []
     for number in range(20):
