@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from tests.support import deciding as decide
 from tests.support.api import ApiClient
+from tests.support.deadletters import BAD
 from tests.support.personas import PASSWORD
 from tests.support.running import run_job, run_until
 from workflows.engine import execution, policy, recovery
@@ -25,17 +26,6 @@ MAIL = {
     "steps": [
         {"key": "mail", "action": "email.send", "args": {"to": "ops@example.com", "subject": "s", "body": "b"}},
         {"key": "after", "action": "noop", "args": {}},
-    ],
-}
-BAD = {
-    "name": "comment on a missing ticket",
-    "steps": [
-        {"key": "find", "action": "noop", "args": {"ticket": 777777}},
-        {
-            "key": "note",
-            "action": "ticket.comment",
-            "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
-        },
     ],
 }
 

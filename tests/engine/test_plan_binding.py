@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.support import deciding as decide
+from tests.support.deadletters import BAD
 from tests.support.plans import ticket_plan
 from tests.support.running import run_until, wait_for_status
 from workflows import tasks
@@ -306,19 +307,7 @@ def test_an_undo_changed_after_its_authorization_is_blocked(people, desk, tamper
 
 
 def test_the_replay_preview_shows_a_plan_that_no_longer_matches(people, desk):
-    body = {
-        "name": "note on a missing ticket",
-        "submission_key": "bad",
-        "steps": [
-            {"key": "find", "action": "noop", "args": {"ticket": 777777}},
-            {
-                "key": "note",
-                "action": "ticket.comment",
-                "args": {"ticket_id": {"$from": "find.result.ticket"}, "body": "hi"},
-            },
-        ],
-    }
-    workflow = approved(people, body)
+    workflow = approved(people, BAD)
     run_until(workflow.pk, "FAILED")
     entry = DeadLetter.objects.get(workflow=workflow)
     (before,) = deadletters.preview([entry])
